@@ -1,0 +1,63 @@
+// Command dispatch: the registry that maps a yield's command id to the
+// handler that carries it out. Threads: handlers are registered before the
+// scheduler runs processes; dispatch happens on workers.
+//
+// A handler receives the request and must eventually complete it exactly
+// once with Scheduler::complete_yield(pid, tag, result, error), from any
+// thread. Inline handlers run on the worker and must not block; handlers
+// registered as blocking run on the blocking pool. An unknown command or a
+// handler that throws completes the yield with an error, never a hang.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "host/pid.hpp"
+#include "host/process.hpp"
+
+namespace host {
+
+class Scheduler;
+
+// Command ids the host itself handles. Bindings add theirs from kFirstUser.
+namespace cmd {
+inline constexpr CommandId kSleep = 1;      // arg: nanoseconds; completes with empty payload
+inline constexpr CommandId kFirstUser = 64;
+}  // namespace cmd
+
+struct CommandRequest {
+  Scheduler* scheduler;
+  Pid pid;
+  std::uint64_t tag;
+  std::int64_t arg;
+  std::string bytes;
+};
+
+struct CommandHandler {
+  std::function<void(CommandRequest&&)> run;
+  // Optional: drop the work of a yield its process stopped waiting for.
+  std::function<void(Scheduler&, Pid, std::uint64_t tag)> cancel;
+  bool blocking = false;  // run on the blocking pool instead of the worker
+  std::string name;
+};
+
+class CommandRegistry {
+ public:
+  // Registers or replaces a handler. Not thread-safe with dispatch: call
+  // before processes that use the command run.
+  void add(CommandId id, CommandHandler handler) {
+    if (handlers_.size() <= id) handlers_.resize(id + 1);
+    handlers_[id] = std::move(handler);
+  }
+  const CommandHandler* find(CommandId id) const {
+    if (id >= handlers_.size() || !handlers_[id].run) return nullptr;
+    return &handlers_[id];
+  }
+
+ private:
+  std::vector<CommandHandler> handlers_;
+};
+
+}  // namespace host

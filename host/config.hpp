@@ -1,0 +1,44 @@
+// Tunables of the runtime, in one place, each with its default and why.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace host::config {
+
+// Work finding (scheduler-notes.txt, "Work Finding").
+// A worker that pops one process from the global queue moves up to this many
+// more into its own deque, so the next pops are lock-free and local.
+inline constexpr std::size_t kGlobalBatch = 16;
+// Every this many scheduling ticks a worker looks at the global queue before
+// its own deque, so a worker kept busy by its local ping-pong pair cannot
+// starve submissions and re-queued yields (Go's schedtick % 61).
+inline constexpr std::uint32_t kGlobalFairnessTick = 61;
+
+// Idle protocol ("Adaptive Spinning"): rounds below kSpinRounds spin tightly,
+// rounds below kYieldRounds yield the thread, then the worker parks.
+inline constexpr int kSpinRounds = 4;
+inline constexpr int kYieldRounds = 16;
+
+// Initial capacity of a worker deque; it grows by doubling.
+inline constexpr std::int64_t kDequeInitialCapacity = 256;
+
+// Inline yields in a StepOutput before it spills to the heap.
+inline constexpr std::size_t kInlineYields = 4;
+
+// PID table: slots live in fixed chunks that are never moved or freed while
+// the scheduler lives, so a sender can look a slot up without a lock.
+inline constexpr std::uint32_t kPidChunkBits = 12;           // 4096 slots a chunk
+inline constexpr std::uint32_t kPidMaxChunks = 1u << 14;     // 64M processes at most
+
+// Timer wheel: 1 ms ticks, 6 levels of 64 slots (64^6 ms, about 2 years).
+inline constexpr std::chrono::milliseconds kTimerTick{1};
+
+// Threads for command handlers that must block (file I/O, DNS, ...).
+inline constexpr unsigned kBlockingPoolThreads = 2;
+
+// Grace period between the cancel events of a shutdown and the force close.
+inline constexpr std::chrono::milliseconds kDefaultShutdownGrace{5000};
+
+}  // namespace host::config

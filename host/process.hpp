@@ -1,0 +1,134 @@
+// The process model: the interface every process implements (native C++ or
+// Lua), the events the scheduler feeds it and the StepOutput it writes.
+//
+// A process is a state machine. The scheduler calls Init once, then Step
+// with the events that arrived since the last step; Step writes its status
+// and the commands it is now waiting on ("yields", each with a fresh tag) to
+// a StepOutput the worker reuses, so the common step allocates nothing.
+// Close is called exactly once, after the last Step, on the thread that ran it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "host/config.hpp"
+#include "host/pid.hpp"
+
+namespace host {
+
+class Scheduler;
+
+using CommandId = std::uint32_t;
+
+enum class EventKind : std::uint8_t {
+  YieldComplete,  // a command finished: tag, payload (result) or error
+  Message,        // from, topic, payload
+  Cancel,         // cooperative stop request: payload is the reason
+  Exit,           // a monitored process ended: from, payload (result) or error
+  LinkDown,       // a linked process failed: from, error
+};
+
+struct Event {
+  EventKind kind = EventKind::Message;
+  std::uint64_t tag = 0;   // YieldComplete, and the monitor reference for Exit
+  Pid from;                // sender, or the process an Exit/LinkDown is about
+  std::string topic;       // Message topic
+  std::string payload;     // message body, command result, cancel reason, exit result
+  std::string error;       // non-empty: the command or the process failed with this
+};
+
+// One command a process waits on. `tag` is chosen by the process, unique among
+// its outstanding yields; the completion comes back as an Event with that tag.
+struct Yield {
+  CommandId command = 0;
+  std::uint64_t tag = 0;
+  std::int64_t arg = 0;     // small scalar argument (e.g. a duration in ns)
+  std::string bytes;        // opaque argument bytes
+};
+
+enum class Status : std::uint8_t {
+  Continue,  // runnable again at once (a voluntary yield); re-queued fairly
+  Blocked,   // waiting on the yields in the output (and maybe messages)
+  Idle,      // waiting for messages only
+  Done,      // finished; result holds its value
+  Failed,    // finished with error
+};
+
+const char* status_name(Status status);
+
+// Written by Step, read by the worker that ran it. Reused between steps: the
+// first kInlineYields yields live inline, more spill to a vector that keeps
+// its capacity, so a steady state allocates nothing.
+class StepOutput {
+ public:
+  Status status = Status::Idle;
+  std::string result;  // Done: the result value (encoded bytes)
+  std::string error;   // Failed: the reason, with traceback where there is one
+
+  // Adds a yield and returns it for the caller to fill in.
+  Yield& add_yield(CommandId command, std::uint64_t tag) {
+    Yield& y = count_ < inline_.size() ? inline_[count_] : spill_slot();
+    ++count_;
+    y.command = command;
+    y.tag = tag;
+    y.arg = 0;
+    y.bytes.clear();
+    return y;
+  }
+  std::size_t yield_count() const { return count_; }
+  Yield& yield_at(std::size_t i) { return i < inline_.size() ? inline_[i] : spill_[i - inline_.size()]; }
+
+  // Tags whose outstanding commands the process no longer waits for (a
+  // receive whose message came before its timeout). Handlers that support it
+  // drop the work; a completion that still arrives is ignored by the process.
+  void cancel_yield(CommandId command, std::uint64_t tag) { cancels_.push_back({command, tag}); }
+  struct CancelRequest {
+    CommandId command;
+    std::uint64_t tag;
+  };
+  std::span<const CancelRequest> cancels() const { return cancels_; }
+
+  void reset() {
+    status = Status::Idle;
+    count_ = 0;
+    cancels_.clear();
+    result.clear();
+    error.clear();
+  }
+
+ private:
+  Yield& spill_slot() {
+    std::size_t i = count_ - inline_.size();
+    if (i == spill_.size()) spill_.emplace_back();
+    return spill_[i];
+  }
+  std::array<Yield, config::kInlineYields> inline_{};
+  std::vector<Yield> spill_;
+  std::size_t count_ = 0;
+  std::vector<CancelRequest> cancels_;
+};
+
+// What a process gets at Init: its PID and the scheduler that runs it (for
+// sends and spawns from inside Step, which are thread-safe calls).
+struct ProcessContext {
+  Scheduler* scheduler = nullptr;
+  Pid self;
+};
+
+class Process {
+ public:
+  virtual ~Process() = default;
+  // Prepares the process to run `method` with `input` (encoded arguments).
+  // Returns an empty string on success, else the reason it cannot start.
+  virtual std::string Init(const ProcessContext& ctx, const std::string& method, std::string input) = 0;
+  // Advances the process with the events that arrived since the last step.
+  // Must set out.status. Exceptions are caught and turn into Failed.
+  virtual void Step(std::span<Event> events, StepOutput& out) = 0;
+  // Releases resources. Called once; the process is destroyed right after.
+  virtual void Close() = 0;
+};
+
+}  // namespace host

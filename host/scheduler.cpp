@@ -1,0 +1,375 @@
+// The scheduler: spawning, the relay, links and monitors, dispatch of
+// yields to command handlers, process exit, and shutdown.
+#include "host/scheduler.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "host/error.hpp"
+#include "host/log.hpp"
+#include "host/worker.hpp"
+
+namespace host {
+namespace {
+
+std::uint32_t next_generation(std::uint32_t g) { return g == UINT32_MAX ? 1 : g + 1; }
+
+void erase_pid(std::vector<Pid>& v, const Pid& p) { std::erase(v, p); }
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options)
+    : table_(options.node),
+      idle_(static_cast<int>(options.workers ? options.workers : std::max(1u, std::thread::hardware_concurrency()))),
+      timers_([this](Pid pid, std::uint64_t tag) { complete_yield(pid, tag, {}, {}); }),
+      pool_(options.blocking_threads) {
+  unsigned n = options.workers ? options.workers : std::max(1u, std::thread::hardware_concurrency());
+  commands_.add(cmd::kSleep, CommandHandler{
+                                 [](CommandRequest&& r) {
+                                   r.scheduler->timers().schedule(r.pid, r.tag, std::chrono::nanoseconds(r.arg));
+                                 },
+                                 [](Scheduler& s, Pid pid, std::uint64_t tag) { s.timers().cancel(pid, tag); },
+                                 false,
+                                 "sleep",
+                             });
+  for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
+  timers_.start();
+  for (auto& w : workers_) w->start();
+}
+
+Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
+
+std::string Scheduler::not_found(const Pid& pid) const {
+  return make_error(ErrorKind::NotFound, "no process " + pid.to_string());
+}
+
+std::unique_lock<std::mutex> Scheduler::lock_live(const Pid& pid, ProcessSlot*& slot) {
+  slot = table_.find(pid);
+  if (!slot) return {};
+  std::unique_lock lock(slot->mu);
+  if (!slot->alive || slot->generation != pid.generation) return {};
+  return lock;
+}
+
+void Scheduler::schedule(ProcessSlot* slot) {
+  Worker* w = Worker::current();
+  if (w && &w->scheduler() == this) {
+    w->push_local(slot);
+    // The worker runs what it readied next; only wake a thief when it has
+    // more queued than that one (a ping-pong pair would otherwise wake a
+    // parked worker, a futex call, on every message).
+    if (w->deque().size_approx() > 1) idle_.notify_work_available();
+    return;
+  }
+  push_global(slot);
+}
+
+void Scheduler::push_global(ProcessSlot* slot) {
+  global_.push(slot);
+  idle_.notify_work_available();
+}
+
+bool Scheduler::any_work_visible() const {
+  if (!global_.empty_approx()) return true;
+  for (const auto& w : workers_)
+    if (!w->deque().empty_approx()) return true;
+  return false;
+}
+
+SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string& method, std::string input,
+                             const SpawnOptions& options) {
+  if (stopping_workers_.load(std::memory_order_acquire))
+    return {{}, make_error(ErrorKind::Canceled, "the scheduler is shutting down")};
+  if (!process) return {{}, make_error(ErrorKind::Invalid, "spawn of a null process")};
+  ProcessSlot* slot = table_.allocate();
+  if (!slot) return {{}, make_error(ErrorKind::Limit, "the process table is full")};
+  const Pid pid = slot->pid();
+
+  auto give_up = [&](std::string why) -> SpawnResult {
+    process->Close();
+    {
+      std::lock_guard lock(slot->mu);
+      slot->generation = next_generation(slot->generation);  // the PID Init saw never answers
+    }
+    table_.release(slot);
+    return {{}, std::move(why)};
+  };
+
+  std::string err;
+  try {
+    err = process->Init(ProcessContext{this, pid}, method, std::move(input));
+  } catch (const std::exception& e) {
+    err = make_error(ErrorKind::Invalid, std::string("process init raised: ") + e.what());
+  }
+  if (!err.empty()) return give_up(std::move(err));
+
+  if (options.link_to.valid()) {
+    ProcessSlot* parent;
+    auto lock = lock_live(options.link_to, parent);
+    if (!lock) return give_up(not_found(options.link_to));
+    parent->links.push_back(pid);
+  }
+  slot->process = std::move(process);
+  slot->terminate_requested.store(false, std::memory_order_relaxed);
+  slot->outstanding_yields.store(0, std::memory_order_relaxed);
+  live_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard lock(slot->mu);
+    slot->alive = true;
+    slot->links.clear();
+    slot->monitors.clear();
+    slot->pending.clear();
+    if (options.link_to.valid()) slot->links.push_back(options.link_to);
+    if (options.monitor_by.valid()) slot->monitors.push_back(Monitor{options.monitor_by, options.monitor_ref});
+    if (cancelling_.load(std::memory_order_acquire)) {
+      Event ev;
+      ev.kind = EventKind::Cancel;
+      ev.payload = "shutdown";
+      slot->pending.push_back(std::move(ev));
+    }
+    slot->state.reset_ready();
+  }
+  schedule(slot);
+  return {pid, {}};
+}
+
+std::string Scheduler::deliver(const Pid& to, Event event) {
+  ProcessSlot* slot;
+  auto lock = lock_live(to, slot);
+  if (!lock) return not_found(to);
+  slot->pending.push_back(std::move(event));
+  bool wake = slot->state.on_event_arrived() == ProcessState::Wake::Schedule;
+  lock.unlock();
+  // Ready now, and in no queue: nothing can run or finish it until we queue it.
+  if (wake) schedule(slot);
+  return {};
+}
+
+std::string Scheduler::send(const Pid& to, std::string topic, std::string payload, const Pid& from) {
+  Event ev;
+  ev.kind = EventKind::Message;
+  ev.from = from;
+  ev.topic = std::move(topic);
+  ev.payload = std::move(payload);
+  return deliver(to, std::move(ev));
+}
+
+std::string Scheduler::cancel(const Pid& to, std::string reason) {
+  Event ev;
+  ev.kind = EventKind::Cancel;
+  ev.payload = std::move(reason);
+  return deliver(to, std::move(ev));
+}
+
+std::string Scheduler::terminate(const Pid& to) {
+  ProcessSlot* slot;
+  auto lock = lock_live(to, slot);
+  if (!lock) return not_found(to);
+  slot->terminate_requested.store(true, std::memory_order_release);
+  bool wake = slot->state.on_event_arrived() == ProcessState::Wake::Schedule;
+  lock.unlock();
+  if (wake) schedule(slot);
+  return {};
+}
+
+bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error) {
+  Event ev;
+  ev.kind = EventKind::YieldComplete;
+  ev.tag = tag;
+  ev.payload = std::move(result);
+  ev.error = std::move(error);
+  ProcessSlot* slot;
+  {
+    auto lock = lock_live(pid, slot);
+    if (!lock) {
+      log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
+      return false;
+    }
+    slot->outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
+    slot->pending.push_back(std::move(ev));
+    if (slot->state.on_event_arrived() != ProcessState::Wake::Schedule) return true;
+  }
+  schedule(slot);
+  return true;
+}
+
+std::string Scheduler::link(const Pid& a, const Pid& b) {
+  if (a == b) return make_error(ErrorKind::Invalid, "a process cannot link to itself");
+  ProcessSlot* sa = table_.find(a);
+  ProcessSlot* sb = table_.find(b);
+  if (!sa) return not_found(a);
+  if (!sb) return not_found(b);
+  // Lock in index order: two links made at once never deadlock.
+  ProcessSlot* first = sa->index < sb->index ? sa : sb;
+  ProcessSlot* second = first == sa ? sb : sa;
+  std::scoped_lock lock(first->mu, second->mu);
+  if (!sa->alive || sa->generation != a.generation) return not_found(a);
+  if (!sb->alive || sb->generation != b.generation) return not_found(b);
+  if (std::find(sa->links.begin(), sa->links.end(), b) == sa->links.end()) sa->links.push_back(b);
+  if (std::find(sb->links.begin(), sb->links.end(), a) == sb->links.end()) sb->links.push_back(a);
+  return {};
+}
+
+std::string Scheduler::unlink(const Pid& a, const Pid& b) {
+  for (auto [self, other] : {std::pair{a, b}, std::pair{b, a}}) {
+    ProcessSlot* slot;
+    if (auto lock = lock_live(self, slot)) erase_pid(slot->links, other);
+  }
+  return {};
+}
+
+std::string Scheduler::monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
+  ProcessSlot* slot;
+  auto lock = lock_live(target, slot);
+  if (!lock) return not_found(target);
+  slot->monitors.push_back(Monitor{watcher, ref});
+  return {};
+}
+
+std::string Scheduler::unmonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
+  ProcessSlot* slot;
+  auto lock = lock_live(target, slot);
+  if (!lock) return not_found(target);
+  std::erase_if(slot->monitors, [&](const Monitor& m) { return m.watcher == watcher && m.ref == ref; });
+  return {};
+}
+
+bool Scheduler::alive(const Pid& pid) {
+  ProcessSlot* slot;
+  return static_cast<bool>(lock_live(pid, slot));
+}
+
+bool Scheduler::wait_all_exited(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(live_mu_);
+  return live_cv_.wait_until(lock, deadline, [&] { return live_.load(std::memory_order_acquire) == 0; });
+}
+
+void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
+  const Pid pid = slot->pid();
+  for (const auto& c : out.cancels()) {
+    if (const CommandHandler* h = commands_.find(c.command); h && h->cancel) h->cancel(*this, pid, c.tag);
+  }
+  const std::size_t n = out.yield_count();
+  slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) {
+    Yield& y = out.yield_at(i);
+    const CommandHandler* h = commands_.find(y.command);
+    if (!h) {
+      complete_yield(pid, y.tag, {}, make_error(ErrorKind::Invalid, "unknown command " + std::to_string(y.command)));
+      continue;
+    }
+    CommandRequest req{this, pid, y.tag, y.arg, std::move(y.bytes)};
+    auto run_guarded = [this, h](CommandRequest&& r) {
+      const Pid p = r.pid;
+      const std::uint64_t tag = r.tag;
+      try {
+        h->run(std::move(r));
+      } catch (const std::exception& e) {
+        complete_yield(p, tag, {}, make_error(ErrorKind::Invalid, "command " + h->name + " failed: " + e.what()));
+      } catch (...) {
+        complete_yield(p, tag, {}, make_error(ErrorKind::Invalid, "command " + h->name + " failed"));
+      }
+    };
+    if (h->blocking) {
+      auto job = [run_guarded, r = std::move(req)]() mutable { run_guarded(std::move(r)); };
+      if (!pool_.submit(std::move(job)))
+        complete_yield(pid, y.tag, {}, make_error(ErrorKind::Canceled, "the scheduler is shutting down"));
+    } else {
+      run_guarded(std::move(req));
+    }
+  }
+}
+
+void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error) {
+  const Pid pid = slot->pid();
+  slot->state.mark_complete();
+  std::vector<Pid> links;
+  std::vector<Monitor> monitors;
+  {
+    std::lock_guard lock(slot->mu);
+    slot->alive = false;
+    slot->generation = next_generation(slot->generation);
+    links.swap(slot->links);
+    monitors.swap(slot->monitors);
+    slot->pending.clear();
+  }
+  if (auto proc = std::move(slot->process)) proc->Close();
+
+  ExitInfo info{pid, failed, failed ? std::string() : std::move(result), failed ? std::move(error) : std::string()};
+  for (auto& hook : exit_hooks_) hook(info);
+  for (const Monitor& m : monitors) {
+    Event ev;
+    ev.kind = EventKind::Exit;
+    ev.tag = m.ref;
+    ev.from = pid;
+    ev.payload = info.result;
+    ev.error = info.error;
+    deliver(m.watcher, std::move(ev));  // a watcher that is gone simply misses it
+  }
+  for (const Pid& other : links) {
+    ProcessSlot* os;
+    if (auto lock = lock_live(other, os)) erase_pid(os->links, pid);
+    if (failed) {
+      Event ev;
+      ev.kind = EventKind::LinkDown;
+      ev.from = pid;
+      ev.error = info.error;
+      deliver(other, std::move(ev));
+    }
+  }
+  table_.release(slot);
+  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard lock(live_mu_);  // orders the notify after a waiter's predicate check
+    live_cv_.notify_all();
+  }
+}
+
+ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
+  std::lock_guard guard(shutdown_mu_);
+  if (shut_down_.load(std::memory_order_acquire)) return report_;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+
+  // 1. Cancel every live process (spawn cancels the ones that come later).
+  cancelling_.store(true, std::memory_order_release);
+  std::vector<Pid> live;
+  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
+    ProcessSlot* slot = table_.slot_at(i);
+    std::lock_guard lock(slot->mu);
+    if (slot->alive) live.push_back(slot->pid());
+  }
+  for (const Pid& pid : live) cancel(pid, "shutdown");
+
+  // 2. Wait for them within the grace period.
+  std::size_t before = live_count();
+  wait_all_exited(deadline);
+  std::size_t left = live_count();
+  report_.exited_in_grace = before > left ? before - left : 0;
+
+  // 3. Stop the workers. A step in progress finishes first.
+  stopping_workers_.store(true, std::memory_order_release);
+  idle_.stop();
+  for (auto& w : workers_) w->join();
+
+  // 4. Close what is left. No worker runs now, so every slot is ours.
+  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
+    ProcessSlot* slot = table_.slot_at(i);
+    {
+      std::lock_guard lock(slot->mu);
+      if (!slot->alive) continue;
+    }
+    ++report_.force_closed;
+    report_.yields_never_completed +=
+        static_cast<std::size_t>(std::max(0, slot->outstanding_yields.load(std::memory_order_relaxed)));
+    log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
+                       slot->pid().to_string(), std::max(0, slot->outstanding_yields.load()));
+    finish(slot, true, {}, "killed: shutdown");
+  }
+
+  // 5. Stop the services.
+  report_.timers_dropped = timers_.stop();
+  report_.blocking_jobs_dropped = pool_.stop();
+  shut_down_.store(true, std::memory_order_release);
+  return report_;
+}
+
+}  // namespace host

@@ -1,0 +1,196 @@
+// The scheduler: runs processes on a pool of work-stealing workers and
+// relays events (messages, yield completions, cancels, exits) to them.
+// Threads: every public call may be made from any thread, including from a
+// process's Step on a worker.
+//
+// Design essay
+// ------------
+// Vocabulary. A *process* is a state machine behind the Process interface; a
+// *slot* is its control block in the PID table; a *worker* is an OS thread
+// that runs processes; a *yield* is a command a process waits on, identified
+// by a tag it chose; a *completion* is the event that answers a yield.
+//
+// The problem. Many more processes than cores, most of them waiting most of
+// the time, woken by events that come from any thread. We must run each
+// ready process on exactly one worker, never lose a wakeup, keep a process
+// and the one that woke it on the same core when we can, and not burn cores
+// when there is nothing to do.
+//
+// Run queues. Each worker owns a Chase-Lev deque (deque.hpp): it pushes and
+// pops at the bottom, so a process woken by the process that just ran runs
+// next, on a warm cache. A global FIFO queue (global_queue.hpp) takes new
+// submissions, processes readied by non-worker threads (timers, handlers on
+// the blocking pool) and voluntary yields. A worker looks for work in this
+// order: its deque, the global queue (taking up to 16 more into its deque),
+// then half of a random victim's deque. Every 61st tick it looks at the
+// global queue first, so local ping-pong cannot starve it.
+//
+// Waking. A process's RunState (process_state.hpp) is one atomic word; an
+// event that arrives while the process runs sets a wakeup bit instead of
+// queueing it, and the worker re-queues it after the step. Only the thread
+// whose CAS moved a process to Ready queues it, so a process is in at most
+// one queue at a time. Events are pushed under the slot's mutex together
+// with the generation check, so an event for a dead process is refused and
+// a stale PID can never wake a reused slot.
+//
+// Idling. Workers spin briefly, then yield, then park (idle_workers.hpp).
+// Making work available wakes a parked worker only if no worker is
+// spinning; a spinner that finds work wakes the next. Rejected: waking a
+// worker on every push (a thundering herd that costs a futex call per
+// message), and never parking (burns the machine when idle).
+//
+// Barriers. Submit: push, then a seq_cst fence, then read the spinning and
+// parked counts. Spin-down: announce parked, seq_cst fence, then recheck
+// every queue. One of the two always sees the other (idle_workers.hpp).
+//
+// Shutdown. 1) Refuse nothing yet, but send every live process a cancel
+// event (and every process spawned from now on). 2) Wait for all to exit
+// until the grace deadline. 3) Stop and join the workers. 4) Close what is
+// left, on the calling thread, and report it with the yields that never
+// completed. 5) Stop the timer thread and the blocking pool.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host/blocking_pool.hpp"
+#include "host/commands.hpp"
+#include "host/config.hpp"
+#include "host/deque.hpp"
+#include "host/global_queue.hpp"
+#include "host/idle_workers.hpp"
+#include "host/pid_table.hpp"
+#include "host/process.hpp"
+#include "host/timer_service.hpp"
+
+namespace host {
+
+class Worker;
+
+struct SchedulerOptions {
+  unsigned workers = 0;  // 0: one per hardware thread
+  std::uint32_t node = 0;
+  unsigned blocking_threads = config::kBlockingPoolThreads;
+};
+
+struct SpawnOptions {
+  Pid link_to;                   // link the new process with this one, atomically
+  Pid monitor_by;                // and/or let this one monitor it, atomically
+  std::uint64_t monitor_ref = 0;
+};
+
+struct SpawnResult {
+  Pid pid;
+  std::string error;  // empty on success
+  explicit operator bool() const { return error.empty(); }
+};
+
+struct ExitInfo {
+  Pid pid;
+  bool failed = false;
+  std::string result;  // when !failed
+  std::string error;   // when failed
+};
+
+struct ShutdownReport {
+  std::size_t exited_in_grace = 0;        // processes that ended after the cancel, within the grace
+  std::size_t force_closed = 0;           // processes closed after the grace ran out
+  std::size_t yields_never_completed = 0; // outstanding yields of the force-closed ones
+  std::size_t timers_dropped = 0;
+  std::size_t blocking_jobs_dropped = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerOptions options = {});
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  unsigned worker_count() const { return static_cast<unsigned>(workers_.size()); }
+  CommandRegistry& commands() { return commands_; }
+  TimerService& timers() { return timers_; }
+  BlockingPool& blocking_pool() { return pool_; }
+
+  // Calls Init on the caller's thread, so a process that cannot start fails
+  // here with its reason; then queues it.
+  SpawnResult spawn(std::unique_ptr<Process> process, const std::string& method, std::string input,
+                    const SpawnOptions& options = {});
+
+  // The relay. Each returns "" on success, or an error naming the cause
+  // ("not_found: no process <0.4.2>"). Events from one thread to one process
+  // arrive in the order sent.
+  std::string send(const Pid& to, std::string topic, std::string payload, const Pid& from = {});
+  std::string deliver(const Pid& to, Event event);
+  std::string cancel(const Pid& to, std::string reason);
+  // Forced stop: the process is not stepped again; monitors see "terminated".
+  std::string terminate(const Pid& to);
+
+  // Completes an outstanding yield; from any thread. False when the process
+  // is gone (the completion is dropped; a late timer, say).
+  bool complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error = {});
+
+  // Erlang-style links (both directions) and monitors (one way). A failure
+  // of one linked process delivers LinkDown to the other; the exit of a
+  // monitored process delivers one Exit event per monitor.
+  std::string link(const Pid& a, const Pid& b);
+  std::string unlink(const Pid& a, const Pid& b);
+  std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
+  std::string unmonitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
+
+  bool alive(const Pid& pid);
+  std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
+  // True when every process exited before the deadline.
+  bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
+
+  // Called on the thread that finished a process, after its PID stopped
+  // answering and before its monitors are told. Register before spawning.
+  // Hooks also run during shutdown (from the destructor too), so whatever a
+  // hook uses must outlive the scheduler or be owned by the hook.
+  void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }
+
+  ShutdownReport shutdown(std::chrono::milliseconds grace = config::kDefaultShutdownGrace);
+
+ private:
+  friend class Worker;
+
+  // Locks the slot a PID names if it is that process and alive. On success
+  // the returned lock holds slot->mu.
+  std::unique_lock<std::mutex> lock_live(const Pid& pid, ProcessSlot*& slot);
+  // Queues a process whose state this thread just moved to Ready.
+  void schedule(ProcessSlot* slot);
+  void push_global(ProcessSlot* slot);
+  // Ends a process: PID stops answering, Close, hooks, monitors and links told.
+  void finish(ProcessSlot* slot, bool failed, std::string result, std::string error);
+  bool any_work_visible() const;
+  void dispatch(ProcessSlot* slot, StepOutput& out);
+  std::string not_found(const Pid& pid) const;
+
+  PidTable table_;
+  CommandRegistry commands_;
+  GlobalQueue<ProcessSlot*> global_;
+  IdleWorkers idle_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  TimerService timers_;
+  BlockingPool pool_;
+  std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
+
+  std::atomic<std::size_t> live_{0};
+  std::mutex live_mu_;                 // pairs with live_cv_ for wait_all_exited
+  std::condition_variable live_cv_;
+  std::atomic<bool> cancelling_{false};   // shutdown step 1 happened: new spawns get a cancel
+  std::atomic<bool> stopping_workers_{false};
+  std::atomic<bool> shut_down_{false};
+  std::mutex shutdown_mu_;
+  ShutdownReport report_;              // guarded by shutdown_mu_
+};
+
+}  // namespace host

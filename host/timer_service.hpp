@@ -1,0 +1,66 @@
+// The timer service: one thread that owns a TimerWheel and completes the
+// yields of processes whose sleeps or timeouts are due. Threads: schedule
+// and cancel from any thread; the callback runs on the timer thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "host/pid.hpp"
+#include "host/timer_wheel.hpp"
+
+namespace host {
+
+class TimerService {
+ public:
+  using Fire = std::function<void(Pid, std::uint64_t tag)>;
+  explicit TimerService(Fire fire);
+  ~TimerService();
+  TimerService(const TimerService&) = delete;
+
+  void start();
+  // Stops the thread; timers still pending never fire. Returns how many.
+  std::size_t stop();
+
+  // Calls fire(pid, tag) once `delay` has passed (never earlier; rounded up
+  // to the next tick). A (pid, tag) pair may be pending once at a time.
+  void schedule(Pid pid, std::uint64_t tag, std::chrono::nanoseconds delay);
+  // False when it already fired or was never scheduled.
+  bool cancel(Pid pid, std::uint64_t tag);
+  std::size_t pending() const;
+
+ private:
+  struct Key {
+    Pid pid;
+    std::uint64_t tag;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept { return std::hash<Pid>{}(k.pid) * 31 ^ k.tag; }
+  };
+  struct Handle {
+    TimerEntry* entry;
+    std::uint64_t id;
+  };
+
+  std::uint64_t ticks_since_start(std::chrono::steady_clock::time_point t) const;
+  void run();
+
+  const Fire fire_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  TimerWheel wheel_;                                  // guarded by mu_
+  std::unordered_map<Key, Handle, KeyHash> handles_;  // guarded by mu_
+  bool stopping_ = false;                             // guarded by mu_
+  std::uint64_t sleeping_until_ = UINT64_MAX;         // guarded by mu_: the tick the thread waits for
+  std::thread thread_;
+};
+
+}  // namespace host

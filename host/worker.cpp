@@ -1,0 +1,166 @@
+// The worker's run loop: find work (local, global, steal), step it, and
+// follow the idle protocol of idle_workers.hpp when there is none.
+#include "host/worker.hpp"
+
+#include <exception>
+
+#include "host/config.hpp"
+#include "host/log.hpp"
+#include "host/scheduler.hpp"
+
+namespace host {
+namespace {
+
+thread_local Worker* tls_worker = nullptr;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+Worker::Worker(Scheduler& scheduler, unsigned id)
+    : scheduler_(scheduler), id_(id), rng_(0x9E3779B97F4A7C15ull * (id + 1)) {}
+
+void Worker::start() { thread_ = std::thread([this] { run(); }); }
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Worker* Worker::current() { return tls_worker; }
+
+std::uint64_t Worker::next_random() {
+  // xorshift64*: victim choice needs speed, not quality.
+  rng_ ^= rng_ >> 12;
+  rng_ ^= rng_ << 25;
+  rng_ ^= rng_ >> 27;
+  return rng_ * 0x2545F4914F6CDD1Dull;
+}
+
+void Worker::run() {
+  tls_worker = this;
+  IdleWorkers& idle = scheduler_.idle_;
+  bool spinning = false;
+  int rounds = 0;
+  while (!scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
+    if (ProcessSlot* slot = find_work()) {
+      if (spinning) {
+        spinning = false;
+        // The last spinner found work: let another search for the rest.
+        if (idle.end_spinning()) idle.notify_work_available();
+      }
+      rounds = 0;
+      execute(slot);
+      continue;
+    }
+    if (!spinning && rounds < config::kYieldRounds) {
+      if (idle.try_begin_spinning()) spinning = true;
+      else rounds = config::kYieldRounds;  // enough others search: park
+    }
+    if (rounds < config::kSpinRounds) {
+      cpu_relax();
+      ++rounds;
+      continue;
+    }
+    if (rounds < config::kYieldRounds) {
+      std::this_thread::yield();
+      ++rounds;
+      continue;
+    }
+    if (spinning) {
+      spinning = false;
+      (void)idle.end_spinning();
+    }
+    idle.prepare_park();
+    if (scheduler_.any_work_visible() || scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
+      idle.cancel_park();
+      rounds = 0;
+      continue;
+    }
+    if (!idle.commit_park()) break;
+    rounds = 0;
+  }
+  if (spinning) (void)idle.end_spinning();
+  tls_worker = nullptr;
+}
+
+ProcessSlot* Worker::find_work() {
+  auto& global = scheduler_.global_;
+  if (++tick_ % config::kGlobalFairnessTick == 0) {
+    if (auto g = global.pop_batch(deque_, config::kGlobalBatch)) return *g;
+  }
+  if (auto local = deque_.pop()) return *local;
+  if (auto g = global.pop_batch(deque_, config::kGlobalBatch)) return *g;
+  return steal_work();
+}
+
+ProcessSlot* Worker::steal_work() {
+  auto& workers = scheduler_.workers_;
+  const std::size_t n = workers.size();
+  if (n < 2) return nullptr;
+  std::size_t start = next_random() % n;
+  for (std::size_t i = 0; i < n; ++i) {
+    Worker& victim = *workers[(start + i) % n];
+    if (&victim == this) continue;
+    if (victim.deque_.steal_half_into(deque_) > 0) {
+      if (auto got = deque_.pop()) return *got;
+    }
+  }
+  return nullptr;
+}
+
+void Worker::execute(ProcessSlot* slot) {
+  Scheduler& s = scheduler_;
+  if (!slot->state.begin_running()) {
+    log::logger().error("scheduler: process {} was queued but not ready", slot->pid().to_string());
+    return;
+  }
+  log::set_current_pid(slot->pid());
+  if (slot->terminate_requested.load(std::memory_order_acquire)) {
+    s.finish(slot, true, {}, "terminated");
+    log::clear_current_pid();
+    return;
+  }
+  {
+    std::lock_guard lock(slot->mu);
+    events_.swap(slot->pending);
+  }
+  out_.reset();
+  try {
+    slot->process->Step(events_, out_);
+  } catch (const std::exception& e) {
+    out_.status = Status::Failed;
+    out_.error = std::string("step raised an exception: ") + e.what();
+  } catch (...) {
+    out_.status = Status::Failed;
+    out_.error = "step raised an unknown exception";
+  }
+  events_.clear();
+  switch (out_.status) {
+    case Status::Done:
+      s.finish(slot, false, std::move(out_.result), {});
+      break;
+    case Status::Failed:
+      s.finish(slot, true, {}, std::move(out_.error));
+      break;
+    case Status::Continue:
+      slot->state.end_step_runnable();
+      s.push_global(slot);  // behind the others: a voluntary yield is a fair one
+      break;
+    case Status::Blocked:
+    case Status::Idle: {
+      s.dispatch(slot, out_);
+      RunState waiting = out_.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
+      if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) push_local(slot);
+      break;
+    }
+  }
+  log::clear_current_pid();
+}
+
+}  // namespace host

@@ -1,0 +1,21 @@
+// Tests of PID rendering and parsing (host/pid.hpp).
+#include <doctest/doctest.h>
+
+#include "host/pid.hpp"
+
+using host::Pid;
+
+TEST_CASE("a PID renders like Erlang's and parses back") {
+  Pid p{0, 84, 3};
+  CHECK(p.to_string() == "<0.84.3>");
+  auto back = Pid::parse("<0.84.3>");
+  REQUIRE(back.has_value());
+  CHECK(*back == p);
+  CHECK(Pid::parse("<2.4294967295.1>")->index == 4294967295u);
+}
+
+TEST_CASE("malformed PID strings are refused") {
+  for (const char* bad : {"", "<>", "<0.1>", "0.1.1", "<0.1.1", "<0.1.1>x", "<0.x.1>", "<0.1.0>", "<-1.1.1>",
+                          "<0.1.1.1>", "<0.99999999999.1>", "< 0.1.1>"})
+    CHECK_MESSAGE(!Pid::parse(bad).has_value(), bad);
+}

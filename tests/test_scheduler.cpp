@@ -1,0 +1,459 @@
+// Tests of the scheduler (host/scheduler.hpp) with native processes: the
+// process lifecycle, yields and their correlation, command dispatch errors,
+// the relay, links and monitors, terminate, cancel, and shutdown.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "host/scheduler.hpp"
+#include "host/worker.hpp"
+#include "tests/native_processes.hpp"
+#include "tests/watchdog.hpp"
+
+using namespace host;
+using namespace host::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A command the test completes by hand: the handler only records requests.
+constexpr CommandId kHold = cmd::kFirstUser + 1;
+struct Held {
+  Pid pid;
+  std::uint64_t tag;
+  std::int64_t arg;
+};
+struct HoldBox {
+  std::mutex mu;
+  std::vector<Held> held;
+  void install(Scheduler& s) {
+    s.commands().add(kHold, CommandHandler{[this](CommandRequest&& r) {
+                                             std::lock_guard lock(mu);
+                                             held.push_back({r.pid, r.tag, r.arg});
+                                           },
+                                           nullptr, false, "hold"});
+  }
+  std::size_t size() {
+    std::lock_guard lock(mu);
+    return held.size();
+  }
+  bool wait_size(std::size_t n) {
+    for (int i = 0; i < 4000 && size() < n; ++i) std::this_thread::sleep_for(1ms);
+    return size() >= n;
+  }
+};
+
+// Waits for messages; finishes with the payload of a "stop" message.
+std::unique_ptr<Process> waiter(std::atomic<int>* closes = nullptr) {
+  return make_fn(
+      [](FnProcess&, std::span<Event> events, StepOutput& out) {
+        for (auto& e : events)
+          if (e.kind == EventKind::Message && e.topic == "stop") return done(out, e.payload);
+        out.status = Status::Idle;
+      },
+      closes);
+}
+
+}  // namespace
+
+TEST_CASE("a no-op process runs to Done and its result reaches the exit hook") {
+  Watchdog dog("noop", 30s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  std::atomic<int> closes{0};
+  auto r = s.spawn(make_fn([](FnProcess& p, auto, StepOutput& out) { done(out, p.method() + ":" + p.input()); },
+                           &closes),
+                   "main", "args");
+  REQUIRE(r);
+  CHECK(r.pid.valid());
+  REQUIRE(exits.wait(r.pid));
+  CHECK_FALSE(exits.get(r.pid).failed);
+  CHECK(exits.get(r.pid).result == "main:args");
+  CHECK(closes.load() == 1);
+  CHECK_FALSE(s.alive(r.pid));
+}
+
+TEST_CASE("a failing process and a throwing Step both end Failed with their reason") {
+  Watchdog dog("failures", 30s);
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  auto a = s.spawn(make_fn([](FnProcess&, auto, StepOutput& out) { fail(out, "boom"); }), "main", "");
+  auto b = s.spawn(make_fn([](FnProcess&, auto, StepOutput&) { throw std::runtime_error("thrown"); }), "main", "");
+  REQUIRE(exits.wait(a.pid));
+  REQUIRE(exits.wait(b.pid));
+  CHECK(exits.get(a.pid).failed);
+  CHECK(exits.get(a.pid).error == "boom");
+  CHECK(exits.get(b.pid).error.find("thrown") != std::string::npos);
+}
+
+TEST_CASE("spawn refuses a null process and returns Init's error after closing it once") {
+  Scheduler s({.workers = 1});
+  auto null = s.spawn(nullptr, "main", "");
+  CHECK_FALSE(null);
+  CHECK(null.error.rfind("invalid:", 0) == 0);
+  std::atomic<int> closes{0};
+  auto bad = s.spawn(std::make_unique<FnProcess>([](FnProcess&, auto, StepOutput&) {}, &closes,
+                                                 "not_found: no method 'nope' in module 'm'"),
+                     "nope", "");
+  CHECK_FALSE(bad);
+  CHECK(bad.error == "not_found: no method 'nope' in module 'm'");
+  CHECK(closes.load() == 1);
+  CHECK(s.live_count() == 0);
+}
+
+TEST_CASE("sleep completes no earlier than its delay") {
+  Watchdog dog("sleep", 30s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = s.spawn(make_fn([](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     if (p.steps == 1) {
+                       out.add_yield(cmd::kSleep, 7).arg = std::chrono::nanoseconds(40ms).count();
+                       out.status = Status::Blocked;
+                       return;
+                     }
+                     for (auto& e : events)
+                       if (e.kind == EventKind::YieldComplete && e.tag == 7) return done(out, "slept");
+                     out.status = Status::Blocked;
+                   }),
+                   "main", "");
+  REQUIRE(exits.wait(r.pid));
+  CHECK(std::chrono::steady_clock::now() - t0 >= 40ms);
+  CHECK(exits.get(r.pid).result == "slept");
+}
+
+TEST_CASE("several outstanding yields completed out of order each reach the process with their own result") {
+  Watchdog dog("multi-yield", 30s);
+  Scheduler s({.workers = 2});
+  HoldBox box;
+  box.install(s);
+  ExitLog exits(s);
+  auto r = s.spawn(make_fn([](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     if (p.steps == 1) {
+                       for (std::uint64_t tag = 10; tag < 15; ++tag) out.add_yield(kHold, tag).arg = tag * 2;
+                       out.status = Status::Blocked;
+                       return;
+                     }
+                     for (auto& e : events) {
+                       if (e.kind != EventKind::YieldComplete) continue;
+                       if (e.payload != "r" + std::to_string(e.tag)) return fail(out, "mismatch for tag " + std::to_string(e.tag));
+                       p.scratch += std::to_string(e.tag) + ",";
+                     }
+                     if (p.scratch.size() == 15) return done(out, p.scratch);
+                     out.status = Status::Blocked;
+                   }),
+                   "main", "");
+  REQUIRE(box.wait_size(5));
+  std::vector<Held> held;
+  {
+    std::lock_guard lock(box.mu);
+    held = box.held;
+  }
+  for (auto& h : held) CHECK(h.arg == static_cast<std::int64_t>(h.tag * 2));
+  std::thread completer([&] {
+    for (std::uint64_t tag : {13, 10, 14, 11, 12}) {
+      CHECK(s.complete_yield(r.pid, tag, "r" + std::to_string(tag)));
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  completer.join();
+  REQUIRE(exits.wait(r.pid));
+  CHECK_FALSE(exits.get(r.pid).failed);
+  CHECK(exits.get(r.pid).result == "13,10,14,11,12,");
+  CHECK_FALSE(s.complete_yield(r.pid, 10, "late"));  // gone: dropped, reported false
+}
+
+TEST_CASE("an unknown command and a throwing handler complete the yield with an error instead of hanging") {
+  Watchdog dog("dispatch errors", 30s);
+  Scheduler s({.workers = 1});
+  s.commands().add(cmd::kFirstUser + 7,
+                   CommandHandler{[](CommandRequest&&) { throw std::runtime_error("disk on fire"); }, nullptr, false,
+                                  "thrower"});
+  ExitLog exits(s);
+  auto run_cmd = [&](CommandId id) {
+    return s.spawn(make_fn([id](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     if (p.steps == 1) {
+                       out.add_yield(id, 1);
+                       out.status = Status::Blocked;
+                       return;
+                     }
+                     for (auto& e : events)
+                       if (e.kind == EventKind::YieldComplete) return done(out, e.error);
+                     out.status = Status::Blocked;
+                   }),
+                   "main", "");
+  };
+  auto unknown = run_cmd(999);
+  auto thrower = run_cmd(cmd::kFirstUser + 7);
+  REQUIRE(exits.wait(unknown.pid));
+  REQUIRE(exits.wait(thrower.pid));
+  CHECK(exits.get(unknown.pid).result == "invalid: unknown command 999");
+  CHECK(exits.get(thrower.pid).result == "invalid: command thrower failed: disk on fire");
+}
+
+TEST_CASE("a blocking handler runs on the blocking pool, not on a worker") {
+  Watchdog dog("blocking pool", 30s);
+  Scheduler s({.workers = 1});
+  std::atomic<bool> on_worker{true};
+  s.commands().add(cmd::kFirstUser + 8, CommandHandler{[&](CommandRequest&& r) {
+                                                         on_worker = Worker::current() != nullptr;
+                                                         std::this_thread::sleep_for(20ms);
+                                                         r.scheduler->complete_yield(r.pid, r.tag, "read");
+                                                       },
+                                                       nullptr, true, "blocking-read"});
+  ExitLog exits(s);
+  auto slow = s.spawn(make_fn([](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                        if (p.steps == 1) {
+                          out.add_yield(cmd::kFirstUser + 8, 1);
+                          out.status = Status::Blocked;
+                          return;
+                        }
+                        for (auto& e : events)
+                          if (e.kind == EventKind::YieldComplete) return done(out, e.payload);
+                        out.status = Status::Blocked;
+                      }),
+                      "main", "");
+  // While the handler blocks, the single worker keeps running others.
+  auto quick = s.spawn(make_fn([](FnProcess&, auto, StepOutput& out) { done(out); }), "main", "");
+  REQUIRE(exits.wait(quick.pid));
+  REQUIRE(exits.wait(slow.pid));
+  CHECK(exits.get(slow.pid).result == "read");
+  CHECK_FALSE(on_worker.load());
+}
+
+TEST_CASE("a stale PID never reaches the process that reuses its slot") {
+  Watchdog dog("stale pid", 30s);
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  auto a = s.spawn(waiter(), "main", "");
+  REQUIRE(s.send(a.pid, "stop", "a-done").empty());
+  REQUIRE(exits.wait(a.pid));
+  auto b = s.spawn(waiter(), "main", "");
+  CHECK(b.pid.index == a.pid.index);  // the slot is reused...
+  CHECK(b.pid.generation != a.pid.generation);  // ...under a new generation
+  std::string err = s.send(a.pid, "stop", "wrong");
+  CHECK(err == "not_found: no process " + a.pid.to_string());
+  CHECK(s.cancel(a.pid, "x").rfind("not_found", 0) == 0);
+  CHECK(s.terminate(a.pid).rfind("not_found", 0) == 0);
+  CHECK(s.send(b.pid, "stop", "b-done").empty());
+  REQUIRE(exits.wait(b.pid));
+  CHECK(exits.get(b.pid).result == "b-done");
+}
+
+TEST_CASE("sends to finished, never-allocated and foreign PIDs return not_found") {
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  auto r = s.spawn(make_fn([](FnProcess&, auto, StepOutput& out) { done(out); }), "main", "");
+  REQUIRE(exits.wait(r.pid));
+  CHECK(s.send(r.pid, "t", "v").rfind("not_found", 0) == 0);
+  CHECK(s.send(Pid{0, 123456, 1}, "t", "v").rfind("not_found", 0) == 0);
+  CHECK(s.send(Pid{0, 0xFFFFFFFFu, 1}, "t", "v").rfind("not_found", 0) == 0);
+  CHECK(s.send(Pid{5, r.pid.index, r.pid.generation}, "t", "v").rfind("not_found", 0) == 0);
+  CHECK(s.send(Pid{}, "t", "v").rfind("not_found", 0) == 0);
+}
+
+TEST_CASE("messages carry sender and topic and arrive in the order sent") {
+  Watchdog dog("message order", 30s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  const Pid from{0, 77, 1};
+  auto r = s.spawn(make_fn([from](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     for (auto& e : events) {
+                       if (e.kind != EventKind::Message) continue;
+                       if (e.from != from || e.topic != "n") return fail(out, "bad envelope");
+                       if (e.payload != std::to_string(p.counter)) return fail(out, "out of order at " + e.payload);
+                       if (++p.counter == 1000) return done(out, "ok");
+                     }
+                     out.status = Status::Idle;
+                   }),
+                   "main", "");
+  for (int i = 0; i < 1000; ++i) REQUIRE(s.send(r.pid, "n", std::to_string(i), from).empty());
+  REQUIRE(exits.wait(r.pid));
+  CHECK(exits.get(r.pid).result == "ok");
+}
+
+TEST_CASE("a monitor gets exactly one exit event; a link delivers link_down on failure only") {
+  Watchdog dog("links and monitors", 30s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  std::mutex mu;
+  std::vector<Event> seen;
+  auto observer = s.spawn(make_fn([&](FnProcess&, std::span<Event> events, StepOutput& out) {
+                            std::lock_guard lock(mu);
+                            for (auto& e : events) {
+                              if (e.kind == EventKind::Message && e.topic == "stop") return done(out);
+                              seen.push_back(e);
+                            }
+                            out.status = Status::Idle;
+                          }),
+                          "main", "");
+  auto ok_child = s.spawn(waiter(), "main", "", {.monitor_by = observer.pid, .monitor_ref = 5});
+  auto bad_child = s.spawn(make_fn([](FnProcess&, std::span<Event> events, StepOutput& out) {
+                             for (auto& e : events)
+                               if (e.kind == EventKind::Message) return fail(out, "crashed");
+                             out.status = Status::Idle;
+                           }),
+                           "main", "", {.link_to = observer.pid});
+  auto ok_linked = s.spawn(waiter(), "main", "", {.link_to = observer.pid});
+  CHECK(s.monitor(observer.pid, bad_child.pid, 6).empty());
+  CHECK(s.send(ok_child.pid, "stop", "fine").empty());
+  CHECK(s.send(ok_linked.pid, "stop", "").empty());
+  CHECK(s.send(bad_child.pid, "go", "").empty());
+  REQUIRE(exits.wait(ok_child.pid));
+  REQUIRE(exits.wait(bad_child.pid));
+  REQUIRE(exits.wait(ok_linked.pid));
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (seen.size() >= 3) break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(20ms);  // any duplicate would arrive meanwhile
+  CHECK(s.send(observer.pid, "stop", "").empty());
+  REQUIRE(exits.wait(observer.pid));
+  std::lock_guard lock(mu);
+  int exit_ok = 0, exit_bad = 0, link_down = 0;
+  for (auto& e : seen) {
+    if (e.kind == EventKind::Exit && e.from == ok_child.pid) {
+      ++exit_ok;
+      CHECK(e.tag == 5);
+      CHECK(e.payload == "fine");
+      CHECK(e.error.empty());
+    } else if (e.kind == EventKind::Exit && e.from == bad_child.pid) {
+      ++exit_bad;
+      CHECK(e.tag == 6);
+      CHECK(e.error == "crashed");
+    } else if (e.kind == EventKind::LinkDown) {
+      ++link_down;
+      CHECK(e.from == bad_child.pid);
+      CHECK(e.error == "crashed");
+    } else {
+      FAIL("unexpected event kind " << static_cast<int>(e.kind));
+    }
+  }
+  CHECK(exit_ok == 1);
+  CHECK(exit_bad == 1);
+  CHECK(link_down == 1);  // the normal exit of ok_linked sent nothing
+}
+
+TEST_CASE("links and monitors refuse dead PIDs and a process cannot link to itself") {
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  auto a = s.spawn(waiter(), "main", "");
+  auto gone = s.spawn(make_fn([](FnProcess&, auto, StepOutput& out) { done(out); }), "main", "");
+  REQUIRE(exits.wait(gone.pid));
+  CHECK(s.link(a.pid, gone.pid).rfind("not_found", 0) == 0);
+  CHECK(s.monitor(a.pid, gone.pid, 1).rfind("not_found", 0) == 0);
+  CHECK(s.link(a.pid, a.pid).rfind("invalid", 0) == 0);
+  auto linked = s.spawn(waiter(), "main", "", {.link_to = gone.pid});
+  CHECK_FALSE(linked);
+  CHECK(linked.error.rfind("not_found", 0) == 0);
+  CHECK(s.send(a.pid, "stop", "").empty());
+  REQUIRE(exits.wait(a.pid));
+}
+
+TEST_CASE("terminate stops an idle process without stepping it and monitors see terminated") {
+  Watchdog dog("terminate", 30s);
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  std::atomic<int> closes{0};
+  auto victim = s.spawn(waiter(&closes), "main", "");
+  std::this_thread::sleep_for(10ms);
+  CHECK(s.terminate(victim.pid).empty());
+  REQUIRE(exits.wait(victim.pid));
+  CHECK(exits.get(victim.pid).failed);
+  CHECK(exits.get(victim.pid).error == "terminated");
+  CHECK(closes.load() == 1);
+}
+
+TEST_CASE("cancel delivers a cancel event with its reason") {
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  auto r = s.spawn(make_fn([](FnProcess&, std::span<Event> events, StepOutput& out) {
+                     for (auto& e : events)
+                       if (e.kind == EventKind::Cancel) return done(out, "cancelled: " + e.payload);
+                     out.status = Status::Idle;
+                   }),
+                   "main", "");
+  CHECK(s.cancel(r.pid, "enough").empty());
+  REQUIRE(exits.wait(r.pid));
+  CHECK(exits.get(r.pid).result == "cancelled: enough");
+}
+
+TEST_CASE("Continue re-queues a process behind others and lets it finish") {
+  Watchdog dog("continue", 30s);
+  Scheduler s({.workers = 1});
+  ExitLog exits(s);
+  std::vector<Pid> pids;
+  for (int i = 0; i < 10; ++i)
+    pids.push_back(s.spawn(make_fn([](FnProcess& p, auto, StepOutput& out) {
+                             if (p.steps == 500) return done(out);
+                             out.status = Status::Continue;
+                           }),
+                           "main", "")
+                       .pid);
+  for (auto& p : pids) REQUIRE(exits.wait(p));
+  CHECK(exits.failures() == 0);
+}
+
+TEST_CASE("shutdown cancels, waits for the grace period, then closes the rest and reports pending yields") {
+  Watchdog dog("shutdown", 30s);
+  std::atomic<int> closes{0};
+  auto s = std::make_unique<Scheduler>(SchedulerOptions{.workers = 2});
+  HoldBox box;
+  box.install(*s);
+  // Exits on cancel.
+  s->spawn(make_fn(
+               [](FnProcess&, std::span<Event> events, StepOutput& out) {
+                 for (auto& e : events)
+                   if (e.kind == EventKind::Cancel) return done(out);
+                 out.status = Status::Idle;
+               },
+               &closes),
+           "main", "");
+  // Blocked on a command that never completes, ignores cancel.
+  s->spawn(make_fn(
+               [](FnProcess& p, auto, StepOutput& out) {
+                 if (p.steps == 1) out.add_yield(kHold, 1);
+                 out.status = Status::Blocked;
+               },
+               &closes),
+           "main", "");
+  // Idle, ignores cancel.
+  s->spawn(waiter(&closes), "main", "");
+  // Sleeping for an hour.
+  s->spawn(make_fn(
+               [](FnProcess& p, auto, StepOutput& out) {
+                 if (p.steps == 1) out.add_yield(cmd::kSleep, 1).arg = std::chrono::nanoseconds(1h).count();
+                 out.status = Status::Blocked;
+               },
+               &closes),
+           "main", "");
+  REQUIRE(box.wait_size(1));
+  std::this_thread::sleep_for(20ms);
+  auto t0 = std::chrono::steady_clock::now();
+  ShutdownReport report = s->shutdown(150ms);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
+  CHECK(report.exited_in_grace == 1);
+  CHECK(report.force_closed == 3);
+  CHECK(report.yields_never_completed == 2);
+  CHECK(report.timers_dropped == 1);
+  CHECK(closes.load() == 4);
+  CHECK(s->live_count() == 0);
+  CHECK_FALSE(s->spawn(waiter(), "main", ""));  // refused after shutdown
+  s.reset();
+}
+
+TEST_CASE("shutdown with nothing running returns at once") {
+  Scheduler s({.workers = 2});
+  auto t0 = std::chrono::steady_clock::now();
+  auto report = s.shutdown(5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  CHECK(report.force_closed == 0);
+  CHECK(s.shutdown(5s).force_closed == 0);  // a second shutdown is harmless
+}

@@ -1,0 +1,213 @@
+// Stress tests of the scheduler: lost wakeups, exactly-once ordered
+// delivery, and spawn/exit churn with monitors. Each runs under a watchdog
+// that fails the test instead of letting it hang, and all run under TSan.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "host/scheduler.hpp"
+#include "tests/native_processes.hpp"
+#include "tests/watchdog.hpp"
+
+using namespace host;
+using namespace host::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr CommandId kExternal = cmd::kFirstUser + 20;
+
+// Requests handed to external threads, which complete them.
+class ExternalWork {
+ public:
+  void push(Pid pid, std::uint64_t tag) {
+    {
+      std::lock_guard lock(mu_);
+      q_.push_back({pid, tag});
+    }
+    cv_.notify_one();
+  }
+  bool pop(std::pair<Pid, std::uint64_t>& out) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !q_.empty() || stop_; });
+    if (q_.empty()) return false;
+    out = q_.front();
+    q_.pop_front();
+    return true;
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Pid, std::uint64_t>> q_;
+  bool stop_ = false;
+};
+
+// Yields `yields` external commands one after another, ignoring messages;
+// fails on any completion it did not ask for.
+std::unique_ptr<Process> yielder(std::uint64_t yields) {
+  return make_fn([yields](FnProcess& p, std::span<Event> events, StepOutput& out) {
+    for (auto& e : events) {
+      if (e.kind != EventKind::YieldComplete) continue;
+      if (e.tag != p.counter + 1) return fail(out, "unexpected tag " + std::to_string(e.tag));
+      ++p.counter;
+    }
+    if (p.counter == yields) return done(out);
+    if (p.steps == 1 || !events.empty()) {
+      // Waiting on tag counter+1 unless it is already outstanding.
+      if (p.scratch != std::to_string(p.counter + 1)) {
+        p.scratch = std::to_string(p.counter + 1);
+        out.add_yield(kExternal, p.counter + 1);
+      }
+    }
+    out.status = Status::Blocked;
+  });
+}
+
+void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int external_threads) {
+  Scheduler s({.workers = workers});
+  ExternalWork work;
+  s.commands().add(kExternal, CommandHandler{[&](CommandRequest&& r) { work.push(r.pid, r.tag); }, nullptr, false,
+                                             "external"});
+  ExitLog exits(s);
+  std::vector<Pid> pids;
+  pids.reserve(processes);
+  std::mutex pids_mu;
+  std::atomic<bool> sending{true};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < external_threads; ++t) {
+    threads.emplace_back([&] {
+      std::pair<Pid, std::uint64_t> job;
+      while (work.pop(job)) s.complete_yield(job.first, job.second, "done");
+    });
+  }
+  // A sender that races messages against the completions, to wake Blocked
+  // processes at the worst moments.
+  threads.emplace_back([&] {
+    std::mt19937 rng(1);
+    while (sending.load()) {
+      Pid target;
+      {
+        std::lock_guard lock(pids_mu);
+        if (pids.empty()) continue;
+        target = pids[rng() % pids.size()];
+      }
+      s.send(target, "noise", "x");  // not_found once it finished: fine
+    }
+  });
+  for (int i = 0; i < processes; ++i) {
+    auto r = s.spawn(yielder(yields), "main", "");
+    REQUIRE(r);
+    std::lock_guard lock(pids_mu);
+    pids.push_back(r.pid);
+  }
+  bool all = exits.wait_count(static_cast<std::size_t>(processes), 240s);
+  sending = false;
+  work.stop();
+  for (auto& t : threads) t.join();
+  CHECK_MESSAGE(all, "only " << exits.count() << " of " << processes << " processes completed");
+  CHECK_MESSAGE(exits.failures() == 0, exits.first_failure());
+  CHECK(s.live_count() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("no wakeup is lost: 100k processes x 10 yields completed by external threads while messages race") {
+  Watchdog dog("lost-wakeup stress", std::chrono::seconds(280));
+  for (unsigned workers : {1u, 2u, 4u}) {
+    CAPTURE(workers);
+    run_lost_wakeup(workers, scaled(100000) / (workers == 1 ? 1 : 4), 10, 4);
+  }
+}
+
+TEST_CASE("messages from each sender arrive exactly once and in order, from threads and from processes") {
+  Watchdog dog("ordering stress", std::chrono::seconds(120));
+  for (unsigned workers : {1u, 2u, 3u}) {
+    CAPTURE(workers);
+    Scheduler s({.workers = workers});
+    ExitLog exits(s);
+    const int senders = 8;
+    const std::uint64_t per = static_cast<std::uint64_t>(scaled(20000));
+    // Receiver: per-sender next expected sequence number.
+    auto receiver = s.spawn(make_fn([=](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                              if (p.scratch.empty()) p.scratch.assign(static_cast<std::size_t>(senders) * 8, '\0');
+                              auto* next = reinterpret_cast<std::uint64_t*>(p.scratch.data());
+                              for (auto& e : events) {
+                                if (e.kind != EventKind::Message) continue;
+                                int who = std::stoi(e.topic);
+                                std::uint64_t seq = std::stoull(e.payload);
+                                if (seq != next[who])
+                                  return fail(out, "sender " + e.topic + ": got " + e.payload + ", expected " +
+                                                       std::to_string(next[who]));
+                                ++next[who];
+                                if (++p.counter == per * senders) return done(out, "all");
+                              }
+                              out.status = Status::Idle;
+                            }),
+                            "main", "");
+    REQUIRE(receiver);
+    // Half the senders are threads, half are processes on the workers.
+    std::vector<std::thread> threads;
+    for (int t = 0; t < senders / 2; ++t)
+      threads.emplace_back([&, t] {
+        for (std::uint64_t i = 0; i < per; ++i) REQUIRE(s.send(receiver.pid, std::to_string(t), std::to_string(i)).empty());
+      });
+    for (int t = senders / 2; t < senders; ++t) {
+      s.spawn(make_fn([&s, t, per, to = receiver.pid](FnProcess& p, auto, StepOutput& out) {
+                // Sends in bursts, yielding between them so other processes interleave.
+                for (int k = 0; k < 100 && p.counter < per; ++k, ++p.counter)
+                  if (!s.send(to, std::to_string(t), std::to_string(p.counter), p.ctx().self).empty())
+                    return fail(out, "send failed");
+                if (p.counter == per) return done(out);
+                out.status = Status::Continue;
+              }),
+              "main", "");
+    }
+    for (auto& th : threads) th.join();
+    REQUIRE(exits.wait(receiver.pid, 100s));
+    CHECK_MESSAGE(!exits.get(receiver.pid).failed, exits.get(receiver.pid).error);
+  }
+}
+
+TEST_CASE("spawn and exit churn: every child's exit reaches its monitoring parent exactly once") {
+  Watchdog dog("spawn churn", std::chrono::seconds(120));
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  const std::uint64_t children = static_cast<std::uint64_t>(scaled(50000));
+  auto parent = s.spawn(make_fn([&s, children](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                          if (p.steps == 1) {
+                            for (std::uint64_t i = 0; i < children; ++i) {
+                              auto r = s.spawn(make_fn([](FnProcess& c, auto, StepOutput& o) { done(o, c.input()); }),
+                                               "main", std::to_string(i),
+                                               {.monitor_by = p.ctx().self, .monitor_ref = i + 1});
+                              if (!r) return fail(out, r.error);
+                            }
+                          }
+                          for (auto& e : events) {
+                            if (e.kind != EventKind::Exit) return fail(out, "unexpected event");
+                            if (e.payload != std::to_string(e.tag - 1)) return fail(out, "wrong result");
+                            if (p.scratch.size() < children) p.scratch.resize(children, '\0');
+                            if (p.scratch[e.tag - 1]++) return fail(out, "duplicate exit for " + std::to_string(e.tag));
+                            ++p.counter;
+                          }
+                          if (p.counter == children) return done(out, "all");
+                          out.status = Status::Idle;
+                        }),
+                        "main", "");
+  REQUIRE(exits.wait(parent.pid, 100s));
+  CHECK_MESSAGE(!exits.get(parent.pid).failed, exits.get(parent.pid).error);
+  CHECK(exits.count() == children + 1);
+}
