@@ -47,6 +47,8 @@ struct ProcessSlot {
   std::unique_ptr<Process> process;
   Pid pid() const { return pid_; }
   Pid pid_;  // written at allocation, before the slot is published to other threads
+  // Next free slot index while this slot is on the free list (PidTable only).
+  std::atomic<std::uint32_t> next_free{0};
 };
 
 class PidTable {
@@ -71,54 +73,85 @@ class PidTable {
   }
 
   // A free slot (not yet alive), with pid_ set to the PID it will have.
+  // Lock-free unless a new chunk of slots must be allocated.
   ProcessSlot* allocate() {
-    std::lock_guard lock(alloc_mu_);
-    std::uint32_t index;
-    if (!free_.empty()) {
-      index = free_.back();
-      free_.pop_back();
-    } else {
-      index = next_index_++;
-      std::uint32_t chunk = index >> config::kPidChunkBits;
-      if (chunk >= chunks_.size()) {
-        --next_index_;
-        return nullptr;
-      }
-      if (!chunks_[chunk].load(std::memory_order_relaxed)) {
-        auto fresh = std::make_unique<ProcessSlot[]>(kChunkSize);
-        for (std::uint32_t i = 0; i < kChunkSize; ++i) fresh[i].index = (chunk << config::kPidChunkBits) | i;
-        chunks_[chunk].store(fresh.get(), std::memory_order_release);
-        owned_.push_back(std::move(fresh));
-      }
-    }
-    ProcessSlot* slot = slot_at(index);
-    std::lock_guard slot_lock(slot->mu);
-    slot->pid_ = Pid{node_, index, slot->generation};
+    ProcessSlot* slot = pop_free();
+    if (!slot) slot = fresh_slot();
+    if (!slot) return nullptr;
+    // The generation was last written by finish() before release(); the
+    // free list's acquire/release orders it before this read.
+    slot->pid_ = Pid{node_, slot->index, slot->generation};
     return slot;
   }
 
   // Returns a slot whose occupant is gone (generation already bumped).
   void release(ProcessSlot* slot) {
-    std::lock_guard lock(alloc_mu_);
-    free_.push_back(slot->index);
+    std::uint64_t head = free_head_.load(std::memory_order_relaxed);
+    for (;;) {
+      slot->next_free.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+      std::uint64_t next = pack(slot->index + 1, version(head) + 1);
+      // release: publishes next_free and the slot's last writes to pop_free's acquire.
+      if (free_head_.compare_exchange_weak(head, next, std::memory_order_release, std::memory_order_relaxed)) return;
+    }
   }
 
   // Upper bound of allocated indices, for walks over all slots.
-  std::uint32_t index_limit() const {
-    std::lock_guard lock(alloc_mu_);
-    return next_index_;
-  }
+  std::uint32_t index_limit() const { return next_index_.load(std::memory_order_acquire); }
 
  private:
   static constexpr std::uint32_t kChunkSize = 1u << config::kPidChunkBits;
   static constexpr std::uint32_t kChunkMask = kChunkSize - 1;
 
+  // The free list is a Treiber stack of slot indices. Its head packs the top
+  // index + 1 (0: empty) with a version bumped by every change, so a pop
+  // whose snapshot went stale (ABA) fails its CAS. A stale read of a slot's
+  // next_free is harmless: slots are never freed.
+  static std::uint64_t pack(std::uint32_t top_plus_one, std::uint32_t ver) {
+    return (std::uint64_t{ver} << 32) | top_plus_one;
+  }
+  static std::uint32_t version(std::uint64_t head) { return static_cast<std::uint32_t>(head >> 32); }
+
+  ProcessSlot* pop_free() {
+    std::uint64_t head = free_head_.load(std::memory_order_acquire);
+    for (;;) {
+      auto top = static_cast<std::uint32_t>(head);
+      if (top == 0) return nullptr;
+      ProcessSlot* slot = slot_at(top - 1);
+      std::uint32_t next = slot->next_free.load(std::memory_order_relaxed);
+      // acquire: pairs with release()'s CAS.
+      if (free_head_.compare_exchange_weak(head, pack(next, version(head) + 1), std::memory_order_acquire,
+                                           std::memory_order_acquire))
+        return slot;
+    }
+  }
+
+  ProcessSlot* fresh_slot() {
+    std::uint32_t index = next_index_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((index >> config::kPidChunkBits) >= chunks_.size()) return nullptr;  // table full
+      if (!ensure_chunk(index >> config::kPidChunkBits)) return nullptr;
+      if (next_index_.compare_exchange_weak(index, index + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
+        return slot_at(index);
+    }
+  }
+
+  bool ensure_chunk(std::uint32_t chunk) {
+    if (chunks_[chunk].load(std::memory_order_acquire)) return true;
+    std::lock_guard lock(chunk_mu_);
+    if (chunks_[chunk].load(std::memory_order_relaxed)) return true;
+    auto fresh = std::make_unique<ProcessSlot[]>(kChunkSize);
+    for (std::uint32_t i = 0; i < kChunkSize; ++i) fresh[i].index = (chunk << config::kPidChunkBits) | i;
+    chunks_[chunk].store(fresh.get(), std::memory_order_release);  // pairs with slot_at's acquire
+    owned_.push_back(std::move(fresh));
+    return true;
+  }
+
   const std::uint32_t node_;
-  std::vector<std::atomic<ProcessSlot*>> chunks_;  // sized once; entries set once
-  mutable std::mutex alloc_mu_;
-  std::vector<std::uint32_t> free_;           // guarded by alloc_mu_
-  std::uint32_t next_index_ = 0;              // guarded by alloc_mu_
-  std::vector<std::unique_ptr<ProcessSlot[]>> owned_;  // guarded by alloc_mu_
+  std::vector<std::atomic<ProcessSlot*>> chunks_;  // sized once; each entry set once
+  std::atomic<std::uint64_t> free_head_{0};
+  std::atomic<std::uint32_t> next_index_{0};       // indices below it have a chunk
+  std::mutex chunk_mu_;
+  std::vector<std::unique_ptr<ProcessSlot[]>> owned_;  // guarded by chunk_mu_
 };
 
 }  // namespace host
