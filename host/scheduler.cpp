@@ -154,9 +154,10 @@ std::string Scheduler::send(const Pid& to, std::string topic, std::string payloa
   return deliver(to, std::move(ev));
 }
 
-std::string Scheduler::cancel(const Pid& to, std::string reason) {
+std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from) {
   Event ev;
   ev.kind = EventKind::Cancel;
+  ev.from = from;
   ev.payload = std::move(reason);
   return deliver(to, std::move(ev));
 }

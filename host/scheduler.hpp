@@ -130,7 +130,7 @@ class Scheduler {
   // arrive in the order sent.
   std::string send(const Pid& to, std::string topic, std::string payload, const Pid& from = {});
   std::string deliver(const Pid& to, Event event);
-  std::string cancel(const Pid& to, std::string reason);
+  std::string cancel(const Pid& to, std::string reason, const Pid& from = {});
   // Forced stop: the process is not stepped again; monitors see "terminated".
   std::string terminate(const Pid& to);
 

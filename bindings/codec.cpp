@@ -1,0 +1,318 @@
+// The value codec's encoder and decoder.
+#include "bindings/codec.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <lua.hpp>
+
+#include "host/error.hpp"
+
+namespace host::lua {
+namespace {
+
+enum Tag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+bool is_identifier(const char* s, std::size_t n) {
+  if (n == 0 || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (std::size_t i = 1; i < n; ++i)
+    if (!(std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_')) return false;
+  return true;
+}
+
+class Encoder {
+ public:
+  Encoder(lua_State* L, std::string& out) : L_(L), out_(out) {}
+
+  // Encodes the value at absolute index idx; path names it for errors.
+  bool value(int idx, std::string& path) {
+    switch (lua_type(L_, idx)) {
+      case LUA_TNIL: out_.push_back(kNil); return true;
+      case LUA_TBOOLEAN: out_.push_back(lua_toboolean(L_, idx) ? kTrue : kFalse); return true;
+      case LUA_TNUMBER: number(lua_tonumber(L_, idx)); return true;
+      case LUA_TSTRING: {
+        std::size_t n;
+        const char* s = lua_tolstring(L_, idx, &n);
+        out_.push_back(kString);
+        put_varint(out_, n);
+        out_.append(s, n);
+        return true;
+      }
+      case LUA_TTABLE: return table(idx, path);
+      default: {
+        int t = lua_type(L_, idx);
+        const char* what = t == LUA_TTHREAD ? "coroutine" : t == LUA_TFUNCTION ? "function" : "userdata";
+        error_ = make_error(ErrorKind::Invalid, std::string("cannot send ") + what + " at " + path);
+        return false;
+      }
+    }
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  void number(double d) {
+    if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && std::floor(d) == d &&
+        !(d == 0 && std::signbit(d))) {
+      auto i = static_cast<std::int64_t>(d);
+      out_.push_back(kInt);
+      put_varint(out_, (static_cast<std::uint64_t>(i) << 1) ^ static_cast<std::uint64_t>(i >> 63));
+      return;
+    }
+    out_.push_back(kDouble);
+    char b[8];
+    std::memcpy(b, &d, 8);
+    out_.append(b, 8);
+  }
+
+  bool table(int idx, std::string& path) {
+    const void* self = lua_topointer(L_, idx);
+    for (const void* p : ancestors_)
+      if (p == self) {
+        error_ = make_error(ErrorKind::Invalid, "cannot send a table with a cycle at " + path);
+        return false;
+      }
+    if (ancestors_.size() >= static_cast<std::size_t>(kMaxDepth)) {
+      error_ = make_error(ErrorKind::Invalid, "cannot send a table nested deeper than " +
+                                                  std::to_string(kMaxDepth) + " at " + path);
+      return false;
+    }
+    if (!lua_checkstack(L_, 4)) {
+      error_ = make_error(ErrorKind::Limit, "out of Lua stack at " + path);
+      return false;
+    }
+    ancestors_.push_back(self);
+    const std::size_t n = lua_objlen(L_, idx);
+    // Count the hash part: every key that is not an array index 1..n.
+    std::size_t m = 0;
+    lua_pushnil(L_);
+    while (lua_next(L_, idx)) {
+      lua_pop(L_, 1);
+      if (!in_array(-1, n)) ++m;
+    }
+    out_.push_back(kTable);
+    put_varint(out_, n);
+    put_varint(out_, m);
+    const std::size_t base = path.size();
+    for (std::size_t i = 1; i <= n; ++i) {
+      lua_rawgeti(L_, idx, static_cast<int>(i));
+      path += '[';
+      path += std::to_string(i);
+      path += ']';
+      bool ok = value(lua_gettop(L_), path);
+      path.resize(base);
+      lua_pop(L_, 1);
+      if (!ok) return false;
+    }
+    lua_pushnil(L_);
+    while (lua_next(L_, idx)) {
+      if (in_array(-2, n)) {
+        lua_pop(L_, 1);
+        continue;
+      }
+      int top = lua_gettop(L_);
+      append_key(path, top - 1);
+      bool ok = value(top - 1, path) && value(top, path);
+      path.resize(base);
+      if (!ok) {
+        lua_pop(L_, 2);
+        return false;
+      }
+      lua_pop(L_, 1);
+    }
+    ancestors_.pop_back();
+    return true;
+  }
+
+  bool in_array(int key_idx, std::size_t n) {
+    if (lua_type(L_, key_idx) != LUA_TNUMBER) return false;
+    double k = lua_tonumber(L_, key_idx);
+    return k >= 1 && k <= static_cast<double>(n) && std::floor(k) == k;
+  }
+
+  void append_key(std::string& path, int key_idx) {
+    if (lua_type(L_, key_idx) == LUA_TSTRING) {
+      std::size_t n;
+      const char* s = lua_tolstring(L_, key_idx, &n);
+      if (is_identifier(s, n)) {
+        path += '.';
+        path.append(s, n);
+      } else {
+        path += "[\"";
+        path.append(s, std::min<std::size_t>(n, 40));
+        path += "\"]";
+      }
+    } else if (lua_type(L_, key_idx) == LUA_TNUMBER) {
+      lua_pushvalue(L_, key_idx);
+      path += '[';
+      path += lua_tostring(L_, -1);
+      path += ']';
+      lua_pop(L_, 1);
+    } else {
+      path += "[<";
+      path += luaL_typename(L_, key_idx);
+      path += " key>]";
+    }
+  }
+
+  lua_State* L_;
+  std::string& out_;
+  std::vector<const void*> ancestors_;
+  std::string error_;
+};
+
+class Decoder {
+ public:
+  Decoder(lua_State* L, std::string_view in) : L_(L), p_(in.data()), end_(in.data() + in.size()) {}
+
+  bool value(int depth) {
+    if (p_ >= end_) return fail("truncated");
+    switch (static_cast<std::uint8_t>(*p_++)) {
+      case kNil: lua_pushnil(L_); return true;
+      case kFalse: lua_pushboolean(L_, 0); return true;
+      case kTrue: lua_pushboolean(L_, 1); return true;
+      case kInt: {
+        std::uint64_t z;
+        if (!varint(z)) return false;
+        auto i = static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1));
+        lua_pushnumber(L_, static_cast<lua_Number>(i));
+        return true;
+      }
+      case kDouble: {
+        if (end_ - p_ < 8) return fail("truncated number");
+        double d;
+        std::memcpy(&d, p_, 8);
+        p_ += 8;
+        lua_pushnumber(L_, d);
+        return true;
+      }
+      case kString: {
+        std::uint64_t n;
+        if (!varint(n)) return false;
+        if (n > static_cast<std::uint64_t>(end_ - p_)) return fail("truncated string");
+        lua_pushlstring(L_, p_, n);
+        p_ += n;
+        return true;
+      }
+      case kTable: {
+        if (depth >= kMaxDepth) return fail("nested too deep");
+        std::uint64_t n, m;
+        if (!varint(n) || !varint(m)) return false;
+        // Every element takes at least one byte: a count beyond the rest of
+        // the input is corrupt (and must not size an allocation).
+        std::uint64_t left = static_cast<std::uint64_t>(end_ - p_);
+        if (n > left || m > left || n + 2 * m > left) return fail("table size beyond the input");
+        if (!lua_checkstack(L_, 4)) return fail("out of Lua stack");
+        lua_createtable(L_, static_cast<int>(n), static_cast<int>(m));
+        for (std::uint64_t i = 1; i <= n; ++i) {
+          if (!value(depth + 1)) return false;
+          lua_rawseti(L_, -2, static_cast<int>(i));
+        }
+        for (std::uint64_t i = 0; i < m; ++i) {
+          if (!value(depth + 1)) return false;
+          if (lua_isnil(L_, -1) || (lua_type(L_, -1) == LUA_TNUMBER && std::isnan(lua_tonumber(L_, -1))))
+            return fail("table key is nil or NaN");
+          if (!value(depth + 1)) return false;
+          lua_rawset(L_, -3);
+        }
+        return true;
+      }
+      default: return fail("unknown tag");
+    }
+  }
+  bool at_end() const { return p_ == end_; }
+  const std::string& error() const { return error_; }
+  bool fail(const char* why) {
+    error_ = make_error(ErrorKind::Invalid, std::string("corrupt value: ") + why);
+    return false;
+  }
+
+ private:
+  bool varint(std::uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) return fail("truncated varint");
+      auto b = static_cast<std::uint8_t>(*p_++);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return fail("varint too long");
+  }
+
+  lua_State* L_;
+  const char* p_;
+  const char* end_;
+  std::string error_;
+};
+
+}  // namespace
+
+std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root) {
+  const std::size_t mark = out.size();
+  put_varint(out, static_cast<std::uint64_t>(n));
+  Encoder enc(L, out);
+  std::string path;
+  for (int i = 0; i < n; ++i) {
+    path = root;
+    if (n > 1) path += std::to_string(i + 1);
+    if (!enc.value(first + i, path)) {
+      out.resize(mark);
+      return enc.error();
+    }
+  }
+  return {};
+}
+
+int decode_values(lua_State* L, std::string_view bytes, std::string* error) {
+  const int top = lua_gettop(L);
+  Decoder dec(L, bytes);
+  std::uint64_t n = 0;
+  // The count is a varint like any other; reuse the decoder through a value
+  // read of an int would be odd, so read it by hand.
+  {
+    std::uint64_t v = 0;
+    int shift = 0;
+    std::size_t i = 0;
+    for (;; shift += 7, ++i) {
+      if (i >= bytes.size() || shift >= 64) {
+        if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: truncated count");
+        return -1;
+      }
+      auto b = static_cast<std::uint8_t>(bytes[i]);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) break;
+    }
+    n = v;
+    bytes.remove_prefix(i + 1);
+  }
+  if (n > bytes.size() || !lua_checkstack(L, static_cast<int>(n) + 4)) {
+    if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: count beyond the input");
+    return -1;
+  }
+  Decoder body(L, bytes);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (!body.value(0)) {
+      lua_settop(L, top);
+      if (error) *error = body.error();
+      return -1;
+    }
+  }
+  if (!body.at_end()) {
+    lua_settop(L, top);
+    if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: trailing bytes");
+    return -1;
+  }
+  (void)dec;
+  return static_cast<int>(n);
+}
+
+}  // namespace host::lua

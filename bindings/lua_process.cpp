@@ -1,0 +1,757 @@
+// LuaProcess: state setup, lazy libraries, the C primitives the kernel is
+// built on, entry loading, and the step loop.
+#include "bindings/lua_process.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <lua.hpp>
+
+#include "bindings/codec.hpp"
+#include "host/error.hpp"
+#include "host/log.hpp"
+
+namespace host::lua {
+
+namespace {
+
+constexpr const char* kStdLibs[] = {"string", "table", "math", "io", "os", "debug", "bit", "ffi", "package"};
+
+lua_CFunction opener(const char* name) {
+  static const std::pair<const char*, lua_CFunction> openers[] = {
+      {"string", luaopen_string}, {"table", luaopen_table}, {"math", luaopen_math},
+      {"io", luaopen_io},         {"os", luaopen_os},       {"debug", luaopen_debug},
+      {"bit", luaopen_bit},       {"ffi", luaopen_ffi},     {"package", luaopen_package},
+      {"jit", luaopen_jit}};
+  for (auto& [n, f] : openers)
+    if (std::strcmp(n, name) == 0) return f;
+  return nullptr;
+}
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Pushes nil, err and returns 2: the "fails for reasons outside the caller's
+// code" convention of SPEC section 4.
+int push_fail(lua_State* L, const std::string& err) {
+  lua_pushnil(L);
+  lua_pushlstring(L, err.data(), err.size());
+  return 2;
+}
+
+}  // namespace
+
+// The C functions behind the kernel's H table. Each is a closure whose first
+// upvalue is the LuaProcess.
+struct Primitives {
+  static LuaProcess& self(lua_State* L) { return *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1))); }
+
+  // A PID string, or a registered name, to a PID; else nil, err pushed.
+  static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
+    std::size_t n;
+    const char* s = luaL_checklstring(L, idx, &n);
+    std::string dest(s, n);
+    if (!dest.empty() && dest.front() == '<') {
+      if (auto pid = Pid::parse(dest)) {
+        out = *pid;
+        return true;
+      }
+      nret = push_fail(L, make_error(ErrorKind::Invalid, "not a PID: '" + dest + "'"));
+      return false;
+    }
+    if (auto pid = p.rt_.names().lookup(dest)) {
+      out = *pid;
+      return true;
+    }
+    nret = push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + dest + "'"));
+    return false;
+  }
+
+  static int ok_or_fail(lua_State* L, const std::string& err) {
+    if (!err.empty()) return push_fail(L, err);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+
+  static int pid(lua_State* L) {
+    auto& p = self(L);
+    lua_pushlstring(L, p.self_.data(), p.self_.size());
+    return 1;
+  }
+
+  static int now(lua_State* L) {
+    lua_pushnumber(L, monotonic_seconds());
+    return 1;
+  }
+
+  static int send(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    std::size_t tn;
+    const char* topic = luaL_checklstring(L, 2, &tn);
+    lua_settop(L, 3);
+    std::string bytes;
+    std::string err = encode_values(L, 3, 1, bytes, "value");
+    if (!err.empty()) return push_fail(L, err);
+    return ok_or_fail(L, p.rt_.scheduler().send(to, std::string(topic, tn), std::move(bytes), p.ctx_.self));
+  }
+
+  static int spawn(lua_State* L) {
+    auto& p = self(L);
+    int mode = static_cast<int>(luaL_checkinteger(L, 1));
+    std::string entry = luaL_checkstring(L, 2);
+    int nargs = lua_gettop(L) - 2;
+    std::string bytes;
+    std::string err = encode_values(L, 3, nargs, bytes, "arg");
+    if (!err.empty()) return push_fail(L, err);
+    SpawnOptions opts;
+    if (mode == 1) opts.link_to = p.ctx_.self;
+    if (mode == 2) {
+      opts.monitor_by = p.ctx_.self;
+      opts.monitor_ref = ++p.next_monitor_ref_;
+    }
+    SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
+    if (!r) return push_fail(L, r.error);
+    std::string s = r.pid.to_string();
+    if (mode == 2) p.monitors_[s].push_back(opts.monitor_ref);
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  }
+
+  static int link(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    return ok_or_fail(L, p.rt_.scheduler().link(p.ctx_.self, to));
+  }
+
+  static int unlink(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    return ok_or_fail(L, p.rt_.scheduler().unlink(p.ctx_.self, to));
+  }
+
+  static int monitor(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    std::uint64_t ref = ++p.next_monitor_ref_;
+    std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
+    if (!err.empty()) return push_fail(L, err);
+    p.monitors_[to.to_string()].push_back(ref);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+
+  static int unmonitor(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    auto it = p.monitors_.find(to.to_string());
+    if (it == p.monitors_.end())
+      return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
+    for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
+    p.monitors_.erase(it);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+
+  static int cancel(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    return ok_or_fail(L, p.rt_.scheduler().cancel(to, luaL_optstring(L, 2, "canceled"), p.ctx_.self));
+  }
+
+  static int terminate(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    return ok_or_fail(L, p.rt_.scheduler().terminate(to));
+  }
+
+  static int register_name(lua_State* L) {
+    auto& p = self(L);
+    std::string name = luaL_checkstring(L, 1);
+    Pid who = p.ctx_.self;
+    if (!lua_isnoneornil(L, 2)) {
+      int nret;
+      if (!resolve(L, p, 2, who, nret)) return nret;
+      if (!p.rt_.scheduler().alive(who)) return push_fail(L, make_error(ErrorKind::NotFound, "no process " + who.to_string()));
+    }
+    std::string err = p.rt_.names().register_name(name, who);
+    // The process may have exited between the check and the registration.
+    if (err.empty() && !p.rt_.scheduler().alive(who)) {
+      p.rt_.names().release_all(who);
+      err = make_error(ErrorKind::NotFound, "no process " + who.to_string());
+    }
+    return ok_or_fail(L, err);
+  }
+
+  static int lookup(lua_State* L) {
+    auto& p = self(L);
+    std::string name = luaL_checkstring(L, 1);
+    auto pid = p.rt_.names().lookup(name);
+    if (!pid) return push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + name + "'"));
+    std::string s = pid->to_string();
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  }
+
+  static int unregister(lua_State* L) {
+    auto& p = self(L);
+    return ok_or_fail(L, p.rt_.names().unregister(luaL_checkstring(L, 1)));
+  }
+
+  static int sleep_cmd(lua_State* L) {
+    auto& p = self(L);
+    auto tag = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
+    double secs = luaL_checknumber(L, 2);
+    double ns = secs * 1e9;
+    if (ns > 9e18) ns = 9e18;
+    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(ns));
+    return 0;
+  }
+
+  static int cancel_cmd(lua_State* L) {
+    auto& p = self(L);
+    p.pending_cancels_.push_back(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
+    return 0;
+  }
+
+  static int log(lua_State* L) {
+    std::size_t n;
+    const char* level = luaL_checkstring(L, 1);
+    const char* msg = luaL_checklstring(L, 2, &n);
+    spdlog::level::level_enum lv = spdlog::level::info;
+    if (!std::strcmp(level, "trace")) lv = spdlog::level::trace;
+    else if (!std::strcmp(level, "debug")) lv = spdlog::level::debug;
+    else if (!std::strcmp(level, "warn")) lv = spdlog::level::warn;
+    else if (!std::strcmp(level, "error")) lv = spdlog::level::err;
+    log::logger().log(lv, "{}", std::string_view(msg, n));
+    return 0;
+  }
+
+  static int traceback(lua_State* L) {
+    const char* msg = lua_tostring(L, 1);
+    int level = static_cast<int>(luaL_optinteger(L, 2, 1));
+    luaL_traceback(L, L, msg, level);
+    return 1;
+  }
+
+  static int describe(lua_State* L) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s: %p", luaL_typename(L, 1), lua_topointer(L, 1));
+    lua_pushstring(L, buf);
+    return 1;
+  }
+
+  // H.load_entry([entry]) -> fn | nil, err: the newest code of an entry
+  // (default: the process's own), for process.upgrade.
+  static int load_entry(lua_State* L) {
+    auto& p = self(L);
+    std::string entry = lua_isnoneornil(L, 1) ? p.entry_ : std::string(luaL_checkstring(L, 1));
+    lua_settop(L, 0);
+    std::string err = p.push_entry(entry);
+    if (!err.empty()) return push_fail(L, err);
+    p.entry_ = entry;
+    return 1;
+  }
+
+  // print(...) goes to the log at info level, tab-separated like Lua's.
+  static int print(lua_State* L) {
+    int n = lua_gettop(L);
+    std::string line;
+    lua_getglobal(L, "tostring");
+    for (int i = 1; i <= n; ++i) {
+      lua_pushvalue(L, -1);
+      lua_pushvalue(L, i);
+      lua_call(L, 1, 1);
+      std::size_t len;
+      const char* s = lua_tolstring(L, -1, &len);
+      if (!s) return luaL_error(L, "'tostring' must return a string to 'print'");
+      if (i > 1) line += '\t';
+      line.append(s, len);
+      lua_pop(L, 1);
+    }
+    log::logger().info("{}", line);
+    return 0;
+  }
+
+  // __index of _G: opens a standard library, or builds an API table, the
+  // first time a script names it, so an idle process pays only for what it
+  // used.
+  static int lazy_global(lua_State* L) {
+    auto& p = self(L);
+    if (lua_type(L, 2) != LUA_TSTRING) return 0;
+    const char* k = lua_tostring(L, 2);
+    if (!std::strcmp(k, "require")) {
+      open_package(L, p);
+      lua_getglobal(L, "require");
+      return 1;
+    }
+    for (const char* lib : kStdLibs) {
+      if (std::strcmp(lib, k) != 0 || !std::strcmp(k, "ffi")) continue;  // ffi is only require'd, as in LuaJIT
+      if (!std::strcmp(k, "package")) open_package(L, p);
+      else open_lib(L, k);
+      lua_rawget(L, 1);
+      return 1;
+    }
+    for (const char* api : {"process", "channel", "time", "log"}) {
+      if (std::strcmp(api, k) != 0) continue;
+      push_api(L, p, k);
+      return 1;
+    }
+    return 0;
+  }
+
+  static void open_lib(lua_State* L, const char* name) {
+    lua_pushcfunction(L, opener(name));
+    lua_pushstring(L, name);
+    lua_call(L, 1, 0);
+  }
+
+  // Pushes the API table `name`, building it once and recording it as a
+  // global and in package.loaded so require("time") returns the same table.
+  static void push_api(lua_State* L, LuaProcess& p, const char* name) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p.refs_[LuaProcess::kApi]);
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
+    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, name);
+    lua_pop(L, 1);
+  }
+
+  // Opens package and puts our searcher first: modules of the script
+  // directory and stdlib/ come from the shared bytecode cache; the host's
+  // API and LuaJIT's libraries by name; then LuaJIT's own searchers, whose
+  // path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
+  static void open_package(lua_State* L, LuaProcess& p) {
+    lua_getfield(L, LUA_GLOBALSINDEX, "package");
+    bool opened = lua_istable(L, -1);
+    lua_pop(L, 1);
+    if (opened) return;
+    open_lib(L, "package");
+    lua_getfield(L, LUA_GLOBALSINDEX, "package");
+    lua_getfield(L, -1, "loaders");
+    // Shift the loaders up by one and put ours at 1 (before preload).
+    int n = static_cast<int>(lua_objlen(L, -1));
+    for (int i = n; i >= 1; --i) {
+      lua_rawgeti(L, -1, i);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushlightuserdata(L, &p);
+    lua_pushcclosure(L, searcher, 1);
+    lua_rawseti(L, -2, 1);
+    lua_pop(L, 2);
+  }
+
+  static int load_std(lua_State* L) {
+    const char* name = lua_tostring(L, lua_upvalueindex(1));
+    lua_pushcfunction(L, opener(name));
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_getfield(L, LUA_GLOBALSINDEX, name);
+    }
+    return 1;
+  }
+
+  static int load_api(lua_State* L) {
+    auto& p = *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1)));
+    push_api(L, p, lua_tostring(L, lua_upvalueindex(2)));
+    return 1;
+  }
+
+  static int searcher(lua_State* L) {
+    auto& p = self(L);
+    std::string name = luaL_checkstring(L, 1);
+    for (const char* lib : {"string", "table", "math", "io", "os", "debug", "bit", "ffi", "jit"}) {
+      if (name != lib) continue;
+      lua_pushstring(L, lib);
+      lua_pushcclosure(L, load_std, 1);
+      return 1;
+    }
+    for (const char* api : {"process", "channel", "time", "log"}) {
+      if (name != api) continue;
+      lua_pushlightuserdata(L, &p);
+      lua_pushstring(L, api);
+      lua_pushcclosure(L, load_api, 2);
+      return 1;
+    }
+    if (name == "coroutine") {
+      lua_getfield(L, LUA_GLOBALSINDEX, "coroutine");
+      lua_pushcclosure(L, [](lua_State* S) -> int {
+        lua_pushvalue(S, lua_upvalueindex(1));
+        return 1;
+      }, 1);
+      return 1;
+    }
+    if (p.rt_.modules().locate(name).empty()) {
+      lua_pushfstring(L, "\n\tno module '%s' in the script directory or stdlib", name.c_str());
+      return 1;
+    }
+    std::string err;
+    auto mod = p.rt_.modules().get(name, &err);
+    if (!mod) return luaL_error(L, "error loading module '%s': %s", name.c_str(), err.c_str());
+    if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), name.c_str()) != 0) return lua_error(L);
+    p.rt_.note_module_use(p.ctx_.self, name);
+    return 1;
+  }
+};
+
+LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {}
+
+LuaProcess::~LuaProcess() { Close(); }
+
+void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
+  auto* self = static_cast<LuaProcess*>(ud);
+  if (nsize == 0) {
+    if (ptr) self->used_ -= osize;
+    std::free(ptr);
+    return nullptr;
+  }
+  std::size_t old = ptr ? osize : 0;
+  if (nsize > old && self->used_ + (nsize - old) > self->limit_) {
+    self->mem_exceeded_ = true;
+    return nullptr;  // LuaJIT raises a memory error in the running code
+  }
+  void* out = std::realloc(ptr, nsize);
+  if (out) self->used_ = self->used_ - old + nsize;
+  return out;
+}
+
+std::string LuaProcess::push_entry(const std::string& entry) {
+  auto [module, method] = split_entry(entry);
+  if (!valid_module_name(module))
+    return make_error(ErrorKind::Invalid, "bad entry '" + entry + "': expected \"module\" or \"module:method\"");
+  std::string err;
+  auto mod = rt_.modules().get(module, &err);
+  if (!mod) {
+    if (err.rfind("invalid:", 0) == 0)
+      return make_error(ErrorKind::Invalid, "module '" + module + "' does not compile: " + err.substr(9));
+    return err;
+  }
+  lua_State* L = L_;
+  const int base = lua_gettop(L);
+  // Run the module's chunk with a traceback handler.
+  lua_pushcfunction(L, [](lua_State* S) -> int {
+    luaL_traceback(S, S, lua_tostring(S, 1) ? lua_tostring(S, 1) : "(error object is not a string)", 1);
+    return 1;
+  });
+  if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), module.c_str()) != 0) {
+    std::string e = lua_tostring(L, -1);
+    lua_settop(L, base);
+    return make_error(ErrorKind::Invalid, "module '" + module + "' cannot load: " + e);
+  }
+  if (lua_pcall(L, 0, 1, base + 1) != 0) {
+    std::string e = lua_tostring(L, -1) ? lua_tostring(L, -1) : "error object is not a string";
+    lua_settop(L, base);
+    if (mem_exceeded_) return make_error(ErrorKind::Limit, "memory");
+    return make_error(ErrorKind::Invalid, "module '" + module + "' failed to load: " + e);
+  }
+  rt_.note_module_use(ctx_.self, module);
+  // Remember it for require(module) in this process.
+  if (!lua_isnil(L, -1)) {
+    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, module.c_str());
+    lua_pop(L, 1);
+  }
+  if (lua_isfunction(L, -1)) {
+    if (method != "main") {
+      lua_settop(L, base);
+      return make_error(ErrorKind::NotFound, "method '" + method + "' not found in module '" + module +
+                                                 "' (it returns a function, which is its main)");
+    }
+  } else if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, method.c_str());
+    if (!lua_isfunction(L, -1)) {
+      lua_settop(L, base);
+      return make_error(ErrorKind::NotFound, "method '" + method + "' not found in module '" + module + "'");
+    }
+  } else {
+    std::string got = luaL_typename(L, -1);
+    lua_settop(L, base);
+    return make_error(ErrorKind::Invalid, "module '" + module + "' returned " + got +
+                                              ", expected a table of methods or a function");
+  }
+  lua_replace(L, base + 1);
+  lua_settop(L, base + 1);
+  return {};
+}
+
+void LuaProcess::install_primitives() {
+  lua_State* L = L_;
+  static const luaL_Reg prims[] = {
+      {"pid", Primitives::pid},
+      {"now", Primitives::now},
+      {"send", Primitives::send},
+      {"spawn", Primitives::spawn},
+      {"link", Primitives::link},
+      {"unlink", Primitives::unlink},
+      {"monitor", Primitives::monitor},
+      {"unmonitor", Primitives::unmonitor},
+      {"cancel", Primitives::cancel},
+      {"terminate", Primitives::terminate},
+      {"register", Primitives::register_name},
+      {"lookup", Primitives::lookup},
+      {"unregister", Primitives::unregister},
+      {"sleep_cmd", Primitives::sleep_cmd},
+      {"cancel_cmd", Primitives::cancel_cmd},
+      {"log", Primitives::log},
+      {"traceback", Primitives::traceback},
+      {"describe", Primitives::describe},
+      {"load_entry", Primitives::load_entry},
+      {nullptr, nullptr},
+  };
+  lua_createtable(L, 0, sizeof(prims) / sizeof(prims[0]));
+  for (const luaL_Reg* r = prims; r->name; ++r) {
+    lua_pushlightuserdata(L, this);
+    lua_pushcclosure(L, r->func, 1);
+    lua_setfield(L, -2, r->name);
+  }
+}
+
+void LuaProcess::install_globals() {
+  lua_State* L = L_;
+  // coroutine: the kernel's wrapper (blocking calls reach the scheduler).
+  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kApi]);
+  lua_pushstring(L, "coroutine");
+  lua_call(L, 1, 1);
+  lua_setfield(L, LUA_GLOBALSINDEX, "coroutine");
+  lua_pushlightuserdata(L, this);
+  lua_pushcclosure(L, Primitives::print, 1);
+  lua_setfield(L, LUA_GLOBALSINDEX, "print");
+  // _G's __index opens libraries and API tables on first use.
+  lua_createtable(L, 0, 1);
+  lua_pushlightuserdata(L, this);
+  lua_pushcclosure(L, Primitives::lazy_global, 1);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, LUA_GLOBALSINDEX);
+  // Strings get their methods once the string library opens; until then a
+  // method call opens it.
+  lua_pushliteral(L, "");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, [](lua_State* S) -> int {
+    Primitives::open_lib(S, "string");  // installs the real string metatable
+    lua_getfield(S, LUA_GLOBALSINDEX, "string");
+    lua_pushvalue(S, 2);
+    lua_gettable(S, -2);
+    return 1;
+  });
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+}
+
+std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {
+  ctx_ = ctx;
+  self_ = ctx.self.to_string();
+  entry_ = entry;
+  L_ = lua_newstate(&LuaProcess::allocate, this);
+  if (!L_) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
+  lua_State* L = L_;
+  // Everything below runs protected: a memory error must not panic.
+  struct Setup {
+    LuaProcess* p;
+    std::string* input;
+    std::string err;
+  } setup{this, &input, {}};
+  int rc = lua_cpcall(L, [](lua_State* S) -> int {
+    auto* s = static_cast<Setup*>(lua_touserdata(S, 1));
+    LuaProcess& p = *s->p;
+    lua_settop(S, 0);
+    lua_pushcfunction(S, luaopen_base);
+    lua_call(S, 0, 0);
+    Primitives::open_lib(S, "jit");  // the JIT compiler is only switched on by opening jit
+    const std::string& kernel = p.rt_.kernel_bytecode();
+    if (luaL_loadbuffer(S, kernel.data(), kernel.size(), "=kernel") != 0) return lua_error(S);
+    p.install_primitives();
+    lua_call(S, 1, 1);  // K
+    static const char* names[] = {"message", "complete", "cancel", "exit", "link_down", "reload", "run", "api", "start"};
+    for (int i = 0; i < LuaProcess::kRefCount; ++i) {
+      lua_getfield(S, 1, names[i]);
+      p.refs_[i] = luaL_ref(S, LUA_REGISTRYINDEX);
+    }
+    lua_settop(S, 0);
+    p.install_globals();
+    // The entry method, then the arguments.
+    lua_rawgeti(S, LUA_REGISTRYINDEX, p.refs_[LuaProcess::kStart]);
+    s->err = p.push_entry(p.entry_);
+    if (!s->err.empty()) return 0;
+    std::string derr;
+    int n = decode_values(S, *s->input, &derr);
+    if (n < 0) {
+      s->err = make_error(ErrorKind::Invalid, "spawn arguments: " + derr);
+      return 0;
+    }
+    lua_call(S, n + 1, 0);
+    return 0;
+  }, &setup);
+  if (rc != 0) {
+    std::string e = mem_exceeded_ ? make_error(ErrorKind::Limit, "memory")
+                                  : make_error(ErrorKind::Invalid, std::string("process setup failed: ") +
+                                                                       (lua_tostring(L, -1) ? lua_tostring(L, -1) : "?"));
+    return e;
+  }
+  return setup.err;
+}
+
+void LuaProcess::fail_from_lua(StepOutput& out, const char* what) {
+  out.status = Status::Failed;
+  if (mem_exceeded_) {
+    out.error = make_error(ErrorKind::Limit, "memory");
+    return;
+  }
+  const char* msg = lua_tostring(L_, -1);
+  out.error = std::string(what) + ": " + (msg ? msg : "(error object is not a string)");
+}
+
+bool LuaProcess::call_kernel(int ref, int nargs, int nresults, StepOutput& out) {
+  // The function was pushed below its arguments by the caller.
+  (void)ref;
+  if (lua_pcall(L_, nargs, nresults, 0) != 0) {
+    fail_from_lua(out, "kernel error");
+    return false;
+  }
+  if (mem_exceeded_) {
+    out.status = Status::Failed;
+    out.error = make_error(ErrorKind::Limit, "memory");
+    return false;
+  }
+  return true;
+}
+
+void LuaProcess::flush_commands(StepOutput& out) {
+  for (auto tag : pending_cancels_) out.cancel_yield(cmd::kSleep, tag);
+  for (auto& [tag, ns] : pending_sleeps_) out.add_yield(cmd::kSleep, tag).arg = ns;
+  pending_cancels_.clear();
+  pending_sleeps_.clear();
+}
+
+void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
+  lua_State* L = L_;
+  lua_settop(L, 0);
+  for (Event& ev : events) {
+    switch (ev.kind) {
+      case EventKind::Message: {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kMessage]);
+        std::string from = ev.from.valid() ? ev.from.to_string() : std::string();
+        if (ev.from.valid()) lua_pushlstring(L, from.data(), from.size());
+        else lua_pushnil(L);
+        lua_pushlstring(L, ev.topic.data(), ev.topic.size());
+        std::string err;
+        int n = decode_values(L, ev.payload, &err);
+        if (n != 1) {
+          if (n > 1) lua_pop(L, n - 1);
+          if (n < 0) {
+            log::logger().error("message from {} on topic '{}' dropped: {}", from, ev.topic, err);
+            lua_settop(L, 0);
+            continue;
+          }
+          if (n == 0) lua_pushnil(L);
+        }
+        if (!call_kernel(kMessage, 3, 0, out)) return;
+        break;
+      }
+      case EventKind::YieldComplete:
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kComplete]);
+        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+        if (ev.error.empty()) lua_pushnil(L);
+        else lua_pushlstring(L, ev.error.data(), ev.error.size());
+        if (!call_kernel(kComplete, 2, 0, out)) return;
+        break;
+      case EventKind::Cancel: {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kCancel]);
+        if (ev.from.valid()) lua_pushstring(L, ev.from.to_string().c_str());
+        else lua_pushnil(L);
+        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
+        if (!call_kernel(kCancel, 2, 0, out)) return;
+        break;
+      }
+      case EventKind::Exit: {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kExit]);
+        lua_pushstring(L, ev.from.to_string().c_str());
+        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+        if (!ev.error.empty()) {
+          lua_pushboolean(L, 0);
+          lua_pushlstring(L, ev.error.data(), ev.error.size());
+        } else {
+          lua_pushboolean(L, 1);
+          std::string err;
+          int n = ev.payload.empty() ? 0 : decode_values(L, ev.payload, &err);
+          if (n < 0) n = 0;
+          if (n == 0) lua_pushnil(L);
+          else if (n > 1) lua_pop(L, n - 1);
+        }
+        if (!call_kernel(kExit, 4, 0, out)) return;
+        break;
+      }
+      case EventKind::LinkDown:
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kLinkDown]);
+        lua_pushstring(L, ev.from.to_string().c_str());
+        lua_pushlstring(L, ev.error.data(), ev.error.size());
+        if (!call_kernel(kLinkDown, 2, 0, out)) return;
+        break;
+    }
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kRun]);
+  if (!call_kernel(kRun, 0, 2, out)) return;
+  int code = static_cast<int>(lua_tointeger(L, 1));
+  switch (code) {
+    case 0:
+      out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+      break;
+    case 1:
+      out.status = Status::Continue;
+      break;
+    case 2: {
+      std::string err = encode_values(L, 2, 1, out.result, "result");
+      if (!err.empty()) {
+        out.status = Status::Failed;
+        out.error = err;
+      } else {
+        out.status = Status::Done;
+      }
+      break;
+    }
+    default: {
+      out.status = Status::Failed;
+      std::size_t n = 0;
+      const char* e = lua_tolstring(L, 2, &n);
+      out.error = e ? std::string(e, n) : "failed";
+      if (mem_exceeded_) out.error = make_error(ErrorKind::Limit, "memory");
+      break;
+    }
+  }
+  lua_settop(L, 0);
+  if (out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue)
+    flush_commands(out);
+}
+
+void LuaProcess::Close() {
+  if (L_) {
+    lua_close(L_);
+    L_ = nullptr;
+    rt_.forget_process(ctx_.self);
+  }
+}
+
+}  // namespace host::lua

@@ -1,0 +1,66 @@
+// LuaProcess: a Process whose code is a Lua module, run in its own LuaJIT
+// state. Threads: one at a time (the worker stepping it, or the spawner
+// during Init).
+//
+// Init creates the state with a counting allocator (the per-process memory
+// figure and limit), opens only the base and jit libraries (the others open
+// on first use), loads the process kernel (bindings/kernel.lua) and the entry
+// module from the shared bytecode cache, and starts the entry method as the
+// main task. Step hands the kernel the events that arrived and runs its
+// ready tasks; their waits on timers come back as sleep yields.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bindings/lua_runtime.hpp"
+#include "host/process.hpp"
+
+struct lua_State;
+
+namespace host::lua {
+
+class LuaProcess final : public Process {
+ public:
+  explicit LuaProcess(LuaRuntime& runtime);
+  ~LuaProcess() override;
+
+  std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
+  void Step(std::span<Event> events, StepOutput& out) override;
+  void Close() override;
+
+  std::size_t memory_used() const { return used_; }
+
+ private:
+  friend struct Primitives;
+  static void* allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
+
+  // Pushes the entry's method function (loading the newest module version),
+  // or returns the error (SPEC section 2) and pushes nothing.
+  std::string push_entry(const std::string& entry);
+  void install_primitives();
+  void install_globals();
+  // Calls the kernel function in registry ref `ref` with nargs on the stack.
+  bool call_kernel(int ref, int nargs, int nresults, StepOutput& out);
+  void fail_from_lua(StepOutput& out, const char* what);
+  void flush_commands(StepOutput& out);
+
+  LuaRuntime& rt_;
+  lua_State* L_ = nullptr;
+  std::size_t used_ = 0;
+  std::size_t limit_;
+  bool mem_exceeded_ = false;
+  ProcessContext ctx_;
+  std::string self_;    // this PID as a string
+  std::string entry_;   // "module:method" it runs
+  enum Ref { kMessage, kComplete, kCancel, kExit, kLinkDown, kReload, kRun, kApi, kStart, kRefCount };
+  int refs_[kRefCount] = {};
+  std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
+  std::vector<std::uint64_t> pending_cancels_;
+  std::uint64_t next_monitor_ref_ = 0;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> monitors_;  // target PID -> refs
+};
+
+}  // namespace host::lua

@@ -1,0 +1,66 @@
+// The Lua runtime: kernel compilation, spawning Lua processes, and the
+// record of which process uses which module (for reload events).
+#include "bindings/lua_runtime.hpp"
+
+#include <stdexcept>
+
+#include "bindings/lua_process.hpp"
+
+namespace host::lua {
+
+extern const char* const kKernelSource;  // generated from bindings/kernel.lua
+
+std::pair<std::string, std::string> split_entry(const std::string& entry) {
+  auto colon = entry.find(':');
+  if (colon == std::string::npos) return {entry, "main"};
+  return {entry.substr(0, colon), entry.substr(colon + 1)};
+}
+
+LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
+    : scheduler_(scheduler),
+      options_(std::move(options)),
+      modules_([&] {
+        std::vector<std::filesystem::path> roots{options_.dir};
+        if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
+        return roots;
+      }()) {
+  std::string err = ModuleCache::compile("=kernel", kKernelSource, kernel_bytecode_);
+  if (!err.empty()) throw std::runtime_error("the process kernel does not compile: " + err);
+}
+
+void LuaRuntime::forget_process(const Pid& pid) {
+  names_.release_all(pid);
+  std::lock_guard lock(uses_mu_);
+  auto it = uses_.find(pid);
+  if (it == uses_.end()) return;
+  for (const auto& m : it->second) {
+    auto u = users_.find(m);
+    if (u != users_.end()) {
+      u->second.erase(pid);
+      if (u->second.empty()) users_.erase(u);
+    }
+  }
+  uses_.erase(it);
+}
+
+SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options) {
+  return scheduler_.spawn(std::make_unique<LuaProcess>(*this), entry, std::move(encoded_args), options);
+}
+
+void LuaRuntime::note_module_use(const Pid& pid, const std::string& module) {
+  std::lock_guard lock(uses_mu_);
+  auto& mods = uses_[pid];
+  for (const auto& m : mods)
+    if (m == module) return;
+  mods.push_back(module);
+  users_[module].insert(pid);
+}
+
+std::vector<Pid> LuaRuntime::users_of(const std::string& module) {
+  std::lock_guard lock(uses_mu_);
+  auto it = users_.find(module);
+  if (it == users_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+}  // namespace host::lua

@@ -1,0 +1,65 @@
+// The Lua runtime: what every Lua process shares. The scheduler it runs on,
+// the module cache, the name registry, the per-process limits, and the
+// compiled process kernel. Threads: any.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bindings/module_cache.hpp"
+#include "bindings/name_registry.hpp"
+#include "host/scheduler.hpp"
+
+namespace host::lua {
+
+struct LuaOptions {
+  std::filesystem::path dir;       // the script directory
+  std::filesystem::path stdlib;    // the host's stdlib/ (may be empty)
+  std::size_t mem_limit = 256u << 20;  // per process Lua heap
+  double time_limit = 10.0;        // seconds a process may run without yielding
+};
+
+class LuaRuntime {
+ public:
+  LuaRuntime(Scheduler& scheduler, LuaOptions options);
+  LuaRuntime(const LuaRuntime&) = delete;
+
+  // Spawns a Lua process running `entry` ("module" or "module:method") with
+  // the encoded arguments. Fails at once when the module is missing, does not
+  // compile, or lacks the method (SPEC section 2).
+  SpawnResult spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options = {});
+
+  Scheduler& scheduler() { return scheduler_; }
+  ModuleCache& modules() { return modules_; }
+  NameRegistry& names() { return names_; }
+  const LuaOptions& options() const { return options_; }
+  const std::string& kernel_bytecode() const { return kernel_bytecode_; }
+
+  // Which modules each live process loaded, for reload events.
+  void note_module_use(const Pid& pid, const std::string& module);
+  std::vector<Pid> users_of(const std::string& module);
+  // Releases a process's names and module records. Called from Close, which
+  // the scheduler runs before the exit reaches any monitor.
+  void forget_process(const Pid& pid);
+
+ private:
+  Scheduler& scheduler_;
+  const LuaOptions options_;
+  ModuleCache modules_;
+  NameRegistry names_;
+  std::string kernel_bytecode_;
+  std::mutex uses_mu_;
+  std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_
+  std::unordered_map<Pid, std::vector<std::string>> uses_;          // guarded by uses_mu_
+};
+
+// Splits "module:method" (method defaults to "main").
+std::pair<std::string, std::string> split_entry(const std::string& entry);
+
+}  // namespace host::lua

@@ -1,0 +1,60 @@
+// The module cache: each Lua module of the script directory (and of the
+// host's stdlib/) compiled once per version into bytecode that every new
+// process loads. Threads: any; a mutex guards the table.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace host::lua {
+
+struct Module {
+  std::string name;       // "workers.echo"
+  std::string path;       // the file it came from
+  std::string bytecode;   // lua_dump of the compiled chunk, with debug info
+  std::uint64_t version;  // bumped each time the file is recompiled
+};
+
+class ModuleCache {
+ public:
+  // Modules are searched in roots in order (the script directory, then stdlib).
+  explicit ModuleCache(std::vector<std::filesystem::path> roots);
+
+  // The newest good version of module `name`, compiled on first use. On
+  // failure returns null and sets *error: "not_found: module 'x' (no file
+  // DIR/x.lua)" or "invalid: DIR/x.lua:3: '=' expected near 'y'".
+  std::shared_ptr<const Module> get(const std::string& name, std::string* error);
+
+  // Recompiles `name` from disk if it is cached. Returns "" when the new
+  // version is in use, else the compile error (the old version stays).
+  std::string refresh(const std::string& name);
+  // The cached module names whose file is `path`.
+  std::vector<std::string> names_for_path(const std::filesystem::path& path);
+  // Forgets a module whose file is gone; running processes keep their copy.
+  void forget(const std::string& name);
+
+  // Where `name` would be found; empty when it is in no root.
+  std::filesystem::path locate(const std::string& name) const;
+  const std::vector<std::filesystem::path>& roots() const { return roots_; }
+
+  // Compiles source text; returns "" or the compile error.
+  static std::string compile(const std::string& chunkname, const std::string& source, std::string& bytecode);
+
+ private:
+  std::shared_ptr<const Module> load(const std::string& name, std::string* error);
+
+  const std::vector<std::filesystem::path> roots_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Module>> modules_;  // guarded by mu_
+  std::uint64_t next_version_ = 1;                                           // guarded by mu_
+};
+
+// True for names like "a", "a.b_c": letters, digits, '_', '-' and dots.
+bool valid_module_name(const std::string& name);
+
+}  // namespace host::lua

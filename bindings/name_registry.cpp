@@ -1,0 +1,47 @@
+// The name registry's maps, kept consistent under one lock.
+#include "bindings/name_registry.hpp"
+
+#include <algorithm>
+
+#include "host/error.hpp"
+
+namespace host::lua {
+
+std::string NameRegistry::register_name(const std::string& name, const Pid& pid) {
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = by_name_.emplace(name, pid);
+  if (!inserted) {
+    if (it->second == pid) return {};
+    return make_error(ErrorKind::Exists, "name '" + name + "' is taken by " + it->second.to_string());
+  }
+  by_pid_[pid].push_back(name);
+  return {};
+}
+
+std::optional<Pid> NameRegistry::lookup(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string NameRegistry::unregister(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return make_error(ErrorKind::NotFound, "no process registered as '" + name + "'");
+  auto& names = by_pid_[it->second];
+  names.erase(std::remove(names.begin(), names.end(), name), names.end());
+  if (names.empty()) by_pid_.erase(it->second);
+  by_name_.erase(it);
+  return {};
+}
+
+void NameRegistry::release_all(const Pid& pid) {
+  std::lock_guard lock(mu_);
+  auto it = by_pid_.find(pid);
+  if (it == by_pid_.end()) return;
+  for (const auto& name : it->second) by_name_.erase(name);
+  by_pid_.erase(it);
+}
+
+}  // namespace host::lua

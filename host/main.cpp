@@ -1,0 +1,168 @@
+// The host program: `host run DIR` runs the script directory's root process
+// on the scheduler and exits with its outcome (SPEC section 1).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+
+#include "bindings/codec.hpp"
+#include "bindings/lua_runtime.hpp"
+#include "host/cli_options.hpp"
+#include "host/config.hpp"
+#include "host/log.hpp"
+#include "host/scheduler.hpp"
+
+#include <lua.hpp>
+
+#ifndef HOST_VERSION
+#define HOST_VERSION "0.0.0"
+#endif
+#ifndef HOST_SOURCE_STDLIB
+#define HOST_SOURCE_STDLIB ""
+#endif
+
+namespace fs = std::filesystem;
+using namespace host;
+
+namespace {
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "host: %s\n%s", msg.c_str(), cli::kUsage);
+  return 2;
+}
+
+// stdlib/: $HOST_STDLIB, else beside the binary's folder (build/host ->
+// stdlib/), else where the sources were.
+fs::path find_stdlib() {
+  if (const char* env = std::getenv("HOST_STDLIB"); env && *env) return env;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path p : {exe.parent_path().parent_path() / "stdlib", exe.parent_path().parent_path() / "share/host/stdlib"})
+      if (fs::is_directory(p, ec)) return p;
+  }
+  if (fs::is_directory(HOST_SOURCE_STDLIB, ec)) return HOST_SOURCE_STDLIB;
+  return {};
+}
+
+// The script arguments, encoded as strings for the root's entry method.
+std::string encode_args(const std::vector<std::string>& args) {
+  lua_State* L = luaL_newstate();
+  for (const auto& a : args) lua_pushlstring(L, a.data(), a.size());
+  std::string out;
+  lua::encode_values(L, 1, static_cast<int>(args.size()), out, "arg");
+  lua_close(L);
+  return out;
+}
+
+struct RootWatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  Pid root;
+  std::optional<ExitInfo> exit;
+};
+
+int run(const cli::RunOptions& o) {
+  std::error_code ec;
+  if (!fs::is_directory(o.dir, ec)) return usage_error("'" + o.dir + "' is not a directory");
+  lua::LuaOptions lo;
+  lo.dir = fs::absolute(o.dir);
+  lo.stdlib = find_stdlib();
+  lo.mem_limit = o.mem_limit;
+  lo.time_limit = o.time_limit;
+  auto [module, method] = lua::split_entry(o.entry);
+  {
+    lua::ModuleCache probe({lo.dir});
+    if (!lua::valid_module_name(module) || probe.locate(module).empty())
+      return usage_error("no module '" + module + "' in " + o.dir + " (expected " +
+                         (lo.dir / (module + ".lua")).string() + ")");
+  }
+  log::set_level(o.log_level);
+
+  // Signals are taken by sigtimedwait below, never by a handler: block them
+  // before any thread starts so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Scheduler scheduler({.workers = o.workers});
+  lua::LuaRuntime runtime(scheduler, lo);
+  RootWatch watch;
+  scheduler.add_exit_hook([&watch](const ExitInfo& info) {
+    std::lock_guard lock(watch.mu);
+    if (info.pid == watch.root) {
+      watch.exit = info;
+      watch.cv.notify_all();
+    }
+  });
+
+  SpawnResult root;
+  {
+    std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
+    root = runtime.spawn(o.entry, encode_args(o.args));
+    watch.root = root.pid;
+  }
+  if (!root) {
+    std::fprintf(stderr, "host: cannot start %s: %s\n", o.entry.c_str(), root.error.c_str());
+    scheduler.shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+
+  int signal_code = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(watch.mu);
+      if (watch.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return watch.exit.has_value(); })) break;
+    }
+    timespec zero{0, 0};
+    int sig = sigtimedwait(&signals, nullptr, &zero);
+    if (sig == SIGINT || sig == SIGTERM) {
+      signal_code = sig == SIGINT ? 130 : 143;
+      log::logger().info("received {}, cancelling every process", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+  }
+  auto report = scheduler.shutdown(config::kDefaultShutdownGrace);
+  if (report.force_closed)
+    log::logger().warn("shutdown: {} process(es) did not exit within the grace period and were closed",
+                       report.force_closed);
+  if (signal_code) return signal_code;
+  std::lock_guard lock(watch.mu);
+  if (watch.exit && watch.exit->failed) {
+    std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
+                 watch.exit->error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::Parsed p = cli::parse(argc, argv);
+  switch (p.action) {
+    case cli::Parsed::Action::Help:
+      std::fputs(cli::kUsage, stdout);
+      return 0;
+    case cli::Parsed::Action::Version:
+      std::printf("host %s (%s)\n", HOST_VERSION, LUAJIT_VERSION);
+      return 0;
+    case cli::Parsed::Action::UsageError:
+      return usage_error(p.error);
+    case cli::Parsed::Action::Run:
+      break;
+  }
+  try {
+    return run(p.run);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "host: %s\n", e.what());
+    return 1;
+  }
+}
