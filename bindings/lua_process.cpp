@@ -17,6 +17,12 @@ namespace host::lua {
 
 namespace {
 
+// Globals are read raw here: _G's __index is lazy_global itself.
+void raw_global(lua_State* L, const char* name) {
+  lua_pushstring(L, name);
+  lua_rawget(L, LUA_GLOBALSINDEX);
+}
+
 constexpr const char* kStdLibs[] = {"string", "table", "math", "io", "os", "debug", "bit", "ffi", "package"};
 
 lua_CFunction opener(const char* name) {
@@ -274,7 +280,7 @@ struct Primitives {
   static int print(lua_State* L) {
     int n = lua_gettop(L);
     std::string line;
-    lua_getglobal(L, "tostring");
+    raw_global(L, "tostring");
     for (int i = 1; i <= n; ++i) {
       lua_pushvalue(L, -1);
       lua_pushvalue(L, i);
@@ -299,7 +305,7 @@ struct Primitives {
     const char* k = lua_tostring(L, 2);
     if (!std::strcmp(k, "require")) {
       open_package(L, p);
-      lua_getglobal(L, "require");
+      raw_global(L, "require");
       return 1;
     }
     for (const char* lib : kStdLibs) {
@@ -342,12 +348,12 @@ struct Primitives {
   // API and LuaJIT's libraries by name; then LuaJIT's own searchers, whose
   // path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
   static void open_package(lua_State* L, LuaProcess& p) {
-    lua_getfield(L, LUA_GLOBALSINDEX, "package");
+    raw_global(L, "package");
     bool opened = lua_istable(L, -1);
     lua_pop(L, 1);
     if (opened) return;
     open_lib(L, "package");
-    lua_getfield(L, LUA_GLOBALSINDEX, "package");
+    raw_global(L, "package");
     lua_getfield(L, -1, "loaders");
     // Shift the loaders up by one and put ours at 1 (before preload).
     int n = static_cast<int>(lua_objlen(L, -1));
@@ -368,7 +374,7 @@ struct Primitives {
     lua_call(L, 1, 1);
     if (lua_isnil(L, -1)) {
       lua_pop(L, 1);
-      lua_getfield(L, LUA_GLOBALSINDEX, name);
+      raw_global(L, name);
     }
     return 1;
   }
@@ -396,7 +402,7 @@ struct Primitives {
       return 1;
     }
     if (name == "coroutine") {
-      lua_getfield(L, LUA_GLOBALSINDEX, "coroutine");
+      raw_global(L, "coroutine");
       lua_pushcclosure(L, [](lua_State* S) -> int {
         lua_pushvalue(S, lua_upvalueindex(1));
         return 1;
@@ -551,7 +557,7 @@ void LuaProcess::install_globals() {
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, [](lua_State* S) -> int {
     Primitives::open_lib(S, "string");  // installs the real string metatable
-    lua_getfield(S, LUA_GLOBALSINDEX, "string");
+    raw_global(S, "string");
     lua_pushvalue(S, 2);
     lua_gettable(S, -2);
     return 1;

@@ -1,0 +1,63 @@
+-- A small test harness for Lua-level tests run through the host: each test
+-- file's main runs its cases in order and fails (exit status 1) if any did.
+local T = {}
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+function T.eq(got, want, what)
+  if got ~= want and not (got ~= got and want ~= want) then
+    error((what or "value") .. ": expected " .. show(want) .. ", got " .. show(got), 2)
+  end
+end
+
+function T.ok(cond, what)
+  if not cond then error((what or "condition") .. " is false", 2) end
+end
+
+function T.match(s, pattern, what)
+  if type(s) ~= "string" or not s:find(pattern) then
+    error((what or "string") .. ": " .. show(s) .. " does not match " .. show(pattern), 2)
+  end
+end
+
+-- Expects fn to raise an error matching pattern.
+function T.raises(fn, pattern, what)
+  local ok, err = pcall(fn)
+  if ok then error((what or "call") .. " did not raise", 2) end
+  if pattern and not tostring(err):find(pattern) then
+    error((what or "call") .. " raised " .. show(tostring(err)) .. ", expected " .. show(pattern), 2)
+  end
+end
+
+-- Waits for the next event of `kind` (skipping none), with a timeout.
+function T.next_event(kind, timeout)
+  local ev_ch = process.events()
+  local deadline = time.after(timeout or 5)
+  local r = channel.select { ev_ch:case_receive(), deadline:case_receive() }
+  if r.channel == deadline then error("no " .. kind .. " event within " .. (timeout or 5) .. " s", 2) end
+  T.eq(r.value.kind, kind, "event kind")
+  return r.value
+end
+
+function T.run(cases)
+  local passed, failed = 0, 0
+  for _, case in ipairs(cases) do
+    local name, fn = case[1], case[2]
+    local ok, err = xpcall(fn, debug.traceback)
+    if ok then
+      passed = passed + 1
+      print("ok   " .. name)
+    else
+      failed = failed + 1
+      print("FAIL " .. name .. ": " .. tostring(err))
+    end
+  end
+  print(string.format("%d passed, %d failed", passed, failed))
+  if failed > 0 then error(failed .. " test(s) failed", 0) end
+  return true
+end
+
+return T

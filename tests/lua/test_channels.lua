@@ -1,0 +1,139 @@
+-- Channels, select and coroutines inside one process (SPEC section 4).
+local T = require("t")
+
+return { main = function()
+  return T.run {
+    { "an unbuffered channel hands a value from sender to receiver", function()
+      local ch = channel.new()
+      local order = {}
+      coroutine.spawn(function() order[#order + 1] = "send"; ch:send("v"); order[#order + 1] = "sent" end)
+      local v, ok = ch:receive()
+      T.eq(v, "v"); T.eq(ok, true)
+      time.sleep(0)
+      T.eq(table.concat(order, ","), "send,sent")
+    end },
+    { "a buffered channel holds up to its capacity, then blocks the sender", function()
+      local ch = channel.new(2)
+      ch:send(1); ch:send(2)
+      local third_sent = false
+      coroutine.spawn(function() ch:send(3); third_sent = true end)
+      time.sleep(0)
+      T.eq(third_sent, false)
+      T.eq(ch:receive(), 1)
+      time.sleep(0)
+      T.eq(third_sent, true)
+      T.eq(ch:receive(), 2); T.eq(ch:receive(), 3)
+    end },
+    { "close drains then reports closed; send on a closed channel raises", function()
+      local ch = channel.new(3)
+      ch:send("a")
+      T.eq(ch:close(), true)
+      local v, ok = ch:receive(); T.eq(v, "a"); T.eq(ok, true)
+      v, ok = ch:receive(); T.eq(v, nil); T.eq(ok, false)
+      T.raises(function() ch:send("b") end, "send on a closed channel")
+      local waiting = channel.new()
+      local got = "unset"
+      coroutine.spawn(function() local x, o = waiting:receive(); got = tostring(x) .. "/" .. tostring(o) end)
+      time.sleep(0)
+      waiting:close()
+      time.sleep(0)
+      T.eq(got, "nil/false")
+    end },
+    { "select picks a ready case and returns the very channel object", function()
+      local a, b = channel.new(1), channel.new(1)
+      b:send("from b")
+      local r = channel.select { a:case_receive(), b:case_receive() }
+      T.ok(r.channel == b, "the chosen channel"); T.eq(r.value, "from b"); T.eq(r.ok, true)
+      r = channel.select { a:case_send("into a") }
+      T.ok(r.channel == a, "send case"); T.eq(a:receive(), "into a")
+    end },
+    { "select with default never blocks", function()
+      local a = channel.new()
+      local r = channel.select { a:case_receive(), default = true }
+      T.eq(r.default, true)
+    end },
+    { "select blocks until a case is ready", function()
+      local a, b = channel.new(), channel.new()
+      coroutine.spawn(function() time.sleep(0.02); b:send(7) end)
+      local r = channel.select { a:case_receive(), b:case_receive() }
+      T.ok(r.channel == b); T.eq(r.value, 7)
+      coroutine.spawn(function() time.sleep(0.01); T.eq(a:receive(), "x") end)
+      r = channel.select { a:case_send("x") }
+      T.ok(r.channel == a)
+    end },
+    { "select on a closed channel receives nil, false", function()
+      local a = channel.new(); a:close()
+      local r = channel.select { a:case_receive() }
+      T.eq(r.ok, false); T.eq(r.value, nil)
+    end },
+    { "bad channel arguments raise", function()
+      T.raises(function() channel.new(-1) end, "capacity")
+      T.raises(function() channel.select("x") end, "table expected")
+      T.raises(function() channel.select {} end, "block forever")
+    end },
+    { "a blocking call inside a user coroutine suspends the process task", function()
+      local co = coroutine.create(function(x)
+        time.sleep(0.01)
+        local y = coroutine.yield(x + 1)
+        time.sleep(0.01)
+        return y * 2
+      end)
+      local ok, v = coroutine.resume(co, 1)
+      T.eq(ok, true); T.eq(v, 2, "coroutine.yield returned to its resumer")
+      ok, v = coroutine.resume(co, 10)
+      T.eq(ok, true); T.eq(v, 20)
+      T.eq(coroutine.status(co), "dead")
+    end },
+    { "a blocking call inside coroutine.wrap works, and errors propagate", function()
+      local gen = coroutine.wrap(function()
+        for i = 1, 3 do time.sleep(0.001); coroutine.yield(i) end
+      end)
+      T.eq(gen(), 1); T.eq(gen(), 2); T.eq(gen(), 3)
+      local bad = coroutine.wrap(function() time.sleep(0.001); error("inside wrap") end)
+      T.raises(bad, "inside wrap")
+    end },
+    { "a blocking call inside pcall works", function()
+      local ok, v = pcall(function() time.sleep(0.01); return "slept" end)
+      T.eq(ok, true); T.eq(v, "slept")
+      local ok2, err = pcall(function() time.sleep(0.001); error("after sleep") end)
+      T.eq(ok2, false); T.match(err, "after sleep")
+    end },
+    { "a blocking call across a C boundary gives a clear error", function()
+      local t = { 3, 1, 2 }
+      T.raises(function() table.sort(t, function(a, b) time.sleep(0); return a < b end) end, "C function boundary")
+    end },
+    { "coroutine.spawn runs functions concurrently", function()
+      local done = channel.new(10)
+      for i = 1, 5 do coroutine.spawn(function(k) time.sleep(0.01 * (6 - k)); done:send(k) end, i) end
+      local seen = {}
+      for _ = 1, 5 do seen[#seen + 1] = done:receive() end
+      T.eq(table.concat(seen, ","), "5,4,3,2,1")
+    end },
+    { "time: sleep durations, after, ticker, now", function()
+      local t0 = time.now()
+      time.sleep("20ms")
+      T.ok(time.now() - t0 >= 0.019, "slept 20ms")
+      local ch = time.after(0.01)
+      T.eq(type(ch:receive()), "number")
+      local tk = time.ticker("5ms")
+      for _ = 1, 3 do tk.channel:receive() end
+      T.eq(tk.stop(), true)
+      T.eq(time.parse_duration("1m30s"), 90); T.eq(time.parse_duration("250ms"), 0.25)
+      T.eq(time.parse_duration("1h"), 3600); T.eq(time.parse_duration(1.5), 1.5)
+      T.raises(function() time.sleep("soon") end, "invalid duration")
+      T.raises(function() time.sleep(-1) end, "invalid duration")
+      T.raises(function() time.sleep({}) end, "bad duration")
+    end },
+    { "require returns the same API tables as the globals", function()
+      T.ok(require("time") == time); T.ok(require("process") == process)
+      T.ok(require("channel") == channel); T.ok(require("log") == log)
+      T.ok(require("string") == string); T.ok(require("ffi") ~= nil)
+      T.ok(type(jit.version) == "string")
+    end },
+    { "log functions format like string.format", function()
+      log.info("formatted %d %s", 42, "ok")
+      log.debug("not shown at info level")
+      T.raises(function() log.info("%d", "x") end, "number expected")
+    end },
+  }
+end }

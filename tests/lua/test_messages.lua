@@ -1,0 +1,147 @@
+-- Messages and values (SPEC sections 3 and 4): send/receive, the envelope,
+-- exact values, refused values, dead PIDs and names, the registry, listen,
+-- ordering across 10k processes.
+local T = require("t")
+
+local function roundtrip(v)
+  local echo = assert(process.spawn("fixtures.echo"))
+  assert(process.send(echo, "v", v))
+  local m = assert(process.receive(5))
+  process.send(echo, "stop", nil)
+  return m.payload
+end
+
+local function deep(n)
+  local root = {}
+  local t = root
+  for i = 1, n do t.next = { depth = i }; t = t.next end
+  return root
+end
+
+return { main = function()
+  return T.run {
+    { "a message carries topic, from and payload", function()
+      local echo = assert(process.spawn("fixtures.echo"))
+      T.eq(process.send(echo, "hello", { a = 1 }), true, "send result")
+      local m = process.receive(5)
+      T.eq(m.topic, "hello"); T.eq(m.from, echo); T.eq(m.payload.a, 1)
+      process.send(echo, "stop", nil)
+    end },
+    { "numbers cross exactly: NaN, inf, -0.0, 2^53, floats", function()
+      local v = roundtrip({ 0/0, math.huge, -math.huge, -0.0, 2^53, 2^53 + 2, 0.1, -123456789, 1e308, 5e-324 })
+      T.ok(v[1] ~= v[1], "NaN")
+      T.eq(v[2], math.huge); T.eq(v[3], -math.huge)
+      T.eq(1 / v[4], -math.huge, "-0.0 keeps its sign")
+      T.eq(v[5], 2^53); T.eq(v[6], 2^53 + 2); T.eq(v[7], 0.1); T.eq(v[8], -123456789)
+      T.eq(v[9], 1e308); T.eq(v[10], 5e-324)
+    end },
+    { "strings cross with any bytes", function()
+      local bytes = {}
+      for i = 0, 255 do bytes[#bytes + 1] = string.char(i) end
+      local s = table.concat(bytes) .. "\0tail"
+      T.eq(roundtrip(s), s)
+      T.eq(roundtrip(""), "")
+      local big = string.rep("ab\0", 100000)
+      T.eq(roundtrip(big), big)
+    end },
+    { "nil, booleans and mixed tables cross", function()
+      local v = roundtrip({ true, false, "x", [10] = "sparse", k = { nested = { 1, 2 } }, [1.5] = "float key", [true] = "bool key" })
+      T.eq(v[1], true); T.eq(v[2], false); T.eq(v[3], "x"); T.eq(v[10], "sparse")
+      T.eq(v.k.nested[2], 2); T.eq(v[1.5], "float key"); T.eq(v[true], "bool key")
+      T.eq(roundtrip(nil), nil)
+    end },
+    { "a 200-deep nested table round-trips", function()
+      local v = roundtrip(deep(200))
+      local n = 0
+      while v.next do v = v.next; n = n + 1 end
+      T.eq(n, 200); T.eq(v.depth, 200)
+    end },
+    { "a table referenced twice without a cycle arrives as two copies", function()
+      local shared = { 1, 2 }
+      local v = roundtrip({ a = shared, b = shared })
+      T.eq(v.a[2], 2); T.eq(v.b[2], 2); T.ok(v.a ~= v.b, "two copies")
+    end },
+    { "unsendable values are refused with their path and nothing is sent", function()
+      local echo = assert(process.spawn("fixtures.echo"))
+      local ok, err = process.send(echo, "x", { handler = function() end })
+      T.eq(ok, nil); T.eq(err, "invalid: cannot send function at value.handler")
+      ok, err = process.send(echo, "x", { list = { 1, 2, io.stdout } })
+      T.eq(err, "invalid: cannot send userdata at value.list[3]")
+      ok, err = process.send(echo, "x", coroutine.create(function() end))
+      T.eq(err, "invalid: cannot send coroutine at value")
+      local cyc = { a = { } }; cyc.a.back = cyc
+      ok, err = process.send(echo, "x", cyc)
+      T.eq(err, "invalid: cannot send a table with a cycle at value.a.back")
+      T.eq(process.receive(0.05), nil, "nothing was sent")
+      process.send(echo, "stop", nil)
+    end },
+    { "sends to a dead PID or an unknown name return not_found", function()
+      local pid = assert(process.spawn_monitored("fixtures.crash", "none"))
+      T.next_event("exit")
+      local ok, err = process.send(pid, "x", 1)
+      T.eq(ok, nil); T.match(err, "^not_found")
+      ok, err = process.send("no-such-name", "x", 1)
+      T.eq(ok, nil); T.match(err, "^not_found: no process registered as 'no%-such%-name'")
+      ok, err = process.send("<0.999999.7>", "x", 1)
+      T.match(err, "^not_found")
+      T.raises(function() process.send(42, "x", 1) end, "bad argument #1")
+      T.raises(function() process.send(pid, nil, 1) end, "bad argument #2")
+    end },
+    { "the registry names a process, refuses a taken name and releases names on exit", function()
+      local echo = assert(process.spawn("fixtures.echo"))
+      T.eq(process.registry.register("echo-srv", echo), true)
+      local ok, err = process.registry.register("echo-srv", process.pid())
+      T.eq(ok, nil); T.match(err, "^exists: ")
+      T.eq(process.registry.lookup("echo-srv"), echo)
+      T.eq(process.send("echo-srv", "by-name", 7), true)
+      T.eq(process.receive(5).payload, 7)
+      process.monitor(echo)
+      process.send(echo, "stop", nil)
+      local ev = T.next_event("exit")
+      T.eq(ev.from, echo)
+      -- By the time the monitor sees the exit, the PID and the name are gone.
+      local _, lerr = process.registry.lookup("echo-srv")
+      T.match(lerr, "^not_found")
+      T.match(select(2, process.send(echo, "x", 1)), "^not_found")
+      T.eq(process.registry.register("me"), true)
+      T.eq(process.registry.lookup("me"), process.pid())
+      T.eq(process.registry.unregister("me"), true)
+      T.match(select(2, process.registry.unregister("me")), "^not_found")
+    end },
+    { "inbox() and events() return the same channel on every call", function()
+      T.ok(process.inbox() == process.inbox(), "inbox"); T.ok(process.events() == process.events(), "events")
+    end },
+    { "receive with a timeout returns nil, timeout", function()
+      local t0 = time.now()
+      local m, err = process.receive(0.05)
+      T.eq(m, nil); T.eq(err, "timeout")
+      T.ok(time.now() - t0 >= 0.045, "waited the timeout")
+      T.eq(select(2, process.receive("10ms")), "timeout")
+      T.eq(select(2, process.receive(0)), "timeout")
+    end },
+    { "listen takes its topic out of the inbox without reordering the rest", function()
+      local me = process.pid()
+      for i, topic in ipairs({ "a", "side", "b", "side", "c" }) do process.send(me, topic, i) end
+      local side = process.listen("side")
+      T.ok(side == process.listen("side"), "same channel")
+      process.send(me, "side", 6)
+      T.eq(process.receive(1).topic, "a"); T.eq(process.receive(1).topic, "b"); T.eq(process.receive(1).topic, "c")
+      T.eq(side:receive().payload, 2); T.eq(side:receive().payload, 4); T.eq(side:receive().payload, 6)
+    end },
+    { "10k processes: each sender's messages arrive once and in order", function()
+      local senders, per = 10000, 5
+      for s = 1, senders do assert(process.spawn("fixtures.relay", process.pid(), per, s)) end
+      local next_i, total = {}, 0
+      while total < senders * per do
+        local m = assert(process.receive(30), "messages stopped arriving")
+        local p = m.payload
+        local want = (next_i[p.from] or 0) + 1
+        if p.i ~= want then error("sender " .. p.from .. ": got " .. p.i .. ", expected " .. want) end
+        next_i[p.from] = want
+        total = total + 1
+      end
+      T.eq(total, senders * per)
+      T.eq(select(2, process.receive(0.05)), "timeout", "no duplicates")
+    end },
+  }
+end }

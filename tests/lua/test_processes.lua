@@ -1,0 +1,112 @@
+-- The process lifecycle (SPEC sections 2 and 4): entries, spawn errors,
+-- results, failures with tracebacks, links, monitors, cancel, terminate,
+-- upgrade.
+local T = require("t")
+
+return { main = function()
+  return T.run {
+    { "spawn refuses a missing module, a syntax error, a missing method", function()
+      local pid, err = process.spawn("fixtures.missing")
+      T.eq(pid, nil); T.match(err, "^not_found: module 'fixtures.missing'")
+      pid, err = process.spawn("fixtures.bad_syntax")
+      T.eq(pid, nil); T.match(err, "^invalid: module 'fixtures.bad_syntax' does not compile: .*bad_syntax%.lua:3: unexpected symbol")
+      pid, err = process.spawn("fixtures.echo:nope")
+      T.eq(pid, nil); T.match(err, "^not_found: method 'nope' not found in module 'fixtures.echo'")
+      pid, err = process.spawn("fixtures.errors_at_load")
+      T.eq(pid, nil); T.match(err, "^invalid: module 'fixtures.errors_at_load' failed to load: .*fails at load time")
+      pid, err = process.spawn("../etc/passwd")
+      T.eq(pid, nil); T.match(err, "^invalid: bad entry")
+      T.raises(function() process.spawn(nil) end, "bad argument #1")
+    end },
+    { "a module returning a function runs it as main; module:method selects a method", function()
+      local pid = assert(process.spawn_monitored("fixtures.plain_function", 5))
+      local ev = T.next_event("exit")
+      T.eq(ev.from, pid); T.eq(ev.result, "called with 5"); T.eq(ev.error, nil)
+      pid = assert(process.spawn_monitored("fixtures.echo:add", 2, 3))
+      T.eq(T.next_event("exit").result, 5)
+      T.match(select(2, process.spawn("fixtures.plain_function:other")), "^not_found: method 'other'")
+    end },
+    { "a failing process's monitor sees its error with a traceback", function()
+      local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
+      local ev = T.next_event("exit")
+      T.eq(ev.from, pid); T.eq(ev.result, nil)
+      T.match(ev.error, "crash%.lua:3: crashed on purpose"); T.match(ev.error, "stack traceback")
+    end },
+    { "error() with a table and returning nil, err are failures", function()
+      assert(process.spawn_monitored("fixtures.crash", "table_error"))
+      T.match(T.next_event("exit").error, "error object: table")
+      assert(process.spawn_monitored("fixtures.crash", "nil_err"))
+      T.eq(T.next_event("exit").error, "returned an error")
+    end },
+    { "unsendable results fail the process", function()
+      local pid = assert(process.spawn_monitored("fixtures.echo:add", {}, {}))
+      T.match(T.next_event("exit").error, "attempt to perform arithmetic")
+      T.ok(pid)
+    end },
+    { "monitor gets exactly one exit event; unmonitor stops it", function()
+      local pid = assert(process.spawn("fixtures.crash", "after", 0.05))
+      T.eq(process.monitor(pid), true)
+      T.eq(process.monitor(pid), true)
+      T.eq(process.unmonitor(pid), true)
+      local quiet = assert(process.spawn("fixtures.crash", "after", 0.01))
+      process.monitor(quiet); process.unmonitor(quiet)
+      local r = channel.select { process.events():case_receive(), time.after(0.3):case_receive() }
+      T.eq(r.value, r.value)  -- either a number (timeout) or an event: no exit may arrive
+      T.ok(type(r.value) == "number", "no exit event after unmonitor")
+      T.match(select(2, process.monitor(pid)), "^not_found")
+      T.match(select(2, process.monitor("<0.999999.3>")), "^not_found")
+    end },
+    { "a linked failure kills a non-trapping process and reaches a trapping one as link_down", function()
+      local me = process.pid()
+      local dies = assert(process.spawn_monitored("fixtures.trapper", me, false))
+      local ev = T.next_event("exit")
+      T.eq(ev.from, dies); T.match(ev.error, "linked process <.*> failed: .*crashed later")
+      local survives = assert(process.spawn_monitored("fixtures.trapper", me, true))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "trapped"); T.eq(m.payload.kind, "link_down"); T.eq(m.payload.from, m.payload.child)
+      T.match(m.payload.error, "crashed later")
+      ev = T.next_event("exit")
+      T.eq(ev.from, survives); T.eq(ev.result, "survived")
+    end },
+    { "link and unlink", function()
+      local a = assert(process.spawn("fixtures.echo"))
+      T.eq(process.link(a), true)
+      T.eq(process.unlink(a), true)
+      process.send(a, "stop", nil)
+      T.match(select(2, process.link("<0.999999.3>")), "^not_found")
+      T.match(select(2, process.link(process.pid())), "^invalid")
+    end },
+    { "cancel delivers a cancel event with reason and sender", function()
+      local me = process.pid()
+      T.eq(process.cancel(me, "enough"), true)
+      local ev = T.next_event("cancel")
+      T.eq(ev.reason, "enough"); T.eq(ev.from, me)
+      T.match(select(2, process.cancel("<0.999999.3>")), "^not_found")
+    end },
+    { "terminate stops a process; its monitor sees terminated", function()
+      local pid = assert(process.spawn("fixtures.crash", "wait"))
+      process.monitor(pid)
+      T.eq(process.terminate(pid), true)
+      local ev = T.next_event("exit")
+      T.eq(ev.from, pid); T.eq(ev.error, "terminated")
+      T.match(select(2, process.terminate(pid)), "^not_found")
+    end },
+    { "set_options validates its options", function()
+      T.eq(process.set_options { trap_links = false }, true)
+      T.raises(function() process.set_options { bogus = 1 } end, "unknown option")
+      T.raises(function() process.set_options { trap_links = "yes" } end, "boolean expected")
+    end },
+    { "a process over its memory limit fails with limit: memory and others go on", function()
+      local pid = assert(process.spawn_monitored("fixtures.hog"))
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.from, pid); T.eq(ev.error, "limit: memory")
+      local echo = assert(process.spawn("fixtures.echo"))
+      process.send(echo, "still", "alive")
+      T.eq(process.receive(5).payload, "alive")
+      process.send(echo, "stop", nil)
+    end },
+    { "pid() is this process's PID string", function()
+      T.match(process.pid(), "^<%d+%.%d+%.%d+>$")
+    end },
+  }
+end }
