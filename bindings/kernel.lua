@@ -36,9 +36,12 @@ local K = {}
 local function queue() return { h = 1, t = 0 } end
 local function qpush(q, v) local t = q.t + 1; q.t = t; q[t] = v end
 local function qshift(q)
-  local h = q.h
-  if h > q.t then return nil end
-  local v = q[h]; q[h] = nil; q.h = h + 1
+  local h, t = q.h, q.t
+  if h > t then return nil end
+  local v = q[h]; q[h] = nil
+  -- Back to index 1 when empty, so keys stay in the array part instead of
+  -- marching through the hash part (a rehash every few pushes).
+  if h == t then q.h, q.t = 1, 0 else q.h = h + 1 end
   return v
 end
 local function qlen(q) return q.t - q.h + 1 end
@@ -581,6 +584,7 @@ end
 local function build_process()
   local P = {}
   P.pid = H.pid
+  P.memory = H.memory  -- bytes of Lua heap this process holds (an extension)
   function P.spawn(entry, ...) check_string(entry, 1, "spawn"); return H.spawn(0, entry, ...) end
   function P.spawn_linked(entry, ...) check_string(entry, 1, "spawn_linked"); return H.spawn(1, entry, ...) end
   function P.spawn_monitored(entry, ...) check_string(entry, 1, "spawn_monitored"); return H.spawn(2, entry, ...) end

@@ -88,6 +88,11 @@ struct Primitives {
     return 1;
   }
 
+  static int memory(lua_State* L) {
+    lua_pushnumber(L, static_cast<lua_Number>(self(L).used_));
+    return 1;
+  }
+
   static int now(lua_State* L) {
     lua_pushnumber(L, monotonic_seconds());
     return 1;
@@ -508,6 +513,7 @@ void LuaProcess::install_primitives() {
   static const luaL_Reg prims[] = {
       {"pid", Primitives::pid},
       {"now", Primitives::now},
+      {"memory", Primitives::memory},
       {"send", Primitives::send},
       {"spawn", Primitives::spawn},
       {"link", Primitives::link},

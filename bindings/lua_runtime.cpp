@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "bindings/lua_process.hpp"
+#include "host/error.hpp"
 
 namespace host::lua {
 
@@ -24,7 +25,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
         if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
         return roots;
       }()) {
-  std::string err = ModuleCache::compile("=kernel", kKernelSource, kernel_bytecode_);
+  std::string err = ModuleCache::compile("=kernel", kKernelSource, kernel_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the process kernel does not compile: " + err);
 }
 
@@ -44,6 +45,9 @@ void LuaRuntime::forget_process(const Pid& pid) {
 }
 
 SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options) {
+  if (scheduler_.live_count() >= options_.max_processes)
+    return {{}, make_error(ErrorKind::Limit, "too many processes (" + std::to_string(options_.max_processes) +
+                                                 " live; see --max-processes)")};
   return scheduler_.spawn(std::make_unique<LuaProcess>(*this), entry, std::move(encoded_args), options);
 }
 

@@ -23,6 +23,10 @@ struct LuaOptions {
   std::filesystem::path stdlib;    // the host's stdlib/ (may be empty)
   std::size_t mem_limit = 256u << 20;  // per process Lua heap
   double time_limit = 10.0;        // seconds a process may run without yielding
+  // Live processes at most; spawns beyond it fail with "limit: ...", so a
+  // process that spawns in a loop runs out of this before the machine runs
+  // out of memory (about 60-200 KB a process).
+  std::size_t max_processes = 1000000;
 };
 
 class LuaRuntime {

@@ -57,12 +57,23 @@ std::filesystem::path ModuleCache::locate(const std::string& name) const {
   return {};
 }
 
-std::string ModuleCache::compile(const std::string& chunkname, const std::string& source, std::string& bytecode) {
+std::string ModuleCache::compile(const std::string& chunkname, const std::string& source, std::string& bytecode,
+                                 bool strip) {
   lua_State* L = luaL_newstate();
   if (!L) return make_error(ErrorKind::Limit, "out of memory compiling " + chunkname);
   std::string err;
   if (luaL_loadbuffer(L, source.data(), source.size(), chunkname.c_str()) != 0) {
     err = make_error(ErrorKind::Invalid, lua_tostring(L, -1));
+  } else if (strip) {
+    // The C API's lua_dump keeps debug info; string.dump(f, true) strips it.
+    luaopen_string(L);
+    lua_getfield(L, -1, "dump");
+    lua_pushvalue(L, -3);
+    lua_pushboolean(L, 1);
+    lua_call(L, 2, 1);
+    std::size_t n;
+    const char* p = lua_tolstring(L, -1, &n);
+    bytecode.assign(p, n);
   } else {
     bytecode.clear();
     lua_dump(L, dump_writer, &bytecode);

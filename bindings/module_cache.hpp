@@ -42,8 +42,11 @@ class ModuleCache {
   std::filesystem::path locate(const std::string& name) const;
   const std::vector<std::filesystem::path>& roots() const { return roots_; }
 
-  // Compiles source text; returns "" or the compile error.
-  static std::string compile(const std::string& chunkname, const std::string& source, std::string& bytecode);
+  // Compiles source text; returns "" or the compile error. `strip` drops
+  // debug info (line numbers, local names): smaller in every state that
+  // loads it, but tracebacks lose their lines, so only for the kernel.
+  static std::string compile(const std::string& chunkname, const std::string& source, std::string& bytecode,
+                             bool strip = false);
 
  private:
   std::shared_ptr<const Module> load(const std::string& name, std::string* error);

@@ -10,7 +10,7 @@ namespace host::cli {
 const char* const kUsage =
     "usage: host run DIR [--entry MODULE[:METHOD]] [--workers N] [--watch]\n"
     "                    [--log-level trace|debug|info|warn|error] [--mem-limit BYTES]\n"
-    "                    [--time-limit SECONDS] [-- ARGS...]\n"
+    "                    [--time-limit SECONDS] [--max-processes N] [-- ARGS...]\n"
     "       host --help | --version\n";
 
 std::optional<std::size_t> parse_size(const std::string& text) {
@@ -93,6 +93,12 @@ Parsed parse(int argc, const char* const* argv) {
       double s = v ? std::strtod(v->c_str(), &end) : 0;
       if (!v || v->empty() || *end || !(s > 0) || !std::isfinite(s)) return usage_error("--time-limit needs a positive number of seconds");
       o.time_limit = s;
+    } else if (is("--max-processes")) {
+      auto v = value("--max-processes");
+      char* end = nullptr;
+      long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end || n < 1) return usage_error("--max-processes needs a positive number");
+      o.max_processes = static_cast<std::size_t>(n);
     } else if (!a.empty() && a[0] == '-') {
       return usage_error("unknown option '" + a + "'");
     } else if (!have_dir) {

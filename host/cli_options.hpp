@@ -17,6 +17,7 @@ struct RunOptions {
   std::string log_level = "info";
   std::size_t mem_limit = 256u << 20;
   double time_limit = 10.0;
+  std::size_t max_processes = 1000000;
   std::vector<std::string> args;
 };
 

@@ -75,6 +75,7 @@ int run(const cli::RunOptions& o) {
   lo.stdlib = find_stdlib();
   lo.mem_limit = o.mem_limit;
   lo.time_limit = o.time_limit;
+  lo.max_processes = o.max_processes;
   auto [module, method] = lua::split_entry(o.entry);
   {
     lua::ModuleCache probe({lo.dir});

@@ -152,7 +152,8 @@ class Scheduler {
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
 
   // Called on the thread that finished a process, after its PID stopped
-  // answering and before its monitors are told. Register before spawning.
+  // answering and before its monitors are told (and before live_count()
+  // drops). Register before spawning.
   // Hooks also run during shutdown (from the destructor too), so whatever a
   // hook uses must outlive the scheduler or be owned by the hook.
   void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }

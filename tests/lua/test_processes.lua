@@ -105,6 +105,18 @@ return { main = function()
       T.eq(process.receive(5).payload, "alive")
       process.send(echo, "stop", nil)
     end },
+    { "a process that spawns without end gets limit: and nothing else is affected", function()
+      -- This test directory runs with --max-processes 3000 (CMakeLists.txt).
+      local pid = assert(process.spawn_monitored("fixtures.spawner"))
+      local ev = T.next_event("exit", 60)
+      T.eq(ev.from, pid)
+      T.ok(ev.result.spawned > 1000, "spawned many first")
+      T.match(ev.result.error, "^limit: too many processes")
+      local echo = assert(process.spawn("fixtures.echo"))
+      process.send(echo, "still", "alive")
+      T.eq(process.receive(5).payload, "alive")
+      process.send(echo, "stop", nil)
+    end },
     { "pid() is this process's PID string", function()
       T.match(process.pid(), "^<%d+%.%d+%.%d+>$")
     end },

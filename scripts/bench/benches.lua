@@ -1,0 +1,108 @@
+-- The benchmarks themselves. Each takes (quick, helpers) and returns
+-- { params, seconds, per_op, unit }, after checking its own result.
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "pingpong", "ring", "send_1k" } }
+
+local function elapsed(t0) return time.now() - t0 end
+
+-- Waits for n exit events, checking none failed.
+local function await_exits(n)
+  local events = process.events()
+  for _ = 1, n do
+    local ev = events:receive()
+    if ev.kind == "exit" and ev.error then error("a benchmark process failed: " .. ev.error) end
+  end
+end
+
+function B.spawn_seq(quick)
+  local n = quick and 2000 or 20000
+  local t0 = time.now()
+  for i = 1, n do
+    assert(process.spawn_monitored("nodes:noop", i))
+    local ev = process.events():receive()
+    assert(ev.result == i, "wrong result")
+  end
+  local s = elapsed(t0)
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/spawn" }
+end
+
+function B.spawn_conc(quick)
+  local n = quick and 10000 or 100000
+  local t0 = time.now()
+  for i = 1, n do assert(process.spawn_monitored("nodes:noop", i)) end
+  local sum = 0
+  local events = process.events()
+  for _ = 1, n do sum = sum + events:receive().result end
+  local s = elapsed(t0)
+  assert(sum == n * (n + 1) / 2, "wrong sum")
+  return { params = "n=" .. n .. " concurrent", seconds = s, per_op = s / n * 1e6, unit = "us/spawn" }
+end
+
+function B.idle_memory(quick, h)
+  local n = quick and 10000 or 100000
+  collectgarbage()
+  local before = h.rss_kb()
+  local t0 = time.now()
+  local pids = {}
+  for i = 1, n do pids[i] = assert(process.spawn("nodes:idle")) end
+  -- Ask the last one for its heap: by the time it answers, all have started.
+  process.send(pids[n], "heap", nil)
+  local heap = process.receive(60).payload
+  local s = elapsed(t0)
+  local after = h.rss_kb()
+  for i = 1, n do process.send(pids[i], "stop", nil) end
+  local per_kb = (after - before) / n
+  print(string.format("idle_memory: %.1f KB RSS per process, %.1f KB counted Lua heap per process", per_kb, heap / 1024))
+  return { params = "n=" .. n, seconds = s, per_op = per_kb, unit = "KB RSS/proc" }
+end
+
+function B.pingpong(quick)
+  local n = quick and 20000 or 200000
+  local pong = assert(process.spawn("nodes:pong"))
+  local t0 = time.now()
+  local msg = { n = 0 }
+  for i = 1, n do
+    msg.n = i
+    process.send(pong, "ping", msg)
+    local r = process.receive()
+    if r.payload.n ~= i then error("pingpong out of step") end
+  end
+  local s = elapsed(t0)
+  process.send(pong, "stop", nil)
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/round trip" }
+end
+
+function B.ring(quick)
+  local size, hops = tonumber(os.getenv("RING_SIZE")) or 1000, quick and 100000 or 1000000
+  local me = process.pid()
+  local first = assert(process.spawn("nodes:ring_node", me))
+  local prev = first
+  local nodes = { first }
+  for i = 2, size do
+    local p = assert(process.spawn("nodes:ring_node", me))
+    process.send(prev, "next", p)
+    prev = p
+    nodes[i] = p
+  end
+  process.send(prev, "next", first)
+  local t0 = time.now()
+  process.send(first, "token", hops)
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.topic == "done" and m.payload == 0, "ring ended wrong")
+  for i = 1, size do process.send(nodes[i], "stop", nil) end
+  return { params = "procs=" .. size .. " hops=" .. hops, seconds = s, per_op = s / hops * 1e6, unit = "us/hop" }
+end
+
+function B.send_1k(quick)
+  local n = quick and 20000 or 200000
+  local sink = assert(process.spawn("nodes:sink", process.pid(), n))
+  local payload = string.rep("x", 1024)
+  local t0 = time.now()
+  for _ = 1, n do process.send(sink, "data", payload) end
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == n * 1024, "sink lost bytes")
+  return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+return B

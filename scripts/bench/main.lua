@@ -1,0 +1,37 @@
+-- The benchmark suite of the host, run as a script directory:
+--   host run scripts/bench -- [NAME...] [--quick]
+-- Each benchmark prints one line: name, parameters, seconds, per-op figure,
+-- peak RSS; each checks its result so a wrong run cannot look fast.
+local benches = require("benches")
+
+local function rss_kb()
+  local f = io.open("/proc/self/status")
+  if not f then return 0 end
+  local s = f:read("*a"); f:close()
+  return tonumber(s:match("VmRSS:%s*(%d+)")) or 0
+end
+
+local function peak_kb()
+  local f = io.open("/proc/self/status")
+  if not f then return 0 end
+  local s = f:read("*a"); f:close()
+  return tonumber(s:match("VmHWM:%s*(%d+)")) or 0
+end
+
+local function main(...)
+  local quick, names = false, {}
+  for _, a in ipairs({ ... }) do
+    if a == "--quick" then quick = true else names[#names + 1] = a end
+  end
+  if #names == 0 then names = benches.order end
+  for _, name in ipairs(names) do
+    local b = benches[name]
+    if not b then error("unknown benchmark '" .. name .. "' (have: " .. table.concat(benches.order, ", ") .. ")") end
+    local r = b(quick, { rss_kb = rss_kb })
+    print(string.format("%-14s %-28s %8.3f s  %10.3f %-12s peak RSS %d MB",
+      name, r.params, r.seconds, r.per_op, r.unit, math.floor(peak_kb() / 1024)))
+  end
+  return true
+end
+
+return { main = main }
