@@ -395,11 +395,18 @@ function K.cancel(from, reason)
   deliver(events, { kind = "cancel", from = from, reason = reason })
 end
 
+local exit_watchers = {}  -- monitor ref -> channel (process.watch)
+
 function K.exit(from, ref, ok, value)
-  if ok then
-    deliver(events, { kind = "exit", from = from, result = value })
+  local ev
+  if ok then ev = { kind = "exit", from = from, result = value }
+  else ev = { kind = "exit", from = from, error = value } end
+  local w = exit_watchers[ref]
+  if w then
+    exit_watchers[ref] = nil
+    deliver(w, ev)
   else
-    deliver(events, { kind = "exit", from = from, error = value })
+    deliver(events, ev)
   end
 end
 
@@ -599,7 +606,29 @@ local function build_process()
   P.receive = receive
   function P.link(pid) check_string(pid, 1, "link"); return H.link(pid) end
   function P.unlink(pid) check_string(pid, 1, "unlink"); return H.unlink(pid) end
-  function P.monitor(pid) check_string(pid, 1, "monitor"); return H.monitor(pid) end
+  function P.monitor(pid)
+    check_string(pid, 1, "monitor")
+    local ok, err = H.monitor(pid)
+    if not ok then return nil, err end
+    return true
+  end
+  -- An extension: a private monitor whose exit event goes to the returned
+  -- channel instead of events(); unwatch(pid, ch) drops it.
+  function P.watch(pid)
+    check_string(pid, 1, "watch")
+    local ok, ref = H.monitor(pid)
+    if not ok then return nil, ref end
+    local ch = new_channel(1)
+    ch.ref = ref
+    exit_watchers[ref] = ch
+    return ch
+  end
+  function P.unwatch(pid, ch)
+    check_string(pid, 1, "unwatch")
+    if getmetatable(ch) ~= Channel or not ch.ref then error("bad argument #2 to 'unwatch' (watch channel expected)", 2) end
+    exit_watchers[ch.ref] = nil
+    return H.demonitor(pid, ch.ref)
+  end
   function P.unmonitor(pid) check_string(pid, 1, "unmonitor"); return H.unmonitor(pid) end
   function P.set_options(opts)
     if type(opts) ~= "table" then error("bad argument #1 to 'set_options' (table expected)", 2) end

@@ -160,6 +160,24 @@ struct Primitives {
     if (!err.empty()) return push_fail(L, err);
     p.monitors_[to.to_string()].push_back(ref);
     lua_pushboolean(L, 1);
+    lua_pushnumber(L, static_cast<lua_Number>(ref));
+    return 2;
+  }
+
+  // H.demonitor(pid, ref): drops one monitor.
+  static int demonitor(lua_State* L) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
+    auto it = p.monitors_.find(to.to_string());
+    if (it != p.monitors_.end()) {
+      std::erase(it->second, ref);
+      if (it->second.empty()) p.monitors_.erase(it);
+    }
+    (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
+    lua_pushboolean(L, 1);
     return 1;
   }
 
@@ -520,6 +538,7 @@ void LuaProcess::install_primitives() {
       {"unlink", Primitives::unlink},
       {"monitor", Primitives::monitor},
       {"unmonitor", Primitives::unmonitor},
+      {"demonitor", Primitives::demonitor},
       {"cancel", Primitives::cancel},
       {"terminate", Primitives::terminate},
       {"register", Primitives::register_name},

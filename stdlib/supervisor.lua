@@ -1,0 +1,188 @@
+-- supervisor: keeps child processes running, the way Erlang/OTP's does.
+--
+--   local supervisor = require("supervisor")
+--   local sup = supervisor.start {
+--     strategy = "one_for_one",     -- or "one_for_all", "rest_for_one"
+--     intensity = 3, period = 5,    -- more than 3 restarts in 5 s: give up
+--     name = "workers",             -- optional registered name
+--     children = {
+--       { id = "db",  entry = "workers.db", args = { "x" }, restart = "permanent" },
+--       { id = "job", entry = "workers.job:run", restart = "transient", name = "job" },
+--     },
+--   }
+--
+-- restart: "permanent" (always restarted), "transient" (restarted only when
+-- it failed), "temporary" (never). Strategies: one_for_one restarts the
+-- child that ended; one_for_all restarts all of them; rest_for_one restarts
+-- it and the children listed after it. Children are linked to the
+-- supervisor and monitored by it; start links the supervisor to its caller,
+-- so if the supervisor gives up (restart intensity exceeded) the failure
+-- reaches its parent. A cancel stops the children (last first), then the
+-- supervisor.
+--
+-- After a hot reload, supervisor.restart_children(sup) restarts every child
+-- on the newest code (new spawns always use it).
+local request = require("request")
+
+local M = {}
+
+local STRATEGIES = { one_for_one = true, one_for_all = true, rest_for_one = true }
+local RESTARTS = { permanent = true, transient = true, temporary = true }
+
+local function check_spec(spec)
+  if type(spec) ~= "table" then error("supervisor spec must be a table", 3) end
+  spec.strategy = spec.strategy or "one_for_one"
+  if not STRATEGIES[spec.strategy] then error("unknown supervisor strategy '" .. tostring(spec.strategy) .. "'", 3) end
+  spec.intensity = spec.intensity or 3
+  spec.period = spec.period or 5
+  if type(spec.children) ~= "table" then error("supervisor spec needs a children list", 3) end
+  local ids = {}
+  for i, c in ipairs(spec.children) do
+    if type(c) ~= "table" or type(c.entry) ~= "string" then error("child #" .. i .. " needs an entry string", 3) end
+    c.id = c.id or c.entry
+    if ids[c.id] then error("duplicate child id '" .. tostring(c.id) .. "'", 3) end
+    ids[c.id] = true
+    c.restart = c.restart or "permanent"
+    if not RESTARTS[c.restart] then error("child '" .. c.id .. "': unknown restart '" .. tostring(c.restart) .. "'", 3) end
+  end
+  return spec
+end
+
+-- Starts a supervisor linked to the caller and returns its PID once every
+-- child has started (or nil, err).
+function M.start(spec)
+  local pid, err = process.spawn_linked("supervisor:run", check_spec(spec))
+  if not pid then return nil, err end
+  -- The supervisor answers calls only after starting its children.
+  local ok, cerr = request.call(pid, "$supervisor", { op = "which_children" }, spec.start_timeout or 30)
+  if not ok then return nil, cerr end
+  return pid
+end
+
+-- { { id =, pid = }, ... } in child order (pid is nil for a stopped child).
+function M.which_children(sup, timeout)
+  return request.call(sup, "$supervisor", { op = "which_children" }, timeout)
+end
+
+-- Restarts every child (on the newest code). Returns true or nil, err.
+function M.restart_children(sup, timeout)
+  return request.call(sup, "$supervisor", { op = "restart_children" }, timeout)
+end
+
+-- The supervisor process.
+function M.run(spec)
+  spec = check_spec(spec)
+  process.set_options { trap_links = true }
+  if spec.name then assert(process.registry.register(spec.name)) end
+  local children = {}  -- in spec order: { spec = c, pid = pid or nil }
+  for i, c in ipairs(spec.children) do children[i] = { spec = c } end
+  local by_pid = {}
+  local restarts = {}
+
+  local function start_child(i)
+    local ch = children[i]
+    local c = ch.spec
+    local args = c.args or {}
+    local pid, err = process.spawn_linked(c.entry, unpack(args, 1, table.maxn(args)))
+    if not pid then return nil, err end
+    process.monitor(pid)
+    if c.name then process.registry.register(c.name, pid) end
+    ch.pid = pid
+    by_pid[pid] = i
+    return pid
+  end
+
+  local function stop_child(i)
+    local ch = children[i]
+    if ch.pid then
+      by_pid[ch.pid] = nil  -- its exit event is expected: ignore it
+      process.unlink(ch.pid)
+      process.terminate(ch.pid)
+      ch.pid = nil
+    end
+  end
+
+  local function stop_all()
+    for i = #children, 1, -1 do stop_child(i) end
+  end
+
+  local function give_up(why)
+    stop_all()
+    error("supervisor: " .. why, 0)
+  end
+
+  -- Counts a restart; gives up past the intensity.
+  local function note_restart()
+    local now = time.now()
+    local kept = {}
+    for _, t in ipairs(restarts) do if now - t <= spec.period then kept[#kept + 1] = t end end
+    kept[#kept + 1] = now
+    restarts = kept
+    if #restarts > spec.intensity then
+      give_up(string.format("restart intensity exceeded (%d restarts in %g s)", #restarts, spec.period))
+    end
+  end
+
+  local function start_range(from, to)
+    for i = from, to do
+      if children[i].pid == nil then
+        local ok, err = start_child(i)
+        if not ok then
+          log.error("supervisor: child '%s' did not start: %s", children[i].spec.id, err)
+          note_restart()
+          return start_range(i, to)
+        end
+      end
+    end
+  end
+
+  start_range(1, #children)
+
+  local events, inbox = process.events(), process.inbox()
+  while true do
+    local r = channel.select { events:case_receive(), inbox:case_receive() }
+    local m = r.value
+    if r.channel == events then
+      if m.kind == "exit" and by_pid[m.from] then
+        local i = by_pid[m.from]
+        by_pid[m.from] = nil
+        local c = children[i].spec
+        children[i].pid = nil
+        local failed = m.error ~= nil
+        if failed then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
+        local restart = c.restart == "permanent" or (c.restart == "transient" and failed)
+        if restart then
+          note_restart()
+          if spec.strategy == "one_for_one" then
+            start_range(i, i)
+          elseif spec.strategy == "one_for_all" then
+            stop_all()
+            start_range(1, #children)
+          else  -- rest_for_one
+            for j = #children, i + 1, -1 do stop_child(j) end
+            start_range(i, #children)
+          end
+        end
+      elseif m.kind == "cancel" then
+        stop_all()
+        return "stopped"
+      end
+      -- link_down: the monitor's exit event carries the same news.
+    elseif m.topic == "$supervisor" and request.is_call(m) then
+      local op = m.payload.value and m.payload.value.op
+      if op == "which_children" then
+        local list = {}
+        for i, ch in ipairs(children) do list[i] = { id = ch.spec.id, pid = ch.pid } end
+        request.reply(m, list)
+      elseif op == "restart_children" then
+        stop_all()
+        start_range(1, #children)
+        request.reply(m, true)
+      else
+        request.fail(m, "invalid: unknown supervisor operation '" .. tostring(op) .. "'")
+      end
+    end
+  end
+end
+
+return M
