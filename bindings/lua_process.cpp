@@ -293,7 +293,15 @@ struct Primitives {
     auto& p = self(L);
     std::string entry = lua_isnoneornil(L, 1) ? p.entry_ : std::string(luaL_checkstring(L, 1));
     lua_settop(L, 0);
-    std::string err = p.push_entry(entry);
+    // The new code must require the newest versions too.
+    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    for (const auto& name : p.script_modules_) {
+      lua_pushnil(L);
+      lua_setfield(L, -2, name.c_str());
+    }
+    p.script_modules_.clear();
+    lua_settop(L, 0);
+    std::string err = p.push_entry(L, entry);
     if (!err.empty()) return push_fail(L, err);
     p.entry_ = entry;
     return 1;
@@ -441,6 +449,7 @@ struct Primitives {
     if (!mod) return luaL_error(L, "error loading module '%s': %s", name.c_str(), err.c_str());
     if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), name.c_str()) != 0) return lua_error(L);
     p.rt_.note_module_use(p.ctx_.self, name);
+    p.script_modules_.push_back(name);
     return 1;
   }
 };
@@ -466,7 +475,7 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   return out;
 }
 
-std::string LuaProcess::push_entry(const std::string& entry) {
+std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
   auto [module, method] = split_entry(entry);
   if (!valid_module_name(module))
     return make_error(ErrorKind::Invalid, "bad entry '" + entry + "': expected \"module\" or \"module:method\"");
@@ -477,7 +486,6 @@ std::string LuaProcess::push_entry(const std::string& entry) {
       return make_error(ErrorKind::Invalid, "module '" + module + "' does not compile: " + err.substr(9));
     return err;
   }
-  lua_State* L = L_;
   const int base = lua_gettop(L);
   // Run the module's chunk with a traceback handler.
   lua_pushcfunction(L, [](lua_State* S) -> int {
@@ -496,6 +504,7 @@ std::string LuaProcess::push_entry(const std::string& entry) {
     return make_error(ErrorKind::Invalid, "module '" + module + "' failed to load: " + e);
   }
   rt_.note_module_use(ctx_.self, module);
+  script_modules_.push_back(module);
   // Remember it for require(module) in this process.
   if (!lua_isnil(L, -1)) {
     luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
@@ -625,7 +634,7 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     p.install_globals();
     // The entry method, then the arguments.
     lua_rawgeti(S, LUA_REGISTRYINDEX, p.refs_[LuaProcess::kStart]);
-    s->err = p.push_entry(p.entry_);
+    s->err = p.push_entry(S, p.entry_);
     if (!s->err.empty()) return 0;
     std::string derr;
     int n = decode_values(S, *s->input, &derr);
@@ -733,6 +742,21 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
           else if (n > 1) lua_pop(L, n - 1);
         }
         if (!call_kernel(kExit, 4, 0, out)) return;
+        break;
+      }
+      case EventKind::Reload: {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kReload]);
+        lua_newtable(L);
+        int i = 0;
+        std::size_t start = 0;
+        while (start < ev.payload.size()) {
+          std::size_t end = ev.payload.find('\n', start);
+          if (end == std::string::npos) end = ev.payload.size();
+          lua_pushlstring(L, ev.payload.data() + start, end - start);
+          lua_rawseti(L, -2, ++i);
+          start = end + 1;
+        }
+        if (!call_kernel(kReload, 1, 0, out)) return;
         break;
       }
       case EventKind::LinkDown:

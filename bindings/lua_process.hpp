@@ -37,9 +37,10 @@ class LuaProcess final : public Process {
   friend struct Primitives;
   static void* allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
 
-  // Pushes the entry's method function (loading the newest module version),
-  // or returns the error (SPEC section 2) and pushes nothing.
-  std::string push_entry(const std::string& entry);
+  // Pushes on L (the main state or one of its coroutines) the entry's method
+  // function, loading the newest module version; or returns the error (SPEC
+  // section 2) and pushes nothing.
+  std::string push_entry(lua_State* L, const std::string& entry);
   void install_primitives();
   void install_globals();
   // Calls the kernel function in registry ref `ref` with nargs on the stack.
@@ -59,6 +60,7 @@ class LuaProcess final : public Process {
   int refs_[kRefCount] = {};
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
   std::vector<std::uint64_t> pending_cancels_;
+  std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
   std::uint64_t next_monitor_ref_ = 0;
   std::unordered_map<std::string, std::vector<std::uint64_t>> monitors_;  // target PID -> refs
 };

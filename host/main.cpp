@@ -15,6 +15,7 @@
 #include "host/cli_options.hpp"
 #include "host/config.hpp"
 #include "host/log.hpp"
+#include "host/reloader.hpp"
 #include "host/scheduler.hpp"
 
 #include <lua.hpp>
@@ -104,6 +105,9 @@ int run(const cli::RunOptions& o) {
     }
   });
 
+  std::optional<Reloader> reloader;
+  if (o.watch) reloader.emplace(runtime);
+
   SpawnResult root;
   {
     std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
@@ -130,6 +134,7 @@ int run(const cli::RunOptions& o) {
       break;
     }
   }
+  if (reloader) reloader->stop();
   auto report = scheduler.shutdown(config::kDefaultShutdownGrace);
   if (report.force_closed)
     log::logger().warn("shutdown: {} process(es) did not exit within the grace period and were closed",

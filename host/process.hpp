@@ -29,6 +29,7 @@ enum class EventKind : std::uint8_t {
   Cancel,         // cooperative stop request: payload is the reason
   Exit,           // a monitored process ended: from, payload (result) or error
   LinkDown,       // a linked process failed: from, error
+  Reload,         // modules it loaded changed on disk: payload is their names, '\n'-separated
 };
 
 struct Event {
