@@ -1,0 +1,262 @@
+// End-to-end tests of the host program (SPEC sections 1, 5, 6), run as a
+// subprocess exactly as a user runs it.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "tests/subprocess.hpp"
+
+using namespace host::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kHost = HOST_BINARY;
+
+RunResult run_host(std::vector<std::string> args, RunOptions opts = {}) {
+  args.insert(args.begin(), kHost);
+  return run_program(args, std::move(opts));
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("--help and --version print to stdout and exit 0") {
+  auto r = run_host({"--help"});
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "usage: host run DIR"));
+  r = run_host({"--version"});
+  CHECK(r.code == 0);
+  CHECK(r.out.rfind("host ", 0) == 0);
+}
+
+TEST_CASE("bad usage prints one clear line and the usage, and exits 2") {
+  ScriptDir empty;
+  ScriptDir ok;
+  ok.write("main.lua", "return function() end");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{}, "host: missing command"},
+      {{"frobnicate"}, "host: unknown command 'frobnicate'"},
+      {{"run"}, "host: missing DIR"},
+      {{"run", "/no/such/dir"}, "host: '/no/such/dir' is not a directory"},
+      {{"run", empty.str()}, "host: no module 'main' in " + empty.str()},
+      {{"run", ok.str(), "--entry", "nope"}, "host: no module 'nope'"},
+      {{"run", ok.str(), "--bogus"}, "host: unknown option '--bogus'"},
+      {{"run", ok.str(), "--workers", "zero"}, "host: --workers needs a number"},
+      {{"run", ok.str(), "--workers"}, "host: --workers needs a number"},
+      {{"run", ok.str(), "--mem-limit", "12Q"}, "host: --mem-limit needs a size"},
+      {{"run", ok.str(), "--log-level", "loud"}, "host: --log-level needs one of"},
+      {{"run", ok.str(), "--time-limit", "-1"}, "host: --time-limit needs a positive number"},
+      {{"run", ok.str(), "extra"}, "host: unexpected argument 'extra'"},
+  };
+  for (auto& c : cases) {
+    CAPTURE(c.message);
+    auto r = run_host(c.args);
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind(c.message, 0) == 0);
+    CHECK(contains(r.err, "usage: host run DIR"));
+  }
+}
+
+TEST_CASE("the root's outcome is the exit status: 0 on return, 1 with error and traceback on failure") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() return 'fine' end\n"
+          "function M.fails() local function inner() error('root broke') end inner() end\n"
+          "function M.returns_err() return nil, 'nope: bad input' end\n"
+          "return M\n");
+  CHECK(run_host({"run", d.str()}).code == 0);
+  auto r = run_host({"run", d.str(), "--entry", "main:fails"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "main.lua:3: root broke"));
+  CHECK(contains(r.err, "stack traceback"));
+  r = run_host({"run", d.str(), "--entry", "main:returns_err"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "nope: bad input"));
+  r = run_host({"run", d.str(), "--entry", "main:missing"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "method 'missing' not found in module 'main'"));
+}
+
+TEST_CASE("a root module that does not compile or errors at load fails with file:line") {
+  ScriptDir d;
+  d.write("main.lua", "local x = = 1\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "main.lua:1:"));
+  d.write("main.lua", "error('boom at load')\n");
+  r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "main.lua:1: boom at load"));
+}
+
+TEST_CASE("arguments after -- reach the root as strings, odd bytes included") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function(...)\n"
+          "  local got = { ... }\n"
+          "  local want = { '', 'a b', '--x', '\\xc3\\xa9\\xff', '42' }\n"
+          "  assert(select('#', ...) == #want, 'count ' .. select('#', ...))\n"
+          "  for i, w in ipairs(want) do assert(got[i] == w, 'arg ' .. i) assert(type(got[i]) == 'string') end\n"
+          "end\n");
+  auto r = run_host({"run", d.str(), "--", "", "a b", "--x", "\xc3\xa9\xff", "42"});
+  CHECK_MESSAGE(r.code == 0, r.err);
+}
+
+TEST_CASE("log lines carry time, level and PID; print logs at info; --log-level filters") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function() print('printed', 1, nil) log.debug('dbg %d', 7) log.warn('careful %s', 'now') end\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "[info] <0.0.1> printed\t1\tnil"));
+  CHECK(contains(r.err, "[warning] <0.0.1> careful now"));
+  CHECK_FALSE(contains(r.err, "dbg 7"));
+  r = run_host({"run", d.str(), "--log-level", "debug"});
+  CHECK(contains(r.err, "[debug] <0.0.1> dbg 7"));
+  r = run_host({"run", d.str(), "--log-level=warn"});
+  CHECK_FALSE(contains(r.err, "printed"));
+  CHECK(contains(r.err, "careful now"));
+}
+
+TEST_CASE("processes still alive when the root returns are cancelled and the host exits") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn('main:polite') process.spawn('main:polite') time.sleep(0.05) end\n"
+          "function M.polite() local ev = process.events():receive() log.info('child got %s', ev.kind) end\n"
+          "return M\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < 4s);  // no grace period wasted
+  CHECK(contains(r.err, "child got cancel"));
+}
+
+TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('ready')\n"
+          "  local ev = process.events():receive()\n"
+          "  log.info('root got %s: %s', ev.kind, ev.reason)\n"
+          "  return 'returned normally'\n"
+          "end\n");
+  for (auto [sig, code] : {std::pair{SIGINT, 130}, std::pair{SIGTERM, 143}}) {
+    CAPTURE(sig);
+    RunOptions o;
+    o.signal = sig;
+    o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "ready"); };
+    auto r = run_host({"run", d.str()}, o);
+    CHECK(r.code == code);
+    CHECK(contains(r.err, "root got cancel"));
+  }
+}
+
+TEST_CASE("a process ignoring cancel is closed after the grace period") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn('main:stubborn') time.sleep(0.05) end\n"
+          "function M.stubborn() while true do time.sleep(1) end end\n"
+          "return M\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(r.code == 0);
+  CHECK(took >= 4500ms);
+  CHECK(took < 15s);
+  CHECK(contains(r.err, "did not exit within the grace period"));
+}
+
+TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, then fixed") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local pid = process.spawn('main:holder')\n"
+          "  log.info('READY')\n"
+          "  local ev = process.events():receive()\n"
+          "  return ev.kind\n"
+          "end\n"
+          "function M.holder()\n"
+          "  local v = require('value')\n"
+          "  local n = 0\n"
+          "  while true do\n"
+          "    local ev = process.events():receive()\n"
+          "    if ev.kind == 'reload' then\n"
+          "      n = n + 1\n"
+          "      log.info('RELOAD %d %s old=%s spawn=%s', n, table.concat(ev.modules, ','), v.get(), tostring(process.spawn('main:probe')))\n"
+          "    end\n"
+          "  end\n"
+          "end\n"
+          "function M.probe() log.info('PROBE sees %s', require('value').get()) end\n"
+          "return M\n");
+  d.write("value.lua", "return { get = function() return 'v1' end }\n");
+  int step = 0;
+  auto t_step = std::chrono::steady_clock::now();
+  RunOptions o;
+  o.timeout = 40s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    auto now = std::chrono::steady_clock::now();
+    if (step == 0 && contains(err, "READY")) {
+      std::this_thread::sleep_for(200ms);
+      d.write("value.lua", "return { get = function() return 'v2' end }\n");  // in place
+      step = 1;
+      t_step = now;
+    } else if (step == 1 && contains(err, "PROBE sees v2")) {
+      d.write("value.lua", "return { get = function() return 'broken' end\n");  // syntax error, written twice
+      std::this_thread::sleep_for(300ms);
+      d.write("value.lua", "return { get = function() return 'broken' end\n");
+      step = 2;
+      t_step = now;
+    } else if (step == 2 && now - t_step > 1500ms) {
+      d.write_by_rename("value.lua", "return { get = function() return 'v3' end }\n");
+      step = 3;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "PROBE sees v3"); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  CHECK(contains(r.err, "RELOAD 1 value old=v1"));   // running code keeps its version...
+  CHECK(contains(r.err, "PROBE sees v2"));           // ...new spawns get the new one
+  CHECK(contains(r.err, "PROBE sees v3"));
+  // The broken version is reported once, with file:line, and changes nothing.
+  std::size_t first = r.err.find("value.lua:2: '}' expected");
+  REQUIRE_MESSAGE(first != std::string::npos, r.err);
+  CHECK(r.err.find("value.lua:2: '}' expected", first + 1) == std::string::npos);
+  CHECK_FALSE(contains(r.err, "PROBE sees broken"));
+}
+
+TEST_CASE("upgrade keeps the PID and a message queued before it") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local pid = process.spawn_monitored('main:worker', 1)\n"
+          "  process.send(pid, 'queued', 'kept')\n"
+          "  process.send(pid, 'go', nil)\n"
+          "  local ev = process.events():receive()\n"
+          "  assert(ev.from == pid, 'same pid')\n"
+          "  assert(ev.result == 'v2 got kept', tostring(ev.result or ev.error))\n"
+          "end\n"
+          "function M.worker(version)\n"
+          "  if version == 1 then\n"
+          "    process.listen('go'):receive()\n"
+          "    process.upgrade('main:worker', 2)\n"
+          "  end\n"
+          "  return 'v2 got ' .. process.receive().payload\n"
+          "end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str()});
+  CHECK_MESSAGE(r.code == 0, r.err);
+}
