@@ -1,0 +1,129 @@
+-- stdlib/request and stdlib/supervisor.
+local T = require("t")
+local request = require("request")
+local supervisor = require("supervisor")
+
+local me
+
+-- Collects `n` "started" reports: id -> pid.
+local function started(n)
+  local got = {}
+  for _ = 1, n do
+    local m = assert(process.receive(5), "a child did not start")
+    T.eq(m.topic, "started")
+    got[m.payload.id] = m.payload.pid
+  end
+  return got
+end
+
+local function children(ids, restart)
+  local list = {}
+  for i, id in ipairs(ids) do
+    list[i] = { id = id, entry = "fixtures.child", args = { me, id }, restart = restart or "permanent" }
+  end
+  return list
+end
+
+return { main = function()
+  me = process.pid()
+  process.set_options { trap_links = true }  -- a supervisor giving up must not take the tests down
+  return T.run {
+    { "call returns the reply; concurrent calls each get their own", function()
+      local s = assert(process.spawn("fixtures.server"))
+      T.eq(request.call(s, "echo", { x = 1 }).x, 1)
+      local results = channel.new(10)
+      for i = 1, 5 do coroutine.spawn(function() results:send(request.call(s, "echo", i)) end) end
+      local sum = 0
+      for _ = 1, 5 do sum = sum + results:receive() end
+      T.eq(sum, 15)
+      process.send(s, "stop", nil)
+    end },
+    { "call times out, and the late reply never reaches the inbox", function()
+      local s = assert(process.spawn("fixtures.server"))
+      local v, err = request.call(s, "slow", 0.2, 0.05)
+      T.eq(v, nil); T.eq(err, "timeout")
+      time.sleep(0.3)
+      T.eq(select(2, process.receive(0)), "timeout", "no stray reply in the inbox")
+      T.eq(request.call(s, "echo", "after"), "after")
+      process.send(s, "stop", nil)
+    end },
+    { "call reports a server error, a dead server and an unknown name", function()
+      local s = assert(process.spawn("fixtures.server"))
+      local v, err = request.call(s, "fail", "bad")
+      T.eq(v, nil); T.eq(err, "invalid: bad")
+      v, err = request.call(s, "die", nil, 5)
+      T.eq(v, nil); T.match(err, "^not_found: .* exited before replying: .*server died")
+      v, err = request.call(s, "echo", 1)
+      T.match(err, "^not_found")
+      v, err = request.call("nobody-here", "echo", 1)
+      T.match(err, "^not_found")
+    end },
+    { "one_for_one restarts only the child that failed", function()
+      local sup = assert(supervisor.start { strategy = "one_for_one", children = children({ "a", "b", "c" }) })
+      local first = started(3)
+      process.send(first.b, "crash", nil)
+      local again = started(1)
+      T.ok(again.b and again.b ~= first.b, "b restarted")
+      T.eq(process.receive(0.1), nil, "a and c untouched")
+      local list = supervisor.which_children(sup)
+      T.eq(list[1].pid, first.a); T.eq(list[2].pid, again.b); T.eq(list[3].pid, first.c)
+      process.cancel(sup)
+    end },
+    { "one_for_all restarts every child", function()
+      local sup = assert(supervisor.start { strategy = "one_for_all", children = children({ "a", "b", "c" }) })
+      local first = started(3)
+      process.send(first.a, "crash", nil)
+      local again = started(3)
+      for _, id in ipairs({ "a", "b", "c" }) do T.ok(again[id] ~= first[id], id .. " restarted") end
+      T.match(select(2, process.send(first.c, "x", 1)), "^not_found", "old c is gone")
+      process.cancel(sup)
+    end },
+    { "rest_for_one restarts the failed child and those after it", function()
+      local sup = assert(supervisor.start { strategy = "rest_for_one", children = children({ "a", "b", "c" }) })
+      local first = started(3)
+      process.send(first.b, "crash", nil)
+      local again = started(2)
+      T.ok(again.b and again.c and not again.a, "b and c restarted, a kept")
+      T.eq(supervisor.which_children(sup)[1].pid, first.a)
+      process.cancel(sup)
+    end },
+    { "transient children restart only on failure; temporary never", function()
+      local list = children({ "t" }, "transient")
+      list[2] = { id = "tmp", entry = "fixtures.child", args = { me, "tmp" }, restart = "temporary" }
+      local sup = assert(supervisor.start { children = list })
+      local first = started(2)
+      process.send(first.t, "quit", nil)        -- normal exit: not restarted
+      process.send(first.tmp, "crash", nil)     -- temporary: not restarted
+      T.eq(process.receive(0.2), nil, "nothing restarted")
+      local kids = supervisor.which_children(sup)
+      T.eq(kids[1].pid, nil); T.eq(kids[2].pid, nil)
+      process.cancel(sup)
+    end },
+    { "past the restart intensity the supervisor gives up and its parent hears of it", function()
+      local sup = assert(supervisor.start { intensity = 2, period = 10, children = children({ "x" }) })
+      process.monitor(sup)
+      local pid = started(1).x
+      for _ = 1, 3 do
+        process.send(pid, "crash", nil)
+        local m = process.receive(2)
+        if m then pid = m.payload.pid end
+      end
+      local ev
+      repeat ev = T.next_event("exit") or nil until ev.from == sup
+      T.match(ev.error, "restart intensity exceeded")
+    end },
+    { "restart_children restarts every child on the newest code", function()
+      local sup = assert(supervisor.start { children = children({ "a", "b" }) })
+      local first = started(2)
+      T.eq(supervisor.restart_children(sup), true)
+      local again = started(2)
+      T.ok(again.a ~= first.a and again.b ~= first.b, "both restarted")
+      process.cancel(sup)
+    end },
+    { "bad supervisor specs raise", function()
+      T.raises(function() supervisor.start { strategy = "all_for_none", children = {} } end, "unknown supervisor strategy")
+      T.raises(function() supervisor.start { children = { { id = "x" } } } end, "needs an entry")
+      T.raises(function() supervisor.start { children = { { entry = "a", restart = "sometimes" } } } end, "unknown restart")
+    end },
+  }
+end }
