@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include <lua.hpp>
 
@@ -667,7 +668,12 @@ void LuaProcess::fail_from_lua(StepOutput& out, const char* what) {
 bool LuaProcess::call_kernel(int ref, int nargs, int nresults, StepOutput& out) {
   // The function was pushed below its arguments by the caller.
   (void)ref;
-  if (lua_pcall(L_, nargs, nresults, 0) != 0) {
+  if (lua_pcall(L_, nargs, nresults, 0) != 0 || interrupted_.load(std::memory_order_acquire)) {
+    if (interrupted_.load(std::memory_order_acquire)) {
+      out.status = Status::Failed;
+      out.error = make_error(ErrorKind::Limit, "time");
+      return false;
+    }
     fail_from_lua(out, "kernel error");
     return false;
   }
@@ -801,7 +807,32 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     flush_commands(out);
 }
 
+void LuaProcess::Interrupt() {
+  interrupted_.store(true, std::memory_order_release);
+  // From the monitor thread: LuaJIT's lua_sethook only stores the hook and
+  // switches the interpreter's dispatch to check it.
+  lua_sethook(L_, [](lua_State* L, lua_Debug*) {
+    void* ud = nullptr;
+    lua_getallocf(L, &ud);
+    if (static_cast<LuaProcess*>(ud)->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+  }, LUA_MASKCOUNT, 1);
+}
+
+void LuaProcess::Abandon() {
+  // A parked thread stopped inside this state: never free it (it stays
+  // reachable here, so leak checkers do not flag it).
+  static std::mutex mu;
+  static std::vector<lua_State*> parked_states;
+  std::lock_guard lock(mu);
+  parked_states.push_back(L_);
+  abandoned_ = true;
+}
+
 void LuaProcess::Close() {
+  if (L_ && abandoned_) {
+    L_ = nullptr;
+    rt_.forget_process(ctx_.self);
+  }
   if (L_) {
     lua_close(L_);
     L_ = nullptr;

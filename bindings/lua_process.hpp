@@ -10,6 +10,7 @@
 // ready tasks; their waits on timers come back as sleep yields.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -30,6 +31,8 @@ class LuaProcess final : public Process {
   std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;
+  void Interrupt() override;
+  void Abandon() override;
 
   std::size_t memory_used() const { return used_; }
 
@@ -53,6 +56,8 @@ class LuaProcess final : public Process {
   std::size_t used_ = 0;
   std::size_t limit_;
   bool mem_exceeded_ = false;
+  std::atomic<bool> interrupted_{false};  // set by the runaway monitor
+  bool abandoned_ = false;
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs

@@ -105,6 +105,7 @@ int run(const cli::RunOptions& o) {
     }
   });
 
+  scheduler.watch_for_runaways(std::chrono::milliseconds(static_cast<long long>(o.time_limit * 1000)));
   std::optional<Reloader> reloader;
   if (o.watch) reloader.emplace(runtime);
 

@@ -130,6 +130,14 @@ class Process {
   virtual void Step(std::span<Event> events, StepOutput& out) = 0;
   // Releases resources. Called once; the process is destroyed right after.
   virtual void Close() = 0;
+
+  // Runaway protection (runaway_monitor.hpp); both are called from the
+  // monitor thread while Step runs on a worker. Interrupt: make the running
+  // step end soon (it should then fail with "limit: time"). Abandon: the
+  // worker thread running Step was parked for good inside it; Close must not
+  // touch the state that thread was using (leaking it is the safe choice).
+  virtual void Interrupt() {}
+  virtual void Abandon() {}
 };
 
 }  // namespace host

@@ -7,6 +7,7 @@
 
 #include "host/error.hpp"
 #include "host/log.hpp"
+#include "host/runaway_monitor.hpp"
 #include "host/worker.hpp"
 
 namespace host {
@@ -38,6 +39,10 @@ Scheduler::Scheduler(SchedulerOptions options)
 }
 
 Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
+
+void Scheduler::watch_for_runaways(std::chrono::milliseconds limit) {
+  if (!runaway_monitor_) runaway_monitor_ = std::make_unique<RunawayMonitor>(*this, limit);
+}
 
 std::string Scheduler::not_found(const Pid& pid) const {
   return make_error(ErrorKind::NotFound, "no process " + pid.to_string());
@@ -350,6 +355,7 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   stopping_workers_.store(true, std::memory_order_release);
   idle_.stop();
   for (auto& w : workers_) w->join();
+  if (runaway_monitor_) runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
 
   // 4. Close what is left. No worker runs now, so every slot is ours.
   for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {

@@ -74,6 +74,7 @@
 namespace host {
 
 class Worker;
+class RunawayMonitor;
 
 struct SchedulerOptions {
   unsigned workers = 0;  // 0: one per hardware thread
@@ -160,8 +161,13 @@ class Scheduler {
 
   ShutdownReport shutdown(std::chrono::milliseconds grace = config::kDefaultShutdownGrace);
 
+  // Stops processes whose step runs longer than `limit` (runaway_monitor.hpp).
+  // Call once, before processes run.
+  void watch_for_runaways(std::chrono::milliseconds limit);
+
  private:
   friend class Worker;
+  friend class RunawayMonitor;
 
   // Locks the slot a PID names if it is that process and alive. On success
   // the returned lock holds slot->mu.
@@ -183,6 +189,7 @@ class Scheduler {
   TimerService timers_;
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
+  std::unique_ptr<RunawayMonitor> runaway_monitor_;
 
   std::atomic<std::size_t> live_{0};
   std::mutex live_mu_;                 // pairs with live_cv_ for wait_all_exited

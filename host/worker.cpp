@@ -2,6 +2,8 @@
 // follow the idle protocol of idle_workers.hpp when there is none.
 #include "host/worker.hpp"
 
+#include <unistd.h>
+
 #include <exception>
 
 #include "host/config.hpp"
@@ -28,6 +30,14 @@ Worker::Worker(Scheduler& scheduler, unsigned id)
 
 void Worker::start() { thread_ = std::thread([this] { run(); }); }
 
+void Worker::replace_thread() {
+  thread_.detach();  // parked forever inside a step; it never touches the worker again
+  running_.store(nullptr, std::memory_order_relaxed);
+  std::uint64_t e = epoch_.load(std::memory_order_relaxed) & ~kBusy;
+  epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
+  thread_ = std::thread([this] { run(); });
+}
+
 void Worker::join() {
   if (thread_.joinable()) thread_.join();
 }
@@ -44,6 +54,7 @@ std::uint64_t Worker::next_random() {
 
 void Worker::run() {
   tls_worker = this;
+  tid_.store(static_cast<int>(gettid()), std::memory_order_release);
   IdleWorkers& idle = scheduler_.idle_;
   bool spinning = false;
   int rounds = 0;
@@ -131,6 +142,8 @@ void Worker::execute(ProcessSlot* slot) {
     events_.swap(slot->pending);
   }
   out_.reset();
+  running_.store(slot, std::memory_order_relaxed);
+  epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {
     slot->process->Step(events_, out_);
   } catch (const std::exception& e) {
@@ -139,6 +152,15 @@ void Worker::execute(ProcessSlot* slot) {
   } catch (...) {
     out_.status = Status::Failed;
     out_.error = "step raised an unknown exception";
+  }
+  // Even again; wait while the runaway monitor holds kBusy on this step.
+  for (std::uint64_t e = epoch_.load(std::memory_order_acquire);;) {
+    if (e & kBusy) {
+      std::this_thread::yield();
+      e = epoch_.load(std::memory_order_acquire);
+      continue;
+    }
+    if (epoch_.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
   }
   events_.clear();
   switch (out_.status) {

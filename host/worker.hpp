@@ -3,6 +3,9 @@
 // own thread; other workers only steal from deque().
 #pragma once
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -30,6 +33,19 @@ class Worker {
   // Owner thread only.
   void push_local(ProcessSlot* slot) { deque_.push(slot); }
 
+  // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
+  // sets kBusy while it touches the running process, and the worker waits
+  // for it to clear before it ends the step, so the process cannot be
+  // finished and freed under the monitor.
+  static constexpr std::uint64_t kBusy = std::uint64_t{1} << 63;
+  std::atomic<std::uint64_t>& epoch() { return epoch_; }
+  ProcessSlot* running() const { return running_.load(std::memory_order_acquire); }
+  int thread_id() const { return tid_.load(std::memory_order_acquire); }
+  pthread_t native_handle() { return thread_.native_handle(); }
+  // Monitor only, with kBusy held and the old thread parked for good: gives
+  // the worker (its deque included) a new thread.
+  void replace_thread();
+
  private:
   void run();
   ProcessSlot* find_work();
@@ -41,6 +57,10 @@ class Worker {
   const unsigned id_;
   WorkDeque<ProcessSlot*> deque_;
   std::thread thread_;
+  std::vector<std::thread> abandoned_;  // parked threads, never joined (monitor only)
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<ProcessSlot*> running_{nullptr};
+  std::atomic<int> tid_{0};
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
   std::uint64_t rng_;

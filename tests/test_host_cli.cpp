@@ -260,3 +260,41 @@ TEST_CASE("upgrade keeps the PID and a message queued before it") {
   auto r = run_host({"run", d.str()});
   CHECK_MESSAGE(r.code == 0, r.err);
 }
+
+TEST_CASE("a runaway process is stopped with limit: time while another keeps answering pings") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.jit_loop() while true do end end\n"
+          "function M.interpreted() jit.off() local x = 0 while true do x = x + 1 end end\n"
+          "function M.catches() while true do pcall(function() local t = {} for i = 1, 64 do t[i] = i end end) end end\n"
+          "function M.pinger() while true do local m = process.receive() process.send(m.from, 'pong', m.payload) end end\n"
+          "function M.main(kind)\n"
+          "  local ponger = assert(process.spawn('main:pinger'))\n"
+          "  local bad = assert(process.spawn_monitored('main:' .. kind))\n"
+          "  local answered, events = 0, process.events()\n"
+          "  while true do\n"
+          "    process.send(ponger, 'ping', answered)\n"
+          "    local r = channel.select { events:case_receive(), process.inbox():case_receive() }\n"
+          "    if r.channel == events then\n"
+          "      assert(r.value.from == bad and r.value.error == 'limit: time', tostring(r.value.error))\n"
+          "      break\n"
+          "    end\n"
+          "    answered = answered + 1\n"
+          "    time.sleep('10ms')\n"
+          "  end\n"
+          "  log.info('ANSWERED %d', answered)\n"
+          "  assert(answered >= 20, 'pings stalled during the runaway: ' .. answered)\n"
+          "  process.terminate(ponger)\n"
+          "end\n"
+          "return M\n");
+  std::vector<std::string> kinds = {"interpreted", "catches"};
+#if !defined(__SANITIZE_THREAD__)
+  kinds.push_back("jit_loop");  // TSan delivers signals only at its own safe points
+#endif
+  for (const auto& kind : kinds) {
+    CAPTURE(kind);
+    auto r = run_host({"run", d.str(), "--time-limit", "0.5", "--workers", "2", "--", kind});
+    CHECK_MESSAGE(r.code == 0, r.err);
+  }
+}

@@ -1,0 +1,63 @@
+// Runaway protection (SPEC section 6): a monitor thread that stops a
+// process whose step runs longer than the time limit, and keeps the other
+// processes running meanwhile. Threads: its own; started and stopped by the
+// Scheduler.
+//
+// How. Each worker publishes a step epoch (odd during a step) and the slot
+// it runs; the monitor samples them every tick, never reading a clock on
+// the workers' hot path (Go's sysmon does the same). A step whose epoch has
+// not moved for the time limit is a runaway:
+//   1. Interrupt(): the Lua process sets a count hook that raises
+//      "limit: time"; interpreted code and C calls stop at once.
+//   2. JIT-compiled loops never run hooks. If the step is still running a
+//      moment later, the monitor signals the worker thread; if the thread is
+//      executing JIT machine code (anonymous executable memory: no lock held,
+//      no C++ frame to unwind), the handler parks it for good. The monitor
+//      then fails the process with "limit: time", and gives the worker (its
+//      deque included) a fresh thread. If the thread is in native code, the
+//      monitor retries at the next tick.
+//   3. While a worker is stuck, the monitor wakes an idle worker each tick,
+//      so the stuck worker's queued processes are stolen and run.
+// The parked thread's Lua state is left as it is (Abandon): freeing it from
+// another thread could run finalizers on a state stopped mid-trace.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace host {
+
+class Scheduler;
+
+class RunawayMonitor {
+ public:
+  RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds limit);
+  ~RunawayMonitor();
+  RunawayMonitor(const RunawayMonitor&) = delete;
+  void stop();
+
+ private:
+  struct Watch {
+    std::uint64_t epoch = 0;
+    std::chrono::steady_clock::time_point since;
+    bool interrupted = false;
+    std::chrono::steady_clock::time_point interrupted_at;
+  };
+  void run();
+  void check(std::size_t i, std::chrono::steady_clock::time_point now);
+  bool try_park(std::size_t i, std::uint64_t epoch);
+
+  Scheduler& scheduler_;
+  const std::chrono::milliseconds limit_;
+  const std::chrono::milliseconds tick_;
+  std::vector<Watch> watches_;  // monitor thread only
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace host
