@@ -305,6 +305,7 @@ struct Primitives {
     std::string err = p.push_entry(L, entry);
     if (!err.empty()) return push_fail(L, err);
     p.entry_ = entry;
+    log::set_current_pid(p.ctx_.self, p.entry_.c_str());  // the old name's buffer is gone
     return 1;
   }
 

@@ -32,6 +32,7 @@ class LuaProcess final : public Process {
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;
   void Interrupt() override;
+  const char* Name() const override { return entry_.c_str(); }
   void Abandon() override;
 
   std::size_t memory_used() const { return used_; }

@@ -2,6 +2,8 @@
 // process running on the writing thread.
 #include "host/log.hpp"
 
+#include <cstring>
+
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
@@ -11,6 +13,7 @@ namespace {
 // Set by the worker around each step; rendered only when a line is written,
 // so the hot path pays a store, not a formatting.
 thread_local Pid current_pid;
+thread_local const char* current_module = "";
 
 class PidFlag final : public spdlog::custom_flag_formatter {
  public:
@@ -21,6 +24,10 @@ class PidFlag final : public spdlog::custom_flag_formatter {
     }
     std::string v = current_pid.to_string();
     dest.append(v.data(), v.data() + v.size());
+    if (*current_module) {
+      dest.push_back(' ');
+      dest.append(current_module, current_module + std::strlen(current_module));
+    }
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PidFlag>(); }
 };
@@ -58,8 +65,14 @@ bool set_level(const std::string& name) {
   return false;
 }
 
-void set_current_pid(const Pid& pid) { current_pid = pid; }
+void set_current_pid(const Pid& pid, const char* module) {
+  current_pid = pid;
+  current_module = module;
+}
 
-void clear_current_pid() { current_pid = Pid{}; }
+void clear_current_pid() {
+  current_pid = Pid{};
+  current_module = "";
+}
 
 }  // namespace host::log

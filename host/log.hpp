@@ -19,8 +19,9 @@ std::shared_ptr<spdlog::logger> logger_ptr();
 // Sets the level by name (trace|debug|info|warn|error); false if unknown.
 bool set_level(const std::string& name);
 
-// The PID shown in log lines written on this thread; "-" when none.
-void set_current_pid(const Pid& pid);
+// The PID and module shown in log lines written on this thread ("-" when
+// none). `module` must outlive the matching clear_current_pid().
+void set_current_pid(const Pid& pid, const char* module = "");
 void clear_current_pid();
 
 }  // namespace host::log

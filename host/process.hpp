@@ -138,6 +138,10 @@ class Process {
   // touch the state that thread was using (leaking it is the safe choice).
   virtual void Interrupt() {}
   virtual void Abandon() {}
+
+  // What log lines written during its steps name as the module (a Lua
+  // process: its entry, "main:main"). Must stay valid until Close.
+  virtual const char* Name() const { return ""; }
 };
 
 }  // namespace host

@@ -131,7 +131,7 @@ void Worker::execute(ProcessSlot* slot) {
     log::logger().error("scheduler: process {} was queued but not ready", slot->pid().to_string());
     return;
   }
-  log::set_current_pid(slot->pid());
+  log::set_current_pid(slot->pid(), slot->process->Name());
   if (slot->terminate_requested.load(std::memory_order_acquire)) {
     s.finish(slot, true, {}, "terminated");
     log::clear_current_pid();

@@ -111,17 +111,17 @@ TEST_CASE("arguments after -- reach the root as strings, odd bytes included") {
   CHECK_MESSAGE(r.code == 0, r.err);
 }
 
-TEST_CASE("log lines carry time, level and PID; print logs at info; --log-level filters") {
+TEST_CASE("log lines carry time, level, PID and module; print logs at info; --log-level filters") {
   ScriptDir d;
   d.write("main.lua",
           "return function() print('printed', 1, nil) log.debug('dbg %d', 7) log.warn('careful %s', 'now') end\n");
   auto r = run_host({"run", d.str()});
   CHECK(r.code == 0);
-  CHECK(contains(r.err, "[info] <0.0.1> printed\t1\tnil"));
-  CHECK(contains(r.err, "[warning] <0.0.1> careful now"));
+  CHECK(contains(r.err, "[info] <0.0.1> main:main printed\t1\tnil"));
+  CHECK(contains(r.err, "[warning] <0.0.1> main:main careful now"));
   CHECK_FALSE(contains(r.err, "dbg 7"));
   r = run_host({"run", d.str(), "--log-level", "debug"});
-  CHECK(contains(r.err, "[debug] <0.0.1> dbg 7"));
+  CHECK(contains(r.err, "[debug] <0.0.1> main:main dbg 7"));
   r = run_host({"run", d.str(), "--log-level=warn"});
   CHECK_FALSE(contains(r.err, "printed"));
   CHECK(contains(r.err, "careful now"));
@@ -297,4 +297,44 @@ TEST_CASE("a runaway process is stopped with limit: time while another keeps ans
     auto r = run_host({"run", d.str(), "--time-limit", "0.5", "--workers", "2", "--", kind});
     CHECK_MESSAGE(r.code == 0, r.err);
   }
+}
+
+TEST_CASE("--watch: deleting a module in use keeps the running copy; new spawns of it get not_found") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.holder()\n"
+          "  local g = require('gone')\n"
+          "  while true do local m = process.receive() process.send(m.from, 'still', g.v()) end\n"
+          "end\n"
+          "function M.main()\n"
+          "  local holder = assert(process.spawn('main:holder'))\n"
+          "  assert(process.spawn('gone'))\n"
+          "  log.info('READY')\n"
+          "  for _ = 1, 100 do\n"
+          "    time.sleep('100ms')\n"
+          "    local p, err = process.spawn('gone')\n"
+          "    if not p then\n"
+          "      assert(err:match('^not_found: module .gone.'), err)\n"
+          "      process.send(holder, 'check', nil)\n"
+          "      log.info('HOLDER SAYS %s', process.receive(2).payload)\n"
+          "      return\n"
+          "    end\n"
+          "  end\n"
+          "  error('the deleted module could still be spawned')\n"
+          "end\n"
+          "return M\n");
+  d.write("gone.lua", "return { main = function() end, v = function() return 'v1' end }\n");
+  bool deleted = false;
+  RunOptions o;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!deleted && contains(err, "READY")) {
+      std::filesystem::remove(d.path() / "gone.lua");
+      deleted = true;
+    }
+  };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(contains(r.err, "HOLDER SAYS v1"));
+  CHECK(contains(r.err, "module 'gone' was deleted"));
 }
