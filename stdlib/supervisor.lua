@@ -92,13 +92,21 @@ function M.run(spec)
     return pid
   end
 
+  -- Stops a child and waits until it is gone, so old and new children never
+  -- run side by side (terminate is forced, but takes effect at the child's
+  -- next scheduling; a runaway takes until --time-limit).
   local function stop_child(i)
     local ch = children[i]
-    if ch.pid then
-      by_pid[ch.pid] = nil  -- its exit event is expected: ignore it
-      process.unlink(ch.pid)
-      process.terminate(ch.pid)
-      ch.pid = nil
+    local pid = ch.pid
+    if not pid then return end
+    by_pid[pid] = nil  -- its exit event is expected: ignore it
+    ch.pid = nil
+    process.unlink(pid)
+    local gone = process.watch(pid)
+    process.terminate(pid)
+    if gone then
+      local r = channel.select { gone:case_receive(), time.after(spec.shutdown_timeout or 15):case_receive() }
+      if r.channel ~= gone then log.error("supervisor: child '%s' (%s) did not stop", ch.spec.id, pid) end
     end
   end
 
