@@ -77,6 +77,18 @@ struct Primitives {
     return false;
   }
 
+  // Resolves argument 1 (a PID or a registered name) and calls
+  // fn(process, pid), which returns how many results it pushed; when the
+  // target cannot be resolved, returns nil, err instead.
+  template <typename F>
+  static int on_target(lua_State* L, F&& fn) {
+    auto& p = self(L);
+    Pid to;
+    int nret;
+    if (!resolve(L, p, 1, to, nret)) return nret;
+    return fn(p, to);
+  }
+
   static int ok_or_fail(lua_State* L, const std::string& err) {
     if (!err.empty()) return push_fail(L, err);
     lua_pushboolean(L, 1);
@@ -100,17 +112,15 @@ struct Primitives {
   }
 
   static int send(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    std::size_t tn;
-    const char* topic = luaL_checklstring(L, 2, &tn);
-    lua_settop(L, 3);
-    std::string bytes;
-    std::string err = encode_values(L, 3, 1, bytes, "value");
-    if (!err.empty()) return push_fail(L, err);
-    return ok_or_fail(L, p.rt_.scheduler().send(to, std::string(topic, tn), std::move(bytes), p.ctx_.self));
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      std::size_t tn;
+      const char* topic = luaL_checklstring(L, 2, &tn);
+      lua_settop(L, 3);
+      std::string bytes;
+      std::string err = encode_values(L, 3, 1, bytes, "value");
+      if (!err.empty()) return push_fail(L, err);
+      return ok_or_fail(L, p.rt_.scheduler().send(to, std::string(topic, tn), std::move(bytes), p.ctx_.self));
+    });
   }
 
   static int spawn(lua_State* L) {
@@ -136,80 +146,66 @@ struct Primitives {
   }
 
   static int link(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    return ok_or_fail(L, p.rt_.scheduler().link(p.ctx_.self, to));
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      return ok_or_fail(L, p.rt_.scheduler().link(p.ctx_.self, to));
+    });
   }
 
   static int unlink(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    return ok_or_fail(L, p.rt_.scheduler().unlink(p.ctx_.self, to));
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      return ok_or_fail(L, p.rt_.scheduler().unlink(p.ctx_.self, to));
+    });
   }
 
   static int monitor(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    std::uint64_t ref = ++p.next_monitor_ref_;
-    std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
-    if (!err.empty()) return push_fail(L, err);
-    p.monitors_[to.to_string()].push_back(ref);
-    lua_pushboolean(L, 1);
-    lua_pushnumber(L, static_cast<lua_Number>(ref));
-    return 2;
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      std::uint64_t ref = ++p.next_monitor_ref_;
+      std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
+      if (!err.empty()) return push_fail(L, err);
+      p.monitors_[to.to_string()].push_back(ref);
+      lua_pushboolean(L, 1);
+      lua_pushnumber(L, static_cast<lua_Number>(ref));
+      return 2;
+    });
   }
 
   // H.demonitor(pid, ref): drops one monitor.
   static int demonitor(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
-    auto it = p.monitors_.find(to.to_string());
-    if (it != p.monitors_.end()) {
-      std::erase(it->second, ref);
-      if (it->second.empty()) p.monitors_.erase(it);
-    }
-    (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
-    lua_pushboolean(L, 1);
-    return 1;
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
+      auto it = p.monitors_.find(to.to_string());
+      if (it != p.monitors_.end()) {
+        std::erase(it->second, ref);
+        if (it->second.empty()) p.monitors_.erase(it);
+      }
+      (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
+      lua_pushboolean(L, 1);
+      return 1;
+    });
   }
 
   static int unmonitor(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    auto it = p.monitors_.find(to.to_string());
-    if (it == p.monitors_.end())
-      return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
-    for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
-    p.monitors_.erase(it);
-    lua_pushboolean(L, 1);
-    return 1;
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      auto it = p.monitors_.find(to.to_string());
+      if (it == p.monitors_.end())
+        return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
+      for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
+      p.monitors_.erase(it);
+      lua_pushboolean(L, 1);
+      return 1;
+    });
   }
 
   static int cancel(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    return ok_or_fail(L, p.rt_.scheduler().cancel(to, luaL_optstring(L, 2, "canceled"), p.ctx_.self));
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      return ok_or_fail(L, p.rt_.scheduler().cancel(to, luaL_optstring(L, 2, "canceled"), p.ctx_.self));
+    });
   }
 
   static int terminate(lua_State* L) {
-    auto& p = self(L);
-    Pid to;
-    int nret;
-    if (!resolve(L, p, 1, to, nret)) return nret;
-    return ok_or_fail(L, p.rt_.scheduler().terminate(to));
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      return ok_or_fail(L, p.rt_.scheduler().terminate(to));
+    });
   }
 
   static int register_name(lua_State* L) {

@@ -437,8 +437,8 @@ TEST_CASE("shutdown cancels, waits for the grace period, then closes the rest an
   REQUIRE(box.wait_size(1));
   std::this_thread::sleep_for(20ms);
   auto t0 = std::chrono::steady_clock::now();
-  ShutdownReport report = s->shutdown(150ms);
-  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
+  ShutdownReport report = s->shutdown(1s);  // generous: the polite one must exit within it even on a loaded machine
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1s);
   CHECK(report.exited_in_grace == 1);
   CHECK(report.force_closed == 3);
   CHECK(report.yields_never_completed == 2);

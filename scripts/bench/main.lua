@@ -4,19 +4,16 @@
 -- peak RSS; each checks its result so a wrong run cannot look fast.
 local benches = require("benches")
 
-local function rss_kb()
+-- A "VmRSS"-style field of /proc/self/status, in KB (0 where there is none).
+local function status_kb(field)
   local f = io.open("/proc/self/status")
   if not f then return 0 end
   local s = f:read("*a"); f:close()
-  return tonumber(s:match("VmRSS:%s*(%d+)")) or 0
+  return tonumber(s:match(field .. ":%s*(%d+)")) or 0
 end
 
-local function peak_kb()
-  local f = io.open("/proc/self/status")
-  if not f then return 0 end
-  local s = f:read("*a"); f:close()
-  return tonumber(s:match("VmHWM:%s*(%d+)")) or 0
-end
+local function rss_kb() return status_kb("VmRSS") end
+local function peak_kb() return status_kb("VmHWM") end
 
 local function main(...)
   local quick, names = false, {}

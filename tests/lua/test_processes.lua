@@ -106,7 +106,7 @@ return { main = function()
       process.send(echo, "stop", nil)
     end },
     { "a process that spawns without end gets limit: and nothing else is affected", function()
-      -- This test directory runs with --max-processes 3000 (CMakeLists.txt).
+      -- CTest runs this file with --max-processes 3000 (CMakeLists.txt).
       local pid = assert(process.spawn_monitored("fixtures.spawner"))
       local ev = T.next_event("exit", 60)
       T.eq(ev.from, pid)
