@@ -346,10 +346,10 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   for (const Pid& pid : live) cancel(pid, "shutdown");
 
   // 2. Wait for them within the grace period.
-  std::size_t before = live_count();
   wait_all_exited(deadline);
-  std::size_t left = live_count();
-  report_.exited_in_grace = before > left ? before - left : 0;
+  std::size_t still = 0;
+  for (const Pid& pid : live) still += alive(pid);
+  report_.exited_in_grace = live.size() - still;
 
   // 3. Stop the workers. A step in progress finishes first.
   stopping_workers_.store(true, std::memory_order_release);

@@ -31,6 +31,7 @@ struct RunOptions {
   std::function<bool(const std::string& out, const std::string& err)> signal_when;
   // ... and called on each poll, e.g. to edit files while it runs.
   std::function<void(const std::string& out, const std::string& err)> on_output;
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child only
 };
 
 inline RunResult run_program(const std::vector<std::string>& argv, RunOptions opts = {}) {
@@ -42,6 +43,7 @@ inline RunResult run_program(const std::vector<std::string>& argv, RunOptions op
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
     close(err_pipe[0]);
+    for (const auto& [k, v] : opts.env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -294,7 +294,11 @@ TEST_CASE("a runaway process is stopped with limit: time while another keeps ans
 #endif
   for (const auto& kind : kinds) {
     CAPTURE(kind);
-    auto r = run_host({"run", d.str(), "--time-limit", "0.5", "--workers", "2", "--", kind});
+    RunOptions o;
+    // A process stopped inside JIT code keeps its Lua state on purpose (see
+    // runaway_monitor.hpp); LuaJIT's tagged pointers hide it from LSan.
+    if (kind == "jit_loop") o.env = {{"ASAN_OPTIONS", "detect_leaks=0"}};
+    auto r = run_host({"run", d.str(), "--time-limit", "0.5", "--workers", "2", "--", kind}, o);
     CHECK_MESSAGE(r.code == 0, r.err);
   }
 }
