@@ -35,6 +35,12 @@ inline constexpr std::uint32_t kPidMaxChunks = 1u << 14;     // 64M processes at
 // Timer wheel: 1 ms ticks, 6 levels of 64 slots (64^6 ms, about 2 years).
 inline constexpr std::chrono::milliseconds kTimerTick{1};
 
+// Handoff (runaway_monitor.hpp): a step that has run this long while work
+// waits behind it lets another thread take that work: a parked worker is
+// woken, or, when none is parked, a helper worker thread is started (up to
+// one helper per worker, each retiring when it runs out of work).
+inline constexpr std::chrono::milliseconds kHandoffAfter{50};
+
 // Threads for command handlers that must block (file I/O, DNS, ...).
 inline constexpr unsigned kBlockingPoolThreads = 2;
 

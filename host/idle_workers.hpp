@@ -17,6 +17,7 @@
 // the work or the submitter sees the parked count and leaves a wake token.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -25,6 +26,8 @@ namespace host {
 
 class IdleWorkers {
  public:
+  static constexpr int kMaxExtraThreads = 8;  // helper workers (runaway_monitor.hpp) park here too
+
   explicit IdleWorkers(int workers) : workers_(workers) {}
 
   // May the caller start spinning? False when half the busy workers already do.
@@ -66,10 +69,19 @@ class IdleWorkers {
   void wake_one() {
     {
       std::lock_guard lock(mu_);
-      if (tokens_ >= workers_) return;
+      if (tokens_ >= workers_ + kMaxExtraThreads) return;
       ++tokens_;
     }
     cv_.notify_one();
+  }
+
+  // Wakes every parked worker (helpers that must re-check whether to retire).
+  void wake_all() {
+    {
+      std::lock_guard lock(mu_);
+      tokens_ = std::max(tokens_, parked_.load(std::memory_order_relaxed));
+    }
+    cv_.notify_all();
   }
 
   void stop() {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "host/config.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
 #include "host/worker.hpp"
@@ -107,25 +108,29 @@ void RunawayMonitor::run() {
   while (!cv_.wait_for(lock, tick_, [&] { return stopping_; })) {
     lock.unlock();
     auto now = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < watches_.size(); ++i) check(i, now);
+    int stuck = 0;
+    for (std::size_t i = 0; i < watches_.size(); ++i) stuck += check(i, now);
+    int before = scheduler_.stuck_workers_.exchange(stuck, std::memory_order_acq_rel);
+    if (before > 0 && stuck == 0) scheduler_.idle_.wake_all();  // parked helpers retire
     lock.lock();
   }
 }
 
-void RunawayMonitor::check(std::size_t i, std::chrono::steady_clock::time_point now) {
+bool RunawayMonitor::check(std::size_t i, std::chrono::steady_clock::time_point now) {
   Worker& w = *scheduler_.workers_[i];
   Watch& watch = watches_[i];
   std::uint64_t e = w.epoch().load(std::memory_order_acquire) & ~Worker::kBusy;
   if (!(e & 1) || e != watch.epoch) {  // idle, or a new step since the last look
     watch = Watch{e, now, false, {}};
-    return;
+    return false;
   }
-  if (now - watch.since < limit_) return;
-  // Stuck: make sure the processes queued behind it are stolen and run.
-  if (!w.deque().empty_approx()) scheduler_.idle_.wake_one();
+  // A long step with work waiting behind it: hand the work to another thread.
+  const bool long_step = now - watch.since >= std::min<std::chrono::milliseconds>(config::kHandoffAfter, limit_ / 2);
+  if (long_step && (!w.deque().empty_approx() || !scheduler_.global_.empty_approx())) hand_off();
+  if (now - watch.since < limit_) return long_step;
   if (!watch.interrupted) {
     std::uint64_t expect = e;
-    if (!w.epoch().compare_exchange_strong(expect, e | Worker::kBusy, std::memory_order_acq_rel)) return;
+    if (!w.epoch().compare_exchange_strong(expect, e | Worker::kBusy, std::memory_order_acq_rel)) return false;
     ProcessSlot* slot = w.running();
     log::logger().warn("process {} has run for {} ms without yielding: stopping it (limit: time)",
                        slot->pid().to_string(), limit_.count());
@@ -133,9 +138,26 @@ void RunawayMonitor::check(std::size_t i, std::chrono::steady_clock::time_point 
     w.epoch().store(e, std::memory_order_release);
     watch.interrupted = true;
     watch.interrupted_at = now;
+    return true;
+  }
+  if (now - watch.interrupted_at >= std::chrono::milliseconds(200)) return !try_park(i, e);
+  return true;
+}
+
+void RunawayMonitor::hand_off() {
+  if (scheduler_.stopping_workers_.load(std::memory_order_acquire)) return;
+  IdleWorkers& idle = scheduler_.idle_;
+  if (idle.spinning() > 0) return;  // a spinner will steal it
+  if (idle.parked() > 0) {
+    idle.wake_one();
     return;
   }
-  if (now - watch.interrupted_at >= std::chrono::milliseconds(200)) (void)try_park(i, e);
+  for (auto& w : scheduler_.workers_) {
+    if (w->helper() && w->start_helper()) {
+      log::logger().debug("a worker is stuck in a long step: started helper worker {}", static_cast<const void*>(w.get()));
+      return;
+    }
+  }
 }
 
 bool RunawayMonitor::try_park(std::size_t i, std::uint64_t e) {

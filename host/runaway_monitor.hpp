@@ -16,8 +16,11 @@
 //      then fails the process with "limit: time", and gives the worker (its
 //      deque included) a fresh thread. If the thread is in native code, the
 //      monitor retries at the next tick.
-//   3. While a worker is stuck, the monitor wakes an idle worker each tick,
-//      so the stuck worker's queued processes are stolen and run.
+//   3. Handoff: once a step has run for kHandoffAfter with work queued
+//      behind it, the monitor wakes a parked worker, or, if none is parked,
+//      starts a helper worker thread, so the stuck worker's queue is stolen
+//      and run even with --workers 1 (Go's sysmon hands a stuck thread's P
+//      to a new thread the same way). Helpers retire when out of work.
 // The parked thread's Lua state is left as it is (Abandon): freeing it from
 // another thread could run finalizers on a state stopped mid-trace.
 #pragma once
@@ -47,8 +50,10 @@ class RunawayMonitor {
     std::chrono::steady_clock::time_point interrupted_at;
   };
   void run();
-  void check(std::size_t i, std::chrono::steady_clock::time_point now);
+  // Returns whether worker i is in a long step (for helper retirement).
+  bool check(std::size_t i, std::chrono::steady_clock::time_point now);
   bool try_park(std::size_t i, std::uint64_t epoch);
+  void hand_off();
 
   Scheduler& scheduler_;
   const std::chrono::milliseconds limit_;

@@ -34,8 +34,14 @@ Scheduler::Scheduler(SchedulerOptions options)
                                  "sleep",
                              });
   for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
+  // Helpers exist from the start (the vector never changes again, so any
+  // thread may walk it), but get a thread only when a worker is stuck.
+  for (unsigned i = 0; i < std::min<unsigned>(n, IdleWorkers::kMaxExtraThreads); ++i)
+    workers_.push_back(std::make_unique<Worker>(*this, n + i, true));
+  regular_workers_ = n;
   timers_.start();
-  for (auto& w : workers_) w->start();
+  for (auto& w : workers_)
+    if (!w->helper()) w->start();
 }
 
 Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
@@ -355,7 +361,10 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   stopping_workers_.store(true, std::memory_order_release);
   idle_.stop();
   for (auto& w : workers_) w->join();
-  if (runaway_monitor_) runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
+  if (runaway_monitor_) {
+    runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
+    for (auto& w : workers_) w->join();  // a helper it started meanwhile sees the stop flag and leaves
+  }
 
   // 4. Close what is left. No worker runs now, so every slot is ours.
   for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {

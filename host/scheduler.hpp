@@ -116,7 +116,7 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  unsigned worker_count() const { return static_cast<unsigned>(workers_.size()); }
+  unsigned worker_count() const { return regular_workers_; }
   CommandRegistry& commands() { return commands_; }
   TimerService& timers() { return timers_; }
   BlockingPool& blocking_pool() { return pool_; }
@@ -185,7 +185,8 @@ class Scheduler {
   CommandRegistry commands_;
   GlobalQueue<ProcessSlot*> global_;
   IdleWorkers idle_;
-  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Worker>> workers_;  // regular ones first, then helpers; fixed after construction
+  unsigned regular_workers_ = 0;
   TimerService timers_;
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
@@ -196,6 +197,7 @@ class Scheduler {
   std::condition_variable live_cv_;
   std::atomic<bool> cancelling_{false};   // shutdown step 1 happened: new spawns get a cancel
   std::atomic<bool> stopping_workers_{false};
+  std::atomic<int> stuck_workers_{0};  // written by the runaway monitor: workers in a long step
   std::atomic<bool> shut_down_{false};
   std::mutex shutdown_mu_;
   ShutdownReport report_;              // guarded by shutdown_mu_

@@ -25,10 +25,18 @@ inline void cpu_relax() {
 
 }  // namespace
 
-Worker::Worker(Scheduler& scheduler, unsigned id)
-    : scheduler_(scheduler), id_(id), rng_(0x9E3779B97F4A7C15ull * (id + 1)) {}
+Worker::Worker(Scheduler& scheduler, unsigned id, bool helper)
+    : scheduler_(scheduler), id_(id), helper_(helper), rng_(0x9E3779B97F4A7C15ull * (id + 1)) {}
 
 void Worker::start() { thread_ = std::thread([this] { run(); }); }
+
+bool Worker::start_helper() {
+  if (active_.load(std::memory_order_acquire)) return false;
+  if (thread_.joinable()) thread_.join();  // the last helper thread has left its loop
+  active_.store(true, std::memory_order_release);
+  start();
+  return true;
+}
 
 void Worker::replace_thread() {
   thread_.detach();  // parked forever inside a step; it never touches the worker again
@@ -87,6 +95,9 @@ void Worker::run() {
       spinning = false;
       (void)idle.end_spinning();
     }
+    // A helper parks like any worker while some worker is still stuck (the
+    // monitor wakes it when none is), and retires once none is.
+    if (helper_ && scheduler_.stuck_workers_.load(std::memory_order_acquire) == 0) break;
     idle.prepare_park();
     if (scheduler_.any_work_visible() || scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
       idle.cancel_park();
@@ -98,6 +109,7 @@ void Worker::run() {
   }
   if (spinning) (void)idle.end_spinning();
   tls_worker = nullptr;
+  active_.store(false, std::memory_order_release);
 }
 
 ProcessSlot* Worker::find_work() {

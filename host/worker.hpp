@@ -20,11 +20,17 @@ class Scheduler;
 
 class Worker {
  public:
-  Worker(Scheduler& scheduler, unsigned id);
+  // A helper worker has no thread until the runaway monitor starts one to
+  // take over the queue of a stuck worker; its thread ends when it runs out
+  // of work instead of parking.
+  Worker(Scheduler& scheduler, unsigned id, bool helper = false);
   Worker(const Worker&) = delete;
 
   void start();
   void join();
+  bool helper() const { return helper_; }
+  // Helpers only: starts the thread unless one runs. Monitor thread only.
+  bool start_helper();
 
   // The worker running on this thread, or null on any other thread.
   static Worker* current();
@@ -55,6 +61,8 @@ class Worker {
 
   Scheduler& scheduler_;
   const unsigned id_;
+  const bool helper_;
+  std::atomic<bool> active_{false};  // helpers: a thread runs the loop
   WorkDeque<ProcessSlot*> deque_;
   std::thread thread_;
   std::vector<std::thread> abandoned_;  // parked threads, never joined (monitor only)
