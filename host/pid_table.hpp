@@ -72,10 +72,23 @@ class PidTable {
     return base ? &base[index & kChunkMask] : nullptr;
   }
 
+  // Free slots kept by one thread (a worker), so spawns and exits on that
+  // worker do not bounce the shared free-list head between cores.
+  struct LocalFree {
+    static constexpr std::size_t kMax = 128;
+    std::vector<std::uint32_t> indices;
+  };
+
   // A free slot (not yet alive), with pid_ set to the PID it will have.
-  // Lock-free unless a new chunk of slots must be allocated.
-  ProcessSlot* allocate() {
-    ProcessSlot* slot = pop_free();
+  // Lock-free unless a new chunk of slots must be allocated. `local`: the
+  // calling thread's own cache, or null.
+  ProcessSlot* allocate(LocalFree* local = nullptr) {
+    ProcessSlot* slot = nullptr;
+    if (local && !local->indices.empty()) {
+      slot = slot_at(local->indices.back());
+      local->indices.pop_back();
+    }
+    if (!slot) slot = pop_free();
     if (!slot) slot = fresh_slot();
     if (!slot) return nullptr;
     // The generation was last written by finish() before release(); the
@@ -85,6 +98,13 @@ class PidTable {
   }
 
   // Returns a slot whose occupant is gone (generation already bumped).
+  void release(ProcessSlot* slot, LocalFree* local) {
+    if (local && local->indices.size() < LocalFree::kMax) {
+      local->indices.push_back(slot->index);
+      return;
+    }
+    release(slot);
+  }
   void release(ProcessSlot* slot) {
     std::uint64_t head = free_head_.load(std::memory_order_relaxed);
     for (;;) {

@@ -50,6 +50,11 @@ void Scheduler::watch_for_runaways(std::chrono::milliseconds limit) {
   if (!runaway_monitor_) runaway_monitor_ = std::make_unique<RunawayMonitor>(*this, limit);
 }
 
+PidTable::LocalFree* Scheduler::local_free_slots() {
+  Worker* w = Worker::current();
+  return w && &w->scheduler() == this ? &w->free_slots() : nullptr;
+}
+
 std::string Scheduler::not_found(const Pid& pid) const {
   return make_error(ErrorKind::NotFound, "no process " + pid.to_string());
 }
@@ -92,7 +97,8 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
   if (stopping_workers_.load(std::memory_order_acquire))
     return {{}, make_error(ErrorKind::Canceled, "the scheduler is shutting down")};
   if (!process) return {{}, make_error(ErrorKind::Invalid, "spawn of a null process")};
-  ProcessSlot* slot = table_.allocate();
+  PidTable::LocalFree* local = local_free_slots();
+  ProcessSlot* slot = table_.allocate(local);
   if (!slot) return {{}, make_error(ErrorKind::Limit, "the process table is full")};
   const Pid pid = slot->pid();
 
@@ -102,7 +108,7 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
       std::lock_guard lock(slot->mu);
       slot->generation = next_generation(slot->generation);  // the PID Init saw never answers
     }
-    table_.release(slot);
+    table_.release(slot, local);
     return {{}, std::move(why)};
   };
 
@@ -329,7 +335,7 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
       deliver(other, std::move(ev));
     }
   }
-  table_.release(slot);
+  table_.release(slot, local_free_slots());
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard lock(live_mu_);  // orders the notify after a waiter's predicate check
     live_cv_.notify_all();

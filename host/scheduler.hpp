@@ -180,6 +180,8 @@ class Scheduler {
   bool any_work_visible() const;
   void dispatch(ProcessSlot* slot, StepOutput& out);
   std::string not_found(const Pid& pid) const;
+  // The calling worker's cache of free PID slots; null on other threads.
+  PidTable::LocalFree* local_free_slots();
 
   PidTable table_;
   CommandRegistry commands_;

@@ -38,6 +38,7 @@ class Worker {
   WorkDeque<ProcessSlot*>& deque() { return deque_; }
   // Owner thread only.
   void push_local(ProcessSlot* slot) { deque_.push(slot); }
+  PidTable::LocalFree& free_slots() { return free_slots_; }
 
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
   // sets kBusy while it touches the running process, and the worker waits
@@ -71,6 +72,7 @@ class Worker {
   std::atomic<int> tid_{0};
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
+  PidTable::LocalFree free_slots_;
   std::uint64_t rng_;
   std::vector<Event> events_;  // swapped with a slot's pending queue each step
   StepOutput out_;
