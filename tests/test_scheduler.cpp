@@ -232,7 +232,15 @@ TEST_CASE("a stale PID never reaches the process that reuses its slot") {
   auto a = s.spawn(waiter(), "main", "");
   REQUIRE(s.send(a.pid, "stop", "a-done").empty());
   REQUIRE(exits.wait(a.pid));
-  auto b = s.spawn(waiter(), "main", "");
+  // A's slot went to the worker's free-slot cache: a spawn on that worker
+  // reuses it.
+  SpawnResult b;
+  auto spawner = s.spawn(make_fn([&](FnProcess&, auto, StepOutput& out) {
+                           b = s.spawn(waiter(), "main", "");
+                           done(out);
+                         }),
+                         "main", "");
+  REQUIRE(exits.wait(spawner.pid));
   CHECK(b.pid.index == a.pid.index);  // the slot is reused...
   CHECK(b.pid.generation != a.pid.generation);  // ...under a new generation
   std::string err = s.send(a.pid, "stop", "wrong");
