@@ -230,6 +230,8 @@ class Decoder {
     }
   }
   bool at_end() const { return p_ == end_; }
+  std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
+  bool count(std::uint64_t& n) { return varint(n); }
   const std::string& error() const { return error_; }
   bool fail(const char* why) {
     error_ = make_error(ErrorKind::Invalid, std::string("corrupt value: ") + why);
@@ -276,42 +278,18 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error) {
   const int top = lua_gettop(L);
   Decoder dec(L, bytes);
   std::uint64_t n = 0;
-  // The count is a varint like any other; reuse the decoder through a value
-  // read of an int would be odd, so read it by hand.
-  {
-    std::uint64_t v = 0;
-    int shift = 0;
-    std::size_t i = 0;
-    for (;; shift += 7, ++i) {
-      if (i >= bytes.size() || shift >= 64) {
-        if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: truncated count");
-        return -1;
-      }
-      auto b = static_cast<std::uint8_t>(bytes[i]);
-      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
-      if (!(b & 0x80)) break;
-    }
-    n = v;
-    bytes.remove_prefix(i + 1);
-  }
-  if (n > bytes.size() || !lua_checkstack(L, static_cast<int>(n) + 4)) {
-    if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: count beyond the input");
-    return -1;
-  }
-  Decoder body(L, bytes);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    if (!body.value(0)) {
-      lua_settop(L, top);
-      if (error) *error = body.error();
-      return -1;
-    }
-  }
-  if (!body.at_end()) {
+  auto fail = [&](const std::string& why) {
     lua_settop(L, top);
-    if (error) *error = make_error(ErrorKind::Invalid, "corrupt value: trailing bytes");
+    if (error) *error = why;
     return -1;
-  }
-  (void)dec;
+  };
+  if (!dec.count(n)) return fail(dec.error());
+  // Each value takes at least a byte: a count beyond the input is corrupt.
+  if (n > dec.remaining() || !lua_checkstack(L, static_cast<int>(n) + 4))
+    return fail(make_error(ErrorKind::Invalid, "corrupt value: count beyond the input"));
+  for (std::uint64_t i = 0; i < n; ++i)
+    if (!dec.value(0)) return fail(dec.error());
+  if (!dec.at_end()) return fail(make_error(ErrorKind::Invalid, "corrupt value: trailing bytes"));
   return static_cast<int>(n);
 }
 

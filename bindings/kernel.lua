@@ -50,7 +50,6 @@ local function qlen(q) return q.t - q.h + 1 end
 -- Tasks.
 local ready = queue()       -- tasks to resume now
 local yielded = queue()     -- tasks that yielded to other processes (sleep(0))
-local tasks_by_co = setmetatable({}, { __mode = "k" })
 local current = nil         -- the task being resumed
 local main_task = nil
 local outcome_code, outcome_value = nil, nil  -- set once the process is finished
@@ -97,7 +96,6 @@ end
 local function new_task(fn, ...)
   local co = co_create(task_body)
   local t = { co = co, fn = fn }
-  tasks_by_co[co] = t
   wake(t, fn, ...)
   return t
 end
@@ -120,7 +118,6 @@ local function after_resume(t, ok, first, ...)
     return
   end
   if co_status(t.co) == "dead" then
-    tasks_by_co[t.co] = nil
     -- first: xpcall's success flag, then the function's results.
     if first then
       if t == main_task and outcome_code == nil then
@@ -428,7 +425,6 @@ end
 -- they hold), links, monitors and names stay.
 restart = function(fn, ...)
   ready, yielded = queue(), queue()
-  tasks_by_co = setmetatable({}, { __mode = "k" })
   for tag in pairs(timers) do stop_timer(tag) end
   inbox.recvq, inbox.sendq = queue(), queue()
   events.recvq, events.sendq = queue(), queue()

@@ -662,9 +662,8 @@ void LuaProcess::fail_from_lua(StepOutput& out, const char* what) {
   out.error = std::string(what) + ": " + (msg ? msg : "(error object is not a string)");
 }
 
-bool LuaProcess::call_kernel(int ref, int nargs, int nresults, StepOutput& out) {
-  // The function was pushed below its arguments by the caller.
-  (void)ref;
+bool LuaProcess::call_kernel(int nargs, int nresults, StepOutput& out) {
+  // The caller pushed the kernel function, then its arguments.
   if (lua_pcall(L_, nargs, nresults, 0) != 0 || interrupted_.load(std::memory_order_acquire)) {
     if (interrupted_.load(std::memory_order_acquire)) {
       out.status = Status::Failed;
@@ -711,7 +710,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
           }
           if (n == 0) lua_pushnil(L);
         }
-        if (!call_kernel(kMessage, 3, 0, out)) return;
+        if (!call_kernel(3, 0, out)) return;
         break;
       }
       case EventKind::YieldComplete:
@@ -719,14 +718,14 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
         lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
         if (ev.error.empty()) lua_pushnil(L);
         else lua_pushlstring(L, ev.error.data(), ev.error.size());
-        if (!call_kernel(kComplete, 2, 0, out)) return;
+        if (!call_kernel(2, 0, out)) return;
         break;
       case EventKind::Cancel: {
         lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kCancel]);
         if (ev.from.valid()) lua_pushstring(L, ev.from.to_string().c_str());
         else lua_pushnil(L);
         lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-        if (!call_kernel(kCancel, 2, 0, out)) return;
+        if (!call_kernel(2, 0, out)) return;
         break;
       }
       case EventKind::Exit: {
@@ -744,7 +743,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
           if (n == 0) lua_pushnil(L);
           else if (n > 1) lua_pop(L, n - 1);
         }
-        if (!call_kernel(kExit, 4, 0, out)) return;
+        if (!call_kernel(4, 0, out)) return;
         break;
       }
       case EventKind::Reload: {
@@ -759,19 +758,19 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
           lua_rawseti(L, -2, ++i);
           start = end + 1;
         }
-        if (!call_kernel(kReload, 1, 0, out)) return;
+        if (!call_kernel(1, 0, out)) return;
         break;
       }
       case EventKind::LinkDown:
         lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kLinkDown]);
         lua_pushstring(L, ev.from.to_string().c_str());
         lua_pushlstring(L, ev.error.data(), ev.error.size());
-        if (!call_kernel(kLinkDown, 2, 0, out)) return;
+        if (!call_kernel(2, 0, out)) return;
         break;
     }
   }
   lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kRun]);
-  if (!call_kernel(kRun, 0, 2, out)) return;
+  if (!call_kernel(0, 2, out)) return;
   int code = static_cast<int>(lua_tointeger(L, 1));
   switch (code) {
     case 0:

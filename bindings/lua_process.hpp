@@ -47,8 +47,9 @@ class LuaProcess final : public Process {
   std::string push_entry(lua_State* L, const std::string& entry);
   void install_primitives();
   void install_globals();
-  // Calls the kernel function in registry ref `ref` with nargs on the stack.
-  bool call_kernel(int ref, int nargs, int nresults, StepOutput& out);
+  // Calls the kernel function pushed below its nargs arguments; on failure
+  // sets out to Failed and returns false.
+  bool call_kernel(int nargs, int nresults, StepOutput& out);
   void fail_from_lua(StepOutput& out, const char* what);
   void flush_commands(StepOutput& out);
 

@@ -58,8 +58,6 @@ enum class Status : std::uint8_t {
   Failed,    // finished with error
 };
 
-const char* status_name(Status status);
-
 // Written by Step, read by the worker that ran it. Reused between steps: the
 // first kInlineYields yields live inline, more spill to a vector that keeps
 // its capacity, so a steady state allocates nothing.
