@@ -2,6 +2,10 @@
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "pingpong", "ring", "send_1k" } }
 
+-- The Savina shapes shared with the Erlang and Go peers
+-- (tests/bench/peers/); the same parameters live in all three.
+B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_create", "fib" }
+
 local function elapsed(t0) return time.now() - t0 end
 
 -- Waits for n exit events, checking none failed.
@@ -109,6 +113,67 @@ function B.send_1k(quick)
   local s = elapsed(t0)
   assert(m.payload == n * 1024, "sink lost bytes")
   return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+function B.counting(quick)
+  local n = quick and 20000 or 200000
+  local counter = assert(process.spawn("nodes:counter"))
+  local t0 = time.now()
+  for _ = 1, n do process.send(counter, "inc", nil) end
+  process.send(counter, "total", nil)
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == n, "counter lost messages")
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+local function threadring(size, hops)
+  local me = process.pid()
+  local first = assert(process.spawn("nodes:ring_node", me))
+  local prev, nodes = first, { first }
+  for i = 2, size do
+    local p = assert(process.spawn("nodes:ring_node", me))
+    process.send(prev, "next", p)
+    prev, nodes[i] = p, p
+  end
+  process.send(prev, "next", first)
+  local t0 = time.now()
+  process.send(first, "token", hops)
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.topic == "done" and m.payload == 0, "ring ended wrong")
+  for i = 1, size do process.send(nodes[i], "stop", nil) end
+  return { params = "procs=" .. size .. " hops=" .. hops, seconds = s, per_op = s / hops * 1e6, unit = "us/hop" }
+end
+
+function B.threadring100(quick) return threadring(100, quick and 20000 or 200000) end
+function B.threadring1000(quick) return threadring(1000, quick and 10000 or 100000) end
+
+function B.fj_create(quick)
+  local n = quick and 2000 or 20000
+  local t0 = time.now()
+  for i = 1, n do
+    local pid = assert(process.spawn_monitored("nodes:once"))
+    process.send(pid, "go", i)
+    if i % 1000 == 0 then time.sleep(0) end
+  end
+  local sum, events = 0, process.events()
+  for _ = 1, n do sum = sum + events:receive().result end
+  local s = elapsed(t0)
+  assert(sum == n * (n + 1) / 2, "wrong sum")
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/process" }
+end
+
+function B.fib(quick)
+  local n = quick and 14 or 17
+  local want = ({ [14] = 377, [17] = 1597 })[n]
+  local t0 = time.now()
+  assert(process.spawn("nodes:fib", n, process.pid()))
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == want, "fib(" .. n .. ") = " .. tostring(m.payload))
+  local procs = 2 * ({ [14] = 610, [17] = 2584 })[n] - 1  -- calls of the naive recursion
+  return { params = "n=" .. n, seconds = s, per_op = s / procs * 1e6, unit = "us/process" }
 end
 
 return B

@@ -1,5 +1,5 @@
 -- The benchmark suite of the host, run as a script directory:
---   host run scripts/bench -- [NAME...] [--quick]
+--   host run scripts/bench -- [NAME...] [--suite] [--quick]
 -- Each benchmark prints one line: name, parameters, seconds, per-op figure,
 -- peak RSS; each checks its result so a wrong run cannot look fast.
 local benches = require("benches")
@@ -18,7 +18,9 @@ local function peak_kb() return status_kb("VmHWM") end
 local function main(...)
   local quick, names = false, {}
   for _, a in ipairs({ ... }) do
-    if a == "--quick" then quick = true else names[#names + 1] = a end
+    if a == "--quick" then quick = true
+    elseif a == "--suite" then for _, s in ipairs(benches.suite) do names[#names + 1] = s end
+    else names[#names + 1] = a end
   end
   if #names == 0 then names = benches.order end
   for _, name in ipairs(names) do
@@ -27,6 +29,7 @@ local function main(...)
     local r = b(quick, { rss_kb = rss_kb })
     print(string.format("%-14s %-28s %8.3f s  %10.3f %-12s peak RSS %d MB",
       name, r.params, r.seconds, r.per_op, r.unit, math.floor(peak_kb() / 1024)))
+    print(string.format("RESULT %s %.6f", name, r.seconds))  -- for tests/bench/compare
   end
   return true
 end

@@ -38,4 +38,26 @@ function N.sink(report_to, n)
   process.send(report_to, "done", bytes)
 end
 
+function N.counter()
+  local total = 0
+  while true do
+    local m = process.receive()
+    if m.topic == "inc" then total = total + 1
+    else process.send(m.from, "total", total); return end
+  end
+end
+
+function N.once() return process.receive().payload end
+
+-- One process per call of naive fib: spawn two children, sum their replies.
+function N.fib(n, parent)
+  if n < 2 then process.send(parent, "fib", n); return end
+  local me = process.pid()
+  assert(process.spawn("nodes:fib", n - 1, me))
+  assert(process.spawn("nodes:fib", n - 2, me))
+  local a = process.receive().payload
+  local b = process.receive().payload
+  process.send(parent, "fib", a + b)
+end
+
 return N
