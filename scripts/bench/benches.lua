@@ -4,7 +4,8 @@ local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "pingpong", "rin
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
-B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_create", "fib" }
+B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_throughput", "fj_create", "big",
+  "chameneos", "fib" }
 
 local function elapsed(t0) return time.now() - t0 end
 
@@ -162,6 +163,52 @@ function B.fj_create(quick)
   local s = elapsed(t0)
   assert(sum == n * (n + 1) / 2, "wrong sum")
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/process" }
+end
+
+-- A actors each get N messages (round robin) and do a little arithmetic
+-- per message; each reports when it has seen N.
+function B.fj_throughput(quick)
+  local actors, n = 40, quick and 2000 or 20000
+  local me = process.pid()
+  local pids = {}
+  for i = 1, actors do pids[i] = assert(process.spawn("nodes:fj_worker", me, n)) end
+  local t0 = time.now()
+  for _ = 1, n do
+    for i = 1, actors do process.send(pids[i], "work", nil) end
+  end
+  local sum = 0
+  for _ = 1, actors do sum = sum + process.receive().payload end
+  local s = elapsed(t0)
+  assert(sum == actors * n, "lost work")
+  return { params = "actors=" .. actors .. " n=" .. n, seconds = s, per_op = s / (actors * n) * 1e6, unit = "us/message" }
+end
+
+-- W workers each ping a random other worker N times, waiting for each pong.
+function B.big(quick)
+  local workers, n = 100, quick and 500 or 5000
+  local me = process.pid()
+  local pids = {}
+  for i = 1, workers do pids[i] = assert(process.spawn("nodes:big_worker", me, n, i)) end
+  local t0 = time.now()
+  for i = 1, workers do process.send(pids[i], "peers", pids) end
+  local pings = 0
+  for _ = 1, workers do pings = pings + process.receive().payload end
+  local s = elapsed(t0)
+  for i = 1, workers do process.send(pids[i], "stop", nil) end
+  assert(pings == workers * n, "lost pings")
+  return { params = "workers=" .. workers .. " n=" .. n, seconds = s, per_op = s / pings * 1e6, unit = "us/ping-pong" }
+end
+
+-- A mall pairs meeting requests from C creatures until M meetings happened.
+function B.chameneos(quick)
+  local creatures, meetings = 10, quick and 20000 or 200000
+  local t0 = time.now()
+  assert(process.spawn("nodes:mall", process.pid(), creatures, meetings))
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == 2 * meetings, "meetings counted wrong: " .. tostring(m.payload))
+  return { params = "creatures=" .. creatures .. " meetings=" .. meetings, seconds = s, per_op = s / meetings * 1e6,
+    unit = "us/meeting" }
 end
 
 function B.fib(quick)

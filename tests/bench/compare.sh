@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-benches=(pingpong counting threadring100 threadring1000 fj_create fib)
+benches=(pingpong counting threadring100 threadring1000 fj_throughput fj_create big chameneos fib)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

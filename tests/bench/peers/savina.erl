@@ -43,6 +43,33 @@ run(fj_create, Q) ->
     end),
     Sum = N * (N + 1) div 2,
     S;
+run(fj_throughput, Q) ->
+    {Actors, N} = {40, pick(Q, 2000, 20000)},
+    Self = self(),
+    Pids = [spawn(fun() -> fj_worker(Self, N, 0, 0.0) end) || _ <- lists:seq(1, Actors)],
+    {S, Sum} = timeit(fun() ->
+        lists:foreach(fun(_) -> [P ! work || P <- Pids] end, lists:seq(1, N)),
+        collect(Actors, 0)
+    end),
+    Sum = Actors * N,
+    S;
+run(big, Q) ->
+    {Workers, N} = {100, pick(Q, 500, 5000)},
+    Self = self(),
+    Pids = [spawn(fun() -> big_start(Self, N, I) end) || I <- lists:seq(1, Workers)],
+    Peers = list_to_tuple(Pids),
+    {S, Pings} = timeit(fun() -> [P ! {peers, Peers} || P <- Pids], collect(Workers, 0) end),
+    Pings = Workers * N,
+    S;
+run(chameneos, Q) ->
+    {Creatures, Meetings} = {10, pick(Q, 20000, 200000)},
+    Self = self(),
+    {S, Total} = timeit(fun() ->
+        spawn(fun() -> mall_start(Self, Creatures, Meetings) end),
+        receive {meetings, T} -> T end
+    end),
+    Total = 2 * Meetings,
+    S;
 run(fib, Q) ->
     {N, Want} = pick(Q, {14, 377}, {17, 1597}),
     Self = self(),
@@ -89,6 +116,67 @@ ring(Report, Next) ->
 
 collect(0, Acc) -> Acc;
 collect(K, Acc) -> receive {r, I} -> collect(K - 1, Acc + I) end.
+
+fj_worker(Report, N, N, X) -> Report ! {r, N}, X;
+fj_worker(Report, N, K, X) ->
+    receive work -> fj_worker(Report, N, K + 1, X + compute(1, 0.0)) end.
+
+compute(11, Acc) -> Acc;
+compute(K, Acc) -> compute(K + 1, Acc + math:sqrt(K) * math:sin(K)).
+
+big_start(Report, N, Index) ->
+    receive {peers, Peers} -> big_loop(Report, N, Peers, big_ping(Peers, Index * 7919), 1) end.
+
+big_ping(Peers, Rng0) ->
+    Rng = (Rng0 * 1103515245 + 12345) rem 2147483648,
+    J = Rng rem tuple_size(Peers) + 1,
+    Me = self(),
+    Target = case element(J, Peers) of Me -> element(J rem tuple_size(Peers) + 1, Peers); P -> P end,
+    Target ! {ping, Me},
+    Rng.
+
+big_loop(Report, N, Peers, Rng, Sent) ->
+    receive
+        {ping, From} -> From ! pong, big_loop(Report, N, Peers, Rng, Sent);
+        pong when Sent < N -> big_loop(Report, N, Peers, big_ping(Peers, Rng), Sent + 1);
+        pong -> Report ! {r, Sent}, big_loop(Report, N, Peers, Rng, Sent)
+    end.
+
+complement(C, C) -> C;
+complement(blue, red) -> yellow;
+complement(blue, yellow) -> red;
+complement(red, blue) -> yellow;
+complement(red, yellow) -> blue;
+complement(yellow, blue) -> red;
+complement(yellow, red) -> blue.
+
+creature(Mall, Color, Met) ->
+    Mall ! {meet, self(), Color},
+    receive
+        stop -> Mall ! {met, Met};
+        {mate, Other} -> creature(Mall, complement(Color, Other), Met + 1)
+    end.
+
+mall_start(Report, Creatures, Meetings) ->
+    Mall = self(),
+    Colors = {blue, red, yellow},
+    [spawn(fun() -> creature(Mall, element((I - 1) rem 3 + 1, Colors), 0) end) || I <- lists:seq(1, Creatures)],
+    mall(Report, Creatures, Meetings, none, 0, 0, 0).
+
+mall(Report, Creatures, _Meetings, _Waiting, _Done, Creatures, Total) -> Report ! {meetings, Total};
+mall(Report, Creatures, Meetings, Waiting, Done, Stopped, Total) ->
+    receive
+        {meet, From, _} when Done >= Meetings ->
+            From ! stop, mall(Report, Creatures, Meetings, Waiting, Done, Stopped, Total);
+        {meet, From, Color} ->
+            case Waiting of
+                none -> mall(Report, Creatures, Meetings, {From, Color}, Done, Stopped, Total);
+                {W, WColor} ->
+                    W ! {mate, Color}, From ! {mate, WColor},
+                    mall(Report, Creatures, Meetings, none, Done + 1, Stopped, Total)
+            end;
+        {met, Met} -> mall(Report, Creatures, Meetings, Waiting, Done, Stopped + 1, Total + Met)
+    end.
 
 fibp(N, Parent) when N < 2 -> Parent ! {fib, N};
 fibp(N, Parent) ->

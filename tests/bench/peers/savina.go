@@ -9,6 +9,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
@@ -117,6 +118,154 @@ func fjCreate(quick bool) time.Duration {
 	return time.Since(t0)
 }
 
+func fjThroughput(quick bool) time.Duration {
+	actors, n := 40, pick(quick, 2000, 20000)
+	done := make(chan int, actors)
+	inboxes := make([]chan struct{}, actors)
+	for i := range inboxes {
+		inbox := make(chan struct{}, mailbox)
+		inboxes[i] = inbox
+		go func() {
+			x := 0.0
+			for k := 0; k < n; k++ {
+				<-inbox
+				for j := 1; j <= 10; j++ {
+					x += math.Sqrt(float64(j)) * math.Sin(float64(j))
+				}
+			}
+			_ = x
+			done <- n
+		}()
+	}
+	t0 := time.Now()
+	for k := 0; k < n; k++ {
+		for _, inbox := range inboxes {
+			inbox <- struct{}{}
+		}
+	}
+	sum := 0
+	for i := 0; i < actors; i++ {
+		sum += <-done
+	}
+	must(sum == actors*n, "lost work")
+	return time.Since(t0)
+}
+
+type bigMsg struct {
+	ping bool
+	from int
+}
+
+func big(quick bool) time.Duration {
+	workers, n := 100, pick(quick, 500, 5000)
+	inboxes := make([]chan bigMsg, workers)
+	for i := range inboxes {
+		inboxes[i] = make(chan bigMsg, mailbox)
+	}
+	done := make(chan int, workers)
+	start := make(chan struct{})
+	for i := 0; i < workers; i++ {
+		me := i
+		go func() {
+			rng := (me + 1) * 7919
+			sent := 0
+			ping := func() {
+				rng = (rng*1103515245 + 12345) % 2147483648
+				j := rng % workers
+				if j == me {
+					j = (j + 1) % workers
+				}
+				inboxes[j] <- bigMsg{ping: true, from: me}
+				sent++
+			}
+			<-start
+			ping()
+			for m := range inboxes[me] {
+				if m.ping {
+					inboxes[m.from] <- bigMsg{ping: false, from: me}
+				} else if sent < n {
+					ping()
+				} else {
+					done <- sent
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	pings := 0
+	for i := 0; i < workers; i++ {
+		pings += <-done
+	}
+	must(pings == workers*n, "lost pings")
+	return time.Since(t0)
+}
+
+type meet struct {
+	reply chan string
+	color string
+}
+
+func complement(a, b string) string {
+	if a == b {
+		return a
+	}
+	for _, c := range []string{"blue", "red", "yellow"} {
+		if c != a && c != b {
+			return c
+		}
+	}
+	return a
+}
+
+func chameneos(quick bool) time.Duration {
+	creatures, meetings := 10, pick(quick, 20000, 200000)
+	mall := make(chan meet, mailbox)
+	met := make(chan int, creatures)
+	colors := []string{"blue", "red", "yellow"}
+	t0 := time.Now()
+	for i := 0; i < creatures; i++ {
+		color := colors[i%3]
+		go func() {
+			reply := make(chan string, 1)
+			count := 0
+			for {
+				mall <- meet{reply, color}
+				other := <-reply
+				if other == "" {
+					met <- count
+					return
+				}
+				color = complement(color, other)
+				count++
+			}
+		}()
+	}
+	var waiting *meet
+	done, stopped, total := 0, 0, 0
+	for stopped < creatures {
+		select {
+		case m := <-mall:
+			if done >= meetings {
+				m.reply <- ""
+			} else if waiting != nil {
+				waiting.reply <- m.color
+				m.reply <- waiting.color
+				waiting = nil
+				done++
+			} else {
+				mm := m
+				waiting = &mm
+			}
+		case c := <-met:
+			stopped++
+			total += c
+		}
+	}
+	must(total == 2*meetings, "meetings counted wrong")
+	return time.Since(t0)
+}
+
 func fibp(n int, parent chan<- int) {
 	if n < 2 {
 		parent <- n
@@ -157,6 +306,12 @@ func main() {
 		d = threadring(100, pick(quick, 20000, 200000))
 	case "threadring1000":
 		d = threadring(1000, pick(quick, 10000, 100000))
+	case "fj_throughput":
+		d = fjThroughput(quick)
+	case "big":
+		d = big(quick)
+	case "chameneos":
+		d = chameneos(quick)
 	case "fj_create":
 		d = fjCreate(quick)
 	case "fib":
