@@ -61,9 +61,12 @@ local function fail_process(err)
 end
 
 -- Wakes task t with values; the values become the blocking call's returns.
+-- Up to two values travel in fields, the common cases (), (v) and (v, ok)
+-- of every receive and send, so a wake allocates no table.
 local function wake(t, ...)
-  t.n = select("#", ...)
-  t.vals = { ... }
+  local n = select("#", ...)
+  t.n = n
+  if n <= 2 then t.v1, t.v2 = ... else t.vals = { ... } end
   qpush(ready, t)
 end
 
@@ -96,6 +99,7 @@ end
 local function new_task(fn, ...)
   local co = co_create(task_body)
   local t = { co = co, fn = fn }
+  t.task = t  -- a task is its own waiter record for plain (non-select) waits
   wake(t, fn, ...)
   return t
 end
@@ -140,7 +144,7 @@ local function after_resume(t, ok, first, ...)
   if first ~= BLOCK then
     -- YIELD, or a plain coroutine.yield at the top of a task: let other
     -- processes run, then resume it.
-    t.n, t.vals = 0, {}
+    t.n = 0
     qpush(yielded, t)
   end
 end
@@ -150,9 +154,18 @@ function K.run()
     local t = qshift(ready)
     if t == nil then break end
     current = t
-    local vals = t.vals
-    t.vals = nil
-    after_resume(t, co_resume(t.co, unpack(vals, 1, t.n)))
+    local n, co = t.n, t.co
+    if n == 0 then
+      after_resume(t, co_resume(co))
+    elseif n <= 2 then
+      local a, b = t.v1, t.v2
+      t.v1, t.v2 = nil, nil
+      if n == 1 then after_resume(t, co_resume(co, a)) else after_resume(t, co_resume(co, a, b)) end
+    else
+      local vals = t.vals
+      t.vals = nil
+      after_resume(t, co_resume(co, unpack(vals, 1, n)))
+    end
     current = nil
   end
   if outcome_code ~= nil then return outcome_code, outcome_value end
@@ -305,7 +318,7 @@ function Channel.receive(ch)
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
   if ready_now then return v, ok end
-  qpush(ch.recvq, { task = current })
+  qpush(ch.recvq, current)
   return block()
 end
 
@@ -454,7 +467,7 @@ local function receive(timeout)
   local ok_now, msg = try_receive(inbox)
   if ok_now then return msg end
   if timeout == nil then
-    qpush(inbox.recvq, { task = current })
+    qpush(inbox.recvq, current)
     return (block())
   end
   local secs = duration(timeout, 2)
