@@ -150,16 +150,22 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
   return {pid, {}};
 }
 
-std::string Scheduler::deliver(const Pid& to, Event event) {
+template <typename UnderLock>
+bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   ProcessSlot* slot;
   auto lock = lock_live(to, slot);
-  if (!lock) return not_found(to);
-  slot->pending.push_back(std::move(event));
+  if (!lock) return false;
+  under_lock(*slot);
+  if (event) slot->pending.push_back(std::move(*event));
   bool wake = slot->state.on_event_arrived() == ProcessState::Wake::Schedule;
   lock.unlock();
   // Ready now, and in no queue: nothing can run or finish it until we queue it.
   if (wake) schedule(slot);
-  return {};
+  return true;
+}
+
+std::string Scheduler::deliver(const Pid& to, Event event) {
+  return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
 std::string Scheduler::send(const Pid& to, std::string topic, std::string payload, const Pid& from) {
@@ -180,14 +186,8 @@ std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from
 }
 
 std::string Scheduler::terminate(const Pid& to) {
-  ProcessSlot* slot;
-  auto lock = lock_live(to, slot);
-  if (!lock) return not_found(to);
-  slot->terminate_requested.store(true, std::memory_order_release);
-  bool wake = slot->state.on_event_arrived() == ProcessState::Wake::Schedule;
-  lock.unlock();
-  if (wake) schedule(slot);
-  return {};
+  bool ok = post(to, nullptr, [](ProcessSlot& s) { s.terminate_requested.store(true, std::memory_order_release); });
+  return ok ? std::string() : not_found(to);
 }
 
 bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error) {
@@ -196,19 +196,10 @@ bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string re
   ev.tag = tag;
   ev.payload = std::move(result);
   ev.error = std::move(error);
-  ProcessSlot* slot;
-  {
-    auto lock = lock_live(pid, slot);
-    if (!lock) {
-      log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
-      return false;
-    }
-    slot->outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
-    slot->pending.push_back(std::move(ev));
-    if (slot->state.on_event_arrived() != ProcessState::Wake::Schedule) return true;
-  }
-  schedule(slot);
-  return true;
+  if (post(pid, &ev, [](ProcessSlot& s) { s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed); }))
+    return true;
+  log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
+  return false;
 }
 
 std::string Scheduler::link(const Pid& a, const Pid& b) {
