@@ -24,8 +24,16 @@ void raw_global(lua_State* L, const char* name) {
   lua_rawget(L, LUA_GLOBALSINDEX);
 }
 
-constexpr const char* kStdLibs[] = {"string", "table", "math", "io", "os", "debug", "bit", "ffi", "package"};
+// The API tables every process has as globals (built by the kernel).
+constexpr const char* kApiNames[] = {"process", "channel", "time", "log"};
 
+bool is_api(const char* name) {
+  for (const char* api : kApiNames)
+    if (std::strcmp(api, name) == 0) return true;
+  return false;
+}
+
+// LuaJIT's standard libraries, by name; null for any other name.
 lua_CFunction opener(const char* name) {
   static const std::pair<const char*, lua_CFunction> openers[] = {
       {"string", luaopen_string}, {"table", luaopen_table}, {"math", luaopen_math},
@@ -337,15 +345,14 @@ struct Primitives {
       raw_global(L, "require");
       return 1;
     }
-    for (const char* lib : kStdLibs) {
-      if (std::strcmp(lib, k) != 0 || !std::strcmp(k, "ffi")) continue;  // ffi is only require'd, as in LuaJIT
+    // ffi is only require'd, as in plain LuaJIT.
+    if (opener(k) && std::strcmp(k, "ffi") != 0) {
       if (!std::strcmp(k, "package")) open_package(L, p);
       else open_lib(L, k);
       lua_rawget(L, 1);
       return 1;
     }
-    for (const char* api : {"process", "channel", "time", "log"}) {
-      if (std::strcmp(api, k) != 0) continue;
+    if (is_api(k)) {
       push_api(L, p, k);
       return 1;
     }
@@ -417,16 +424,14 @@ struct Primitives {
   static int searcher(lua_State* L) {
     auto& p = self(L);
     std::string name = luaL_checkstring(L, 1);
-    for (const char* lib : {"string", "table", "math", "io", "os", "debug", "bit", "ffi", "jit"}) {
-      if (name != lib) continue;
-      lua_pushstring(L, lib);
+    if (opener(name.c_str()) && name != "package") {  // package is already loaded when require runs
+      lua_pushstring(L, name.c_str());
       lua_pushcclosure(L, load_std, 1);
       return 1;
     }
-    for (const char* api : {"process", "channel", "time", "log"}) {
-      if (name != api) continue;
+    if (is_api(name.c_str())) {
       lua_pushlightuserdata(L, &p);
-      lua_pushstring(L, api);
+      lua_pushstring(L, name.c_str());
       lua_pushcclosure(L, load_api, 2);
       return 1;
     }
