@@ -354,8 +354,6 @@ function Channel.case_send(ch, v)
   return { op = "send", channel = ch, value = v }
 end
 
-function Channel.len(ch) return qlen(ch.buf) end
-
 local function channel_select(cases)
   if type(cases) ~= "table" then error("bad argument #1 to 'select' (table expected)", 2) end
   local n = #cases
@@ -683,5 +681,4 @@ function K.api(name)
   return b and b()
 end
 
-K.BLOCK = BLOCK
 return K

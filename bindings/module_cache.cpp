@@ -135,17 +135,6 @@ std::string ModuleCache::refresh(const std::string& name) {
   return {};
 }
 
-std::vector<std::string> ModuleCache::names_for_path(const std::filesystem::path& path) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  auto canonical = std::filesystem::weakly_canonical(path, ec);
-  std::lock_guard lock(mu_);
-  for (const auto& [name, mod] : modules_) {
-    if (std::filesystem::weakly_canonical(mod->path, ec) == canonical) out.push_back(name);
-  }
-  return out;
-}
-
 void ModuleCache::forget(const std::string& name) {
   std::lock_guard lock(mu_);
   modules_.erase(name);

@@ -33,8 +33,6 @@ class ModuleCache {
   // Recompiles `name` from disk if it is cached. Returns "" when the new
   // version is in use, else the compile error (the old version stays).
   std::string refresh(const std::string& name);
-  // The cached module names whose file is `path`.
-  std::vector<std::string> names_for_path(const std::filesystem::path& path);
   // Forgets a module whose file is gone; running processes keep their copy.
   void forget(const std::string& name);
 

@@ -9,15 +9,6 @@ B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_throu
 
 local function elapsed(t0) return time.now() - t0 end
 
--- Waits for n exit events, checking none failed.
-local function await_exits(n)
-  local events = process.events()
-  for _ = 1, n do
-    local ev = events:receive()
-    if ev.kind == "exit" and ev.error then error("a benchmark process failed: " .. ev.error) end
-  end
-end
-
 function B.spawn_seq(quick)
   local n = quick and 2000 or 20000
   local t0 = time.now()
