@@ -11,6 +11,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "host/config.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
 
@@ -333,6 +334,24 @@ struct Primitives {
     return 0;
   }
 
+  // The count hook a process starts with (config::kJitWarmupInstructions):
+  // once it fires, the process has run long enough to be worth compiling, so
+  // the hook removes itself and opens jit, which switches the compiler on.
+  static void jit_warmup_hook(lua_State* L, lua_Debug*) {
+    void* ud = nullptr;
+    lua_getallocf(L, &ud);
+    auto* p = static_cast<LuaProcess*>(ud);
+    if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+    lua_sethook(L, nullptr, 0, 0);
+    // The runaway monitor may have armed its hook just before ours was
+    // cleared: arm it again.
+    if (p->interrupted_.load(std::memory_order_acquire)) {
+      p->Interrupt();
+      luaL_error(L, "limit: time");
+    }
+    open_lib(L, "jit");
+  }
+
   // __index of _G: opens a standard library, or builds an API table, the
   // first time a script names it, so an idle process pays only for what it
   // used.
@@ -360,6 +379,7 @@ struct Primitives {
   }
 
   static void open_lib(lua_State* L, const char* name) {
+    if (!std::strcmp(name, "jit") && lua_gethook(L) == jit_warmup_hook) lua_sethook(L, nullptr, 0, 0);
     lua_pushcfunction(L, opener(name));
     lua_pushstring(L, name);
     lua_call(L, 1, 0);
@@ -623,7 +643,9 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     lua_settop(S, 0);
     lua_pushcfunction(S, luaopen_base);
     lua_call(S, 0, 0);
-    Primitives::open_lib(S, "jit");  // the JIT compiler is only switched on by opening jit
+    // The JIT compiler comes on later (jit_warmup_hook), once the process
+    // has shown it runs long enough to be worth it.
+    lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
     const std::string& kernel = p.rt_.kernel_bytecode();
     if (luaL_loadbuffer(S, kernel.data(), kernel.size(), "=kernel") != 0) return lua_error(S);
     p.install_primitives();

@@ -41,6 +41,15 @@ inline constexpr std::chrono::milliseconds kTimerTick{1};
 // one helper per worker, each retiring when it runs out of work).
 inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 
+// Lazy JIT (bindings/lua_process.cpp): a Lua process starts interpreted and
+// switches LuaJIT's compiler on once it has run this many bytecode
+// instructions (or names `jit`). Switching it on probes the CPU with cpuid,
+// which this kind of virtual machine traps: about 30 us a state, more than
+// the rest of a spawn, so short-lived processes should not pay it. 100k
+// instructions are a few hundred microseconds of interpreted Lua, so a
+// process that computes pays at most ~10% extra before it is compiled.
+inline constexpr int kJitWarmupInstructions = 100000;
+
 // Threads for command handlers that must block (file I/O, DNS, ...).
 inline constexpr unsigned kBlockingPoolThreads = 2;
 

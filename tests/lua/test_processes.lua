@@ -26,6 +26,12 @@ return { main = function()
       T.eq(T.next_event("exit").result, 5)
       T.match(select(2, process.spawn("fixtures.plain_function:other")), "^not_found: method 'other'")
     end },
+    { "the JIT compiler stays off in a short process and comes on in a hot one", function()
+      assert(process.spawn_monitored("fixtures.jit_probe:short"))
+      T.eq(T.next_event("exit").result, true, "short process without jit")
+      assert(process.spawn_monitored("fixtures.jit_probe:hot"))
+      T.eq(T.next_event("exit").result, true, "hot process with the compiler on")
+    end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
       local ev = T.next_event("exit")
