@@ -484,8 +484,10 @@ LuaProcess::~LuaProcess() { Close(); }
 void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   auto* self = static_cast<LuaProcess*>(ud);
   if (nsize == 0) {
-    if (ptr) self->used_ -= osize;
-    std::free(ptr);
+    if (ptr) {
+      self->used_ -= osize;
+      self->arena_.free(ptr, osize);
+    }
     return nullptr;
   }
   std::size_t old = ptr ? osize : 0;
@@ -493,7 +495,7 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
     self->mem_exceeded_ = true;
     return nullptr;  // LuaJIT raises a memory error in the running code
   }
-  void* out = std::realloc(ptr, nsize);
+  void* out = self->arena_.reallocate(ptr, old, nsize);
   if (out) self->used_ = self->used_ - old + nsize;
   return out;
 }
@@ -853,11 +855,14 @@ void LuaProcess::Abandon() {
 
 void LuaProcess::Close() {
   if (L_ && abandoned_) {
+    arena_.abandon();
     L_ = nullptr;
     rt_.forget_process(ctx_.self);
   }
   if (L_) {
+    arena_.begin_teardown();  // the chunks go back whole below
     lua_close(L_);
+    arena_.release();
     L_ = nullptr;
     rt_.forget_process(ctx_.self);
   }

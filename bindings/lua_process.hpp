@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bindings/lua_runtime.hpp"
+#include "bindings/state_arena.hpp"
 #include "host/process.hpp"
 
 struct lua_State;
@@ -54,6 +55,7 @@ class LuaProcess final : public Process {
   void flush_commands(StepOutput& out);
 
   LuaRuntime& rt_;
+  StateArena arena_;  // declared before L_'s users: it outlives the state
   lua_State* L_ = nullptr;
   std::size_t used_ = 0;
   std::size_t limit_;

@@ -50,6 +50,14 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // process that computes pays at most ~10% extra before it is compiled.
 inline constexpr int kJitWarmupInstructions = 100000;
 
+// Lua state arenas (bindings/state_arena.hpp): chunks of closed states wait
+// in a pool for the next states. Each thread keeps up to twice the batch
+// itself and trades whole batches with the shared pool, which keeps at most
+// kArenaPoolMaxChunks (256 MB of 16 KB chunks) and frees the rest, so a burst
+// of 100k processes does not pin its peak memory forever.
+inline constexpr std::size_t kArenaLocalBatch = 32;
+inline constexpr std::size_t kArenaPoolMaxChunks = 16384;
+
 // Threads for command handlers that must block (file I/O, DNS, ...).
 inline constexpr unsigned kBlockingPoolThreads = 2;
 
