@@ -1,3 +1,5 @@
-# Turns bindings/kernel.lua into a C++ source holding it as a string.
+# Turns a kernel Lua file (INPUT) into a C++ source (OUTPUT) holding it as
+# the string host::lua::NAME.
 file(READ "${INPUT}" SOURCE)
-file(WRITE "${OUTPUT}" "// Generated from bindings/kernel.lua; do not edit.\nnamespace host::lua {\nextern const char* const kKernelSource;\nconst char* const kKernelSource = R\"__kernel__(${SOURCE})__kernel__\";\n}\n")
+get_filename_component(FILE "${INPUT}" NAME)
+file(WRITE "${OUTPUT}" "// Generated from bindings/${FILE}; do not edit.\nnamespace host::lua {\nextern const char* const ${NAME};\nconst char* const ${NAME} = R\"__kernel__(${SOURCE})__kernel__\";\n}\n")

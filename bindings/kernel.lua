@@ -1,7 +1,12 @@
 -- The process kernel: the scheduler inside one Lua process. It runs the
 -- process's tasks (the entry method and coroutine.spawn'ed functions) as
--- coroutines, implements channels, select, the inbox, listen, timers and
--- the coroutine wrapper, and builds the process/channel/time/log API.
+-- coroutines, and implements channels, the inbox, events, receive and timers.
+-- What fewer processes use (select, the time, channel and log APIs, the
+-- coroutine wrapper, listen, watch, set_options, upgrade) lives in
+-- bindings/kernel_ext.lua, loaded into a process the first time it needs it:
+-- every process loads this file, and each function in it costs every
+-- process memory and spawn time (LuaJIT cannot share prototypes between
+-- states).
 --
 -- It is compiled once and loaded as bytecode into each process. The host
 -- (bindings/lua_process.cpp) calls it with H, its table of C primitives, and
@@ -18,10 +23,13 @@
 --   K.api(name)                 build the API table `name` (lazily, on first use)
 local H = ...
 
+-- The real coroutine library: the global `coroutine` becomes the wrapper
+-- of kernel_ext.lua.
+local coroutine_lib = coroutine
 local co_create, co_resume, co_yield = coroutine.create, coroutine.resume, coroutine.yield
-local co_status, co_running = coroutine.status, coroutine.running
-local select, type, error, tostring, setmetatable, pcall, xpcall =
-  select, type, error, tostring, setmetatable, pcall, xpcall
+local co_status, co_isyieldable = coroutine.status, coroutine.isyieldable
+local select, type, error, tostring, setmetatable, getmetatable, rawget, xpcall =
+  select, type, error, tostring, setmetatable, getmetatable, rawget, xpcall
 local unpack = unpack
 
 -- Yielded by a blocking call to tell the kernel (through any number of user
@@ -30,6 +38,14 @@ local unpack = unpack
 local BLOCK, YIELD, UPGRADE = {}, {}, {}
 
 local K = {}
+
+-- The extension kernel (kernel_ext.lua), loaded on first use; it reaches
+-- this file's locals through I, defined at the end.
+local EXT, I
+local function ext()
+  if EXT == nil then EXT = H.load_ext()(I, H) end
+  return EXT
+end
 
 ---------------------------------------------------------------------------
 -- Queues: a table with head/tail indices; O(1) push and shift.
@@ -75,7 +91,7 @@ end
 -- require, a C iterator or callback), with the cause named.
 local function block(sentinel)
   if current == nil then error("blocking call outside a process task", 3) end
-  if not coroutine.isyieldable() then
+  if not co_isyieldable() then
     error("blocking call inside a C function boundary (require, a C iterator, string.gsub or " ..
       "table.sort callback, ...)", 3)
   end
@@ -185,30 +201,7 @@ function K.start(fn, ...)
 end
 
 ---------------------------------------------------------------------------
--- Durations: seconds as a number, or "250ms", "5s", "1m", "1h30m", "10us".
-local UNITS = { ns = 1e-9, us = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
-
-local function duration(d, level)
-  if type(d) == "number" then
-    if d ~= d or d < 0 then error("invalid duration: " .. tostring(d), level + 1) end
-    return d
-  end
-  if type(d) ~= "string" then
-    error("bad duration: expected seconds or a string like \"250ms\", got " .. type(d), level + 1)
-  end
-  local total, pos, n = 0, 1, #d
-  if n == 0 then error("invalid duration: empty string", level + 1) end
-  while pos <= n do
-    local num, unit, stop = d:match("^(%d+%.?%d*)(%a+)()", pos)
-    if not num then num, unit, stop = d:match("^(%.%d+)(%a+)()", pos) end
-    local scale = unit and UNITS[unit]
-    if not scale then error("invalid duration: \"" .. d .. "\"", level + 1) end
-    total = total + tonumber(num) * scale
-    pos = stop
-  end
-  return total
-end
-
+-- Timers: sleep commands and what runs when they complete.
 -- Starts a sleep command; fn() runs when it completes (unless cancelled).
 local function start_timer(seconds, fn)
   next_tag = next_tag + 1
@@ -344,48 +337,11 @@ local function deliver(ch, v)
   if not try_send(ch, v) then qpush(ch.buf, v) end
 end
 
-function Channel.case_receive(ch)
-  check_channel(ch, "case_receive")
-  return { op = "receive", channel = ch }
-end
-
-function Channel.case_send(ch, v)
-  check_channel(ch, "case_send")
-  return { op = "send", channel = ch, value = v }
-end
-
-local function channel_select(cases)
-  if type(cases) ~= "table" then error("bad argument #1 to 'select' (table expected)", 2) end
-  local n = #cases
-  for i = 1, n do
-    local c = cases[i]
-    if type(c) ~= "table" or getmetatable(c.channel) ~= Channel then
-      error("bad case #" .. i .. " to 'select' (use ch:case_receive() or ch:case_send(v))", 2)
-    end
-  end
-  for i = 1, n do
-    local c = cases[i]
-    local ch = c.channel
-    if c.op == "receive" then
-      local ok_now, v, ok = try_receive(ch)
-      if ok_now then return { channel = ch, value = v, ok = ok } end
-    else
-      if ch.closed then error("send on a closed channel", 2) end
-      if try_send(ch, c.value) then return { channel = ch, ok = true } end
-    end
-  end
-  if cases.default then return { default = true } end
-  if n == 0 then error("select with no cases and no default would block forever", 2) end
-  local sel = { done = false }
-  for i = 1, n do
-    local c = cases[i]
-    local w = { task = current, sel = sel, value = c.value }
-    qpush(c.op == "receive" and c.channel.recvq or c.channel.sendq, w)
-  end
-  local r = block()
-  if r.closed then error("send on a closed channel", 2) end
-  return r
-end
+-- Methods this file lacks (case_receive, case_send) are kernel_ext's.
+setmetatable(Channel, { __index = function(_, k)
+  ext()
+  return rawget(Channel, k)
+end })
 
 ---------------------------------------------------------------------------
 -- The inbox, listeners and lifecycle events. They queue from the start.
@@ -443,24 +399,6 @@ restart = function(fn, ...)
   main_task = new_task(fn, ...)
 end
 
-local function listen(topic)
-  if type(topic) ~= "string" then error("bad argument #1 to 'listen' (string expected, got " .. type(topic) .. ")", 2) end
-  local l = listeners[topic]
-  if l then return l end
-  l = new_channel(0)
-  listeners[topic] = l
-  -- Move what already waits in the inbox for this topic, keeping the rest in order.
-  local buf = inbox.buf
-  local keep = queue()
-  while true do
-    local m = qshift(buf)
-    if m == nil then break end
-    if m.topic == topic then qpush(l.buf, m) else qpush(keep, m) end
-  end
-  inbox.buf = keep
-  return l
-end
-
 local function receive(timeout)
   local ok_now, msg = try_receive(inbox)
   if ok_now then return msg end
@@ -468,7 +406,8 @@ local function receive(timeout)
     qpush(inbox.recvq, current)
     return (block())
   end
-  local secs = duration(timeout, 2)
+  local secs = timeout
+  if type(secs) ~= "number" or secs ~= secs or secs < 0 then secs = ext().duration(timeout, 2) end
   if secs <= 0 then return nil, "timeout" end
   local sel = { done = false }
   local t = current
@@ -487,198 +426,42 @@ local function receive(timeout)
 end
 
 ---------------------------------------------------------------------------
--- The coroutine library, wrapped the way OpenResty does: a blocking call in
--- a user's coroutine yields BLOCK through every resume up to the kernel, and
--- the values it is woken with travel back down. Plain yields go to the
--- user's resumer as usual.
-local function pass(co, ok, first, ...)
-  if ok and (first == BLOCK or first == YIELD or first == UPGRADE) and co_status(co) == "suspended" then
-    return pass(co, co_resume(co, co_yield(first)))
-  end
-  return ok, first, ...
-end
-
-local function user_resume(co, ...)
-  if type(co) ~= "thread" then
-    error("bad argument #1 to 'resume' (coroutine expected)", 2)
-  end
-  return pass(co, co_resume(co, ...))
-end
-
-local function wrap_result(ok, ...)
-  if not ok then error((...), 0) end
-  return ...
-end
-
-local user_coroutine = setmetatable({
-  create = co_create,
-  resume = user_resume,
-  yield = co_yield,
-  status = co_status,
-  running = co_running,
-  isyieldable = coroutine.isyieldable,
-  wrap = function(fn)
-    if type(fn) ~= "function" then error("bad argument #1 to 'wrap' (function expected)", 2) end
-    local co = co_create(fn)
-    return function(...) return wrap_result(user_resume(co, ...)) end
-  end,
-  spawn = function(fn, ...)
-    if type(fn) ~= "function" then error("bad argument #1 to 'spawn' (function expected)", 2) end
-    return new_task(fn, ...).co
-  end,
-}, { __index = coroutine })
-
----------------------------------------------------------------------------
--- The API tables.
-local function check_string(v, n, fname)
-  if type(v) ~= "string" then
-    error("bad argument #" .. n .. " to '" .. fname .. "' (string expected, got " .. type(v) .. ")", 3)
-  end
-end
-
-local function build_time()
-  local time = {}
-  function time.sleep(d)
-    local secs = duration(d, 2)
-    if secs <= 0 then
-      block(YIELD)  -- K.run re-queues it behind other processes
-      return
-    end
-    local t = current
-    if t == nil then error("blocking call outside a process task", 2) end
-    start_timer(secs, function() wake(t) end)
-    block()
-  end
-  function time.after(d)
-    local secs = duration(d, 2)
-    local ch = new_channel(1)
-    start_timer(secs, function() deliver(ch, H.now()) end)
-    return ch
-  end
-  function time.ticker(d)
-    local secs = duration(d, 2)
-    if secs <= 0 then error("bad argument #1 to 'ticker' (duration must be positive)", 2) end
-    local ch = new_channel(1)
-    local stopped, tag = false, nil
-    local function arm()
-      tag = start_timer(secs, function()
-        if stopped then return end
-        if qlen(ch.buf) == 0 then deliver(ch, H.now()) end  -- a slow reader misses ticks, as in Go
-        arm()
-      end)
-    end
-    arm()
-    return { channel = ch, stop = function()
-      stopped = true
-      if tag then stop_timer(tag) end
-      return true
-    end }
-  end
-  time.now = H.now
-  time.parse_duration = function(d) return duration(d, 2) end
-  return time
-end
-
-local function build_channel()
-  return { new = function(capacity) return new_channel(capacity) end, select = channel_select }
-end
-
-local function build_log()
-  local log = {}
-  for _, level in ipairs({ "trace", "debug", "info", "warn", "error" }) do
-    log[level] = function(fmt, ...)
-      local msg
-      if select("#", ...) > 0 then msg = string.format(fmt, ...) else msg = tostring(fmt) end
-      H.log(level, msg)
-    end
-  end
-  return log
-end
-
+-- The API tables. `process` is built here, mostly from C primitives that
+-- check their own arguments; its rarer calls come from kernel_ext on first
+-- use. The other tables are all kernel_ext's.
 local function build_process()
-  local P = {}
-  P.pid = H.pid
-  P.memory = H.memory  -- bytes of Lua heap this process holds (an extension)
-  function P.spawn(entry, ...) check_string(entry, 1, "spawn"); return H.spawn(0, entry, ...) end
-  function P.spawn_linked(entry, ...) check_string(entry, 1, "spawn_linked"); return H.spawn(1, entry, ...) end
-  function P.spawn_monitored(entry, ...) check_string(entry, 1, "spawn_monitored"); return H.spawn(2, entry, ...) end
-  function P.send(dest, topic, value)
-    check_string(dest, 1, "send")
-    check_string(topic, 2, "send")
-    return H.send(dest, topic, value)
-  end
+  local P = {
+    pid = H.pid, memory = H.memory,  -- memory: bytes of Lua heap (an extension)
+    spawn = H.spawn, spawn_linked = H.spawn_linked, spawn_monitored = H.spawn_monitored,
+    send = H.send, link = H.link, unlink = H.unlink, monitor = H.monitor, unmonitor = H.unmonitor,
+    cancel = H.cancel, terminate = H.terminate,
+    registry = { register = H.register, lookup = H.lookup, unregister = H.unregister },
+    receive = receive,
+  }
   function P.inbox() return inbox end
   function P.events() return events end
-  P.listen = listen
-  P.receive = receive
-  function P.link(pid) check_string(pid, 1, "link"); return H.link(pid) end
-  function P.unlink(pid) check_string(pid, 1, "unlink"); return H.unlink(pid) end
-  function P.monitor(pid)
-    check_string(pid, 1, "monitor")
-    local ok, err = H.monitor(pid)
-    if not ok then return nil, err end
-    return true
-  end
-  -- An extension: a private monitor whose exit event goes to the returned
-  -- channel instead of events(); unwatch(pid, ch) drops it.
-  function P.watch(pid)
-    check_string(pid, 1, "watch")
-    local ok, ref = H.monitor(pid)
-    if not ok then return nil, ref end
-    local ch = new_channel(1)
-    ch.ref = ref
-    exit_watchers[ref] = ch
-    return ch
-  end
-  function P.unwatch(pid, ch)
-    check_string(pid, 1, "unwatch")
-    if getmetatable(ch) ~= Channel or not ch.ref then error("bad argument #2 to 'unwatch' (watch channel expected)", 2) end
-    exit_watchers[ch.ref] = nil
-    return H.demonitor(pid, ch.ref)
-  end
-  function P.unmonitor(pid) check_string(pid, 1, "unmonitor"); return H.unmonitor(pid) end
-  function P.set_options(opts)
-    if type(opts) ~= "table" then error("bad argument #1 to 'set_options' (table expected)", 2) end
-    for k, v in pairs(opts) do
-      if k == "trap_links" then
-        if type(v) ~= "boolean" then error("bad option 'trap_links' (boolean expected)", 2) end
-        trap_links = v
-      else
-        error("unknown option '" .. tostring(k) .. "'", 2)
-      end
-    end
-    return true
-  end
-  function P.cancel(pid, reason)
-    check_string(pid, 1, "cancel")
-    return H.cancel(pid, reason == nil and "canceled" or tostring(reason))
-  end
-  function P.terminate(pid) check_string(pid, 1, "terminate"); return H.terminate(pid) end
-  P.registry = {
-    register = function(name, pid)
-      check_string(name, 1, "register")
-      if pid ~= nil then check_string(pid, 2, "register") end
-      return H.register(name, pid)
-    end,
-    lookup = function(name) check_string(name, 1, "lookup"); return H.lookup(name) end,
-    unregister = function(name) check_string(name, 1, "unregister"); return H.unregister(name) end,
-  }
-  function P.upgrade(entry, ...)
-    if entry ~= nil then check_string(entry, 1, "upgrade") end
-    local fn, err = H.load_entry(entry)
-    if not fn then return nil, err end
-    if current == nil then error("process.upgrade outside a process task", 2) end
-    co_yield(UPGRADE, fn, ...)  -- never returns: the task is dropped
-  end
-  return P
+  return setmetatable(P, { __index = function(t, k)
+    local f = ext().process[k]
+    if f ~= nil then t[k] = f end
+    return f
+  end })
 end
-
-local builders = { process = build_process, channel = build_channel, time = build_time, log = build_log }
 
 function K.api(name)
-  if name == "coroutine" then return user_coroutine end
-  local b = builders[name]
-  return b and b()
+  if name == "process" then return build_process() end
+  return ext().api(name)
 end
+
+-- What kernel_ext reaches of this file.
+I = {
+  BLOCK = BLOCK, YIELD = YIELD, UPGRADE = UPGRADE, coroutine = coroutine_lib,
+  queue = queue, qpush = qpush, qshift = qshift, qlen = qlen,
+  wake = wake, block = block, new_task = new_task, current = function() return current end,
+  Channel = Channel, new_channel = new_channel, check_channel = check_channel,
+  try_send = try_send, try_receive = try_receive, deliver = deliver,
+  start_timer = start_timer, stop_timer = stop_timer,
+  inbox = inbox, listeners = listeners, exit_watchers = exit_watchers,
+  set_trap_links = function(v) trap_links = v end,
+}
 
 return K

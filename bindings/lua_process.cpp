@@ -25,8 +25,9 @@ void raw_global(lua_State* L, const char* name) {
   lua_rawget(L, LUA_GLOBALSINDEX);
 }
 
-// The API tables every process has as globals (built by the kernel).
-constexpr const char* kApiNames[] = {"process", "channel", "time", "log"};
+// The API tables every process has as globals (built by the kernel), and
+// the kernel's wrapper of the coroutine library.
+constexpr const char* kApiNames[] = {"process", "channel", "time", "log", "coroutine"};
 
 bool is_api(const char* name) {
   for (const char* api : kApiNames)
@@ -58,6 +59,14 @@ int push_fail(lua_State* L, const std::string& err) {
   return 2;
 }
 
+// Argument idx must be a string (numbers are not coerced: a PID, a name or
+// a topic given as a number is a programming error). Raises "bad argument
+// #idx to 'fname' (string expected, got TYPE)".
+const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
+  if (lua_type(L, idx) != LUA_TSTRING) luaL_typerror(L, idx, "string");
+  return lua_tolstring(L, idx, len);
+}
+
 }  // namespace
 
 // The C functions behind the kernel's H table. Each is a closure whose first
@@ -68,7 +77,7 @@ struct Primitives {
   // A PID string, or a registered name, to a PID; else nil, err pushed.
   static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
     std::size_t n;
-    const char* s = luaL_checklstring(L, idx, &n);
+    const char* s = check_string(L, idx, &n);
     std::string dest(s, n);
     if (!dest.empty() && dest.front() == '<') {
       if (auto pid = Pid::parse(dest)) {
@@ -123,7 +132,7 @@ struct Primitives {
   static int send(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       std::size_t tn;
-      const char* topic = luaL_checklstring(L, 2, &tn);
+      const char* topic = check_string(L, 2, &tn);
       lua_settop(L, 3);
       std::string bytes;
       std::string err = encode_values(L, 3, 1, bytes, "value");
@@ -132,13 +141,14 @@ struct Primitives {
     });
   }
 
+  // process.spawn, spawn_linked, spawn_monitored: the mode is upvalue 2.
   static int spawn(lua_State* L) {
     auto& p = self(L);
-    int mode = static_cast<int>(luaL_checkinteger(L, 1));
-    std::string entry = luaL_checkstring(L, 2);
-    int nargs = lua_gettop(L) - 2;
+    auto mode = static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
+    std::string entry = check_string(L, 1);
+    int nargs = lua_gettop(L) - 1;
     std::string bytes;
-    std::string err = encode_values(L, 3, nargs, bytes, "arg");
+    std::string err = encode_values(L, 2, nargs, bytes, "arg");
     if (!err.empty()) return push_fail(L, err);
     SpawnOptions opts;
     if (mode == 1) opts.link_to = p.ctx_.self;
@@ -166,6 +176,8 @@ struct Primitives {
     });
   }
 
+  // process.monitor(pid) -> true; with a true upvalue 2 (H.watch_monitor,
+  // for process.watch) -> true, ref.
   static int monitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       std::uint64_t ref = ++p.next_monitor_ref_;
@@ -173,6 +185,7 @@ struct Primitives {
       if (!err.empty()) return push_fail(L, err);
       p.monitors_[to.to_string()].push_back(ref);
       lua_pushboolean(L, 1);
+      if (!lua_toboolean(L, lua_upvalueindex(2))) return 1;
       lua_pushnumber(L, static_cast<lua_Number>(ref));
       return 2;
     });
@@ -205,9 +218,20 @@ struct Primitives {
     });
   }
 
+  // process.cancel(pid[, reason]): the reason is tostring'ed, default "canceled".
   static int cancel(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      return ok_or_fail(L, p.rt_.scheduler().cancel(to, luaL_optstring(L, 2, "canceled"), p.ctx_.self));
+      std::string reason = "canceled";
+      if (!lua_isnoneornil(L, 2)) {
+        raw_global(L, "tostring");
+        lua_pushvalue(L, 2);
+        lua_call(L, 1, 1);
+        std::size_t n = 0;
+        const char* s = lua_tolstring(L, -1, &n);
+        reason = s ? std::string(s, n) : "?";
+        lua_pop(L, 1);
+      }
+      return ok_or_fail(L, p.rt_.scheduler().cancel(to, reason, p.ctx_.self));
     });
   }
 
@@ -219,7 +243,7 @@ struct Primitives {
 
   static int register_name(lua_State* L) {
     auto& p = self(L);
-    std::string name = luaL_checkstring(L, 1);
+    std::string name = check_string(L, 1);
     Pid who = p.ctx_.self;
     if (!lua_isnoneornil(L, 2)) {
       int nret;
@@ -237,7 +261,7 @@ struct Primitives {
 
   static int lookup(lua_State* L) {
     auto& p = self(L);
-    std::string name = luaL_checkstring(L, 1);
+    std::string name = check_string(L, 1);
     auto pid = p.rt_.names().lookup(name);
     if (!pid) return push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + name + "'"));
     std::string s = pid->to_string();
@@ -247,7 +271,7 @@ struct Primitives {
 
   static int unregister(lua_State* L) {
     auto& p = self(L);
-    return ok_or_fail(L, p.rt_.names().unregister(luaL_checkstring(L, 1)));
+    return ok_or_fail(L, p.rt_.names().unregister(check_string(L, 1)));
   }
 
   static int sleep_cmd(lua_State* L) {
@@ -311,6 +335,13 @@ struct Primitives {
     if (!err.empty()) return push_fail(L, err);
     p.entry_ = entry;
     log::set_current_pid(p.ctx_.self, p.entry_.c_str());  // the old name's buffer is gone
+    return 1;
+  }
+
+  // H.load_ext() -> the extension kernel's chunk (kernel_ext.lua).
+  static int load_ext(lua_State* L) {
+    const std::string& bc = self(L).rt_.kernel_ext_bytecode();
+    if (luaL_loadbuffer(L, bc.data(), bc.size(), "=kernel_ext") != 0) return lua_error(L);
     return 1;
   }
 
@@ -455,14 +486,6 @@ struct Primitives {
       lua_pushcclosure(L, load_api, 2);
       return 1;
     }
-    if (name == "coroutine") {
-      raw_global(L, "coroutine");
-      lua_pushcclosure(L, [](lua_State* S) -> int {
-        lua_pushvalue(S, lua_upvalueindex(1));
-        return 1;
-      }, 1);
-      return 1;
-    }
     if (p.rt_.modules().locate(name).empty()) {
       lua_pushfstring(L, "\n\tno module '%s' in the script directory or stdlib", name.c_str());
       return 1;
@@ -567,7 +590,6 @@ void LuaProcess::install_primitives() {
       {"now", Primitives::now},
       {"memory", Primitives::memory},
       {"send", Primitives::send},
-      {"spawn", Primitives::spawn},
       {"link", Primitives::link},
       {"unlink", Primitives::unlink},
       {"monitor", Primitives::monitor},
@@ -584,23 +606,39 @@ void LuaProcess::install_primitives() {
       {"traceback", Primitives::traceback},
       {"describe", Primitives::describe},
       {"load_entry", Primitives::load_entry},
+      {"load_ext", Primitives::load_ext},
       {nullptr, nullptr},
   };
-  lua_createtable(L, 0, sizeof(prims) / sizeof(prims[0]));
+  lua_createtable(L, 0, sizeof(prims) / sizeof(prims[0]) + 4);
   for (const luaL_Reg* r = prims; r->name; ++r) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, r->func, 1);
     lua_setfield(L, -2, r->name);
   }
+  // Primitives with a second upvalue that selects a variant.
+  static const std::pair<const char*, int> spawns[] = {{"spawn", 0}, {"spawn_linked", 1}, {"spawn_monitored", 2}};
+  for (auto& [name, mode] : spawns) {
+    lua_pushlightuserdata(L, this);
+    lua_pushinteger(L, mode);
+    lua_pushcclosure(L, Primitives::spawn, 2);
+    lua_setfield(L, -2, name);
+  }
+  lua_pushlightuserdata(L, this);
+  lua_pushboolean(L, 1);
+  lua_pushcclosure(L, Primitives::monitor, 2);
+  lua_setfield(L, -2, "watch_monitor");
 }
 
 void LuaProcess::install_globals() {
   lua_State* L = L_;
-  // coroutine: the kernel's wrapper (blocking calls reach the scheduler).
-  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kApi]);
-  lua_pushstring(L, "coroutine");
-  lua_call(L, 1, 1);
+  // coroutine becomes the kernel's wrapper (blocking calls reach the
+  // scheduler) on first use, through lazy_global or require.
+  lua_pushnil(L);
   lua_setfield(L, LUA_GLOBALSINDEX, "coroutine");
+  luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+  lua_pushnil(L);
+  lua_setfield(L, -2, "coroutine");
+  lua_pop(L, 1);
   lua_pushlightuserdata(L, this);
   lua_pushcclosure(L, Primitives::print, 1);
   lua_setfield(L, LUA_GLOBALSINDEX, "print");

@@ -9,7 +9,8 @@
 
 namespace host::lua {
 
-extern const char* const kKernelSource;  // generated from bindings/kernel.lua
+extern const char* const kKernelSource;     // generated from bindings/kernel.lua
+extern const char* const kKernelExtSource;  // generated from bindings/kernel_ext.lua
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -27,6 +28,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
       }()) {
   std::string err = ModuleCache::compile("=kernel", kKernelSource, kernel_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the process kernel does not compile: " + err);
+  err = ModuleCache::compile("=kernel_ext", kKernelExtSource, kernel_ext_bytecode_, /*strip=*/true);
+  if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
 }
 
 void LuaRuntime::forget_process(const Pid& pid) {

@@ -44,6 +44,7 @@ class LuaRuntime {
   NameRegistry& names() { return names_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_bytecode() const { return kernel_bytecode_; }
+  const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
 
   // Which modules each live process loaded, for reload events.
   void note_module_use(const Pid& pid, const std::string& module);
@@ -58,6 +59,7 @@ class LuaRuntime {
   ModuleCache modules_;
   NameRegistry names_;
   std::string kernel_bytecode_;
+  std::string kernel_ext_bytecode_;
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_
   std::unordered_map<Pid, std::vector<std::string>> uses_;          // guarded by uses_mu_
