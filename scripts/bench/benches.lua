@@ -54,6 +54,7 @@ function B.idle_memory(quick, h)
   for i = 1, n do process.send(pids[i], "stop", nil) end
   local per_kb = (after - before) / n
   print(string.format("idle_memory: %.1f KB RSS per process, %.1f KB counted Lua heap per process", per_kb, heap / 1024))
+  print(string.format("MEMORY idle_memory %.2f", per_kb))  -- for tests/bench/compare.sh
   return { params = "n=" .. n, seconds = s, per_op = per_kb, unit = "KB RSS/proc" }
 end
 

@@ -3,6 +3,8 @@
 # one run: each benchmark runs host, Erlang, Go in turn, RUNS times, and the
 # table shows median seconds and the ratios host/Erlang and host/Go (below
 # 1.0 means the host is faster). Every implementation checks its results.
+# A second table gives spawn-and-idle memory: the RSS that 100k processes
+# (goroutines for Go) blocked in receive add, per process.
 #   scripts/dev compare [--quick] [--runs N]
 # (Called by scripts/dev, which has installed the packages and built host.)
 set -euo pipefail
@@ -18,28 +20,31 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-benches=(pingpong counting threadring100 threadring1000 fj_throughput fj_create big chameneos fib)
+benches=(pingpong counting threadring100 threadring1000 fj_throughput fj_create big chameneos fib idle_memory)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 (cd tests/bench/peers && GOCACHE="${GOCACHE:-$out/gocache}" go build -o "$OLDPWD/build/savina-go" savina.go)
 
-seconds() {  # seconds IMPL NAME: runs one benchmark, prints its time
-  local line
+run_one() {  # run_one IMPL NAME: runs one benchmark, appends its seconds (and KB per process, if it measures memory)
+  local output line mem
   case "$1" in
-    host) line=$(build/host run scripts/bench -- "$2" $quick 2>&1 | grep -a "RESULT $2 " || true) ;;
-    erlang) line=$(escript tests/bench/peers/savina.erl "$2" $quick 2>&1 | grep -a "RESULT $2 " || true) ;;
-    go) line=$(build/savina-go "$2" $quick 2>&1 | grep -a "RESULT $2 " || true) ;;
+    host) output=$(build/host run scripts/bench --max-processes 200000 -- "$2" $quick 2>&1 || true) ;;
+    erlang) output=$(escript tests/bench/peers/savina.erl "$2" $quick 2>&1 || true) ;;
+    go) output=$(build/savina-go "$2" $quick 2>&1 || true) ;;
   esac
-  [ -n "$line" ] || { echo "compare: $1 $2 did not report a result" >&2; exit 1; }
-  echo "${line##* }"
+  line=$(grep -a "RESULT $2 " <<<"$output" || true)
+  [ -n "$line" ] || { echo "compare: $1 $2 did not report a result:" >&2; tail -5 <<<"$output" >&2; exit 1; }
+  echo "${line##* }" >> "$out/$2.$1"
+  mem=$(grep -a "MEMORY $2 " <<<"$output" || true)
+  [ -z "$mem" ] || echo "${mem##* }" >> "$out/$2.$1.mem"
 }
 
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 for b in "${benches[@]}"; do
   for ((r = 1; r <= runs; r++)); do
-    for impl in host erlang go; do seconds "$impl" "$b" >> "$out/$b.$impl"; done
+    for impl in host erlang go; do run_one "$impl" "$b"; done
   done
 done
 
@@ -52,5 +57,17 @@ printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------" "------------" "------------"
 for b in "${benches[@]}"; do
   h=$(median "$out/$b.host"); e=$(median "$out/$b.erlang"); g=$(median "$out/$b.go")
   printf '| %-15s | %10.4f | %10.4f | %10.4f | %12s | %9s |\n' "$b" "$h" "$e" "$g" \
+    "$(awk -v a="$h" -v b="$e" 'BEGIN { printf "%.2fx", a / b }')" "$(awk -v a="$h" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
+done
+
+echo
+echo "spawn-and-idle memory (KB of RSS per process, median; Go: a goroutine and its 256-slot channel mailbox)"
+echo
+printf '| %-15s | %10s | %10s | %10s | %12s | %9s |\n' benchmark "host KB" "erlang KB" "go KB" "host/erlang" "host/go"
+printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------" "------------" "------------" "------------" "--------------" "-----------"
+for b in "${benches[@]}"; do
+  [ -f "$out/$b.host.mem" ] || continue
+  h=$(median "$out/$b.host.mem"); e=$(median "$out/$b.erlang.mem"); g=$(median "$out/$b.go.mem")
+  printf '| %-15s | %10.2f | %10.2f | %10.2f | %12s | %9s |\n' "$b" "$h" "$e" "$g" \
     "$(awk -v a="$h" -v b="$e" 'BEGIN { printf "%.2fx", a / b }')" "$(awk -v a="$h" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
 done

@@ -70,12 +70,39 @@ run(chameneos, Q) ->
     end),
     Total = 2 * Meetings,
     S;
+%% Spawn-and-idle memory: N processes blocked in receive; the RSS they add,
+%% per process, is printed as "MEMORY idle_memory KB".
+run(idle_memory, Q) ->
+    N = pick(Q, 10000, 100000),
+    Self = self(),
+    Before = rss_kb(),
+    {S, Pids} = timeit(fun() ->
+        Ps = [spawn(fun idle/0) || _ <- lists:seq(1, N)],
+        lists:last(Ps) ! {ping, Self},
+        receive pong -> ok end,
+        Ps
+    end),
+    After = rss_kb(),
+    io:format("MEMORY idle_memory ~.2f~n", [(After - Before) / N]),
+    [P ! stop || P <- Pids],
+    S;
 run(fib, Q) ->
     {N, Want} = pick(Q, {14, 377}, {17, 1597}),
     Self = self(),
     {S, V} = timeit(fun() -> spawn(fun() -> fibp(N, Self) end), receive {fib, X} -> X end end),
     Want = V,
     S.
+
+idle() ->
+    receive
+        {ping, From} -> From ! pong, idle();
+        stop -> ok
+    end.
+
+rss_kb() ->
+    {ok, Status} = file:read_file("/proc/self/status"),
+    {match, [Kb]} = re:run(Status, "VmRSS:\\s+(\\d+)", [{capture, all_but_first, list}]),
+    list_to_integer(Kb).
 
 ping(_, I, N) when I > N -> ok;
 ping(Pong, I, N) ->

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -289,6 +292,43 @@ func fib(quick bool) time.Duration {
 	return time.Since(t0)
 }
 
+// rssKB reads this process's resident set size from /proc/self/status.
+func rssKB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	must(err == nil, "read /proc/self/status")
+	m := regexp.MustCompile(`VmRSS:\s+(\d+)`).FindSubmatch(b)
+	must(m != nil, "VmRSS in /proc/self/status")
+	kb, _ := strconv.Atoi(string(m[1]))
+	return kb
+}
+
+// idleMemory: N goroutines, each with its mailbox, blocked in receive; the
+// RSS they add, per goroutine, is printed as "MEMORY idle_memory KB".
+func idleMemory(quick bool) time.Duration {
+	n := pick(quick, 10000, 100000)
+	before := rssKB()
+	t0 := time.Now()
+	boxes := make([]chan int, n)
+	var started sync.WaitGroup
+	started.Add(n)
+	for i := range boxes {
+		box := make(chan int, mailbox)
+		boxes[i] = box
+		go func() {
+			started.Done()
+			for range box {
+			}
+		}()
+	}
+	started.Wait()
+	d := time.Since(t0)
+	fmt.Printf("MEMORY idle_memory %.2f\n", float64(rssKB()-before)/float64(n))
+	for _, box := range boxes {
+		close(box)
+	}
+	return d
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: savina-go NAME [--quick]")
@@ -316,6 +356,8 @@ func main() {
 		d = fjCreate(quick)
 	case "fib":
 		d = fib(quick)
+	case "idle_memory":
+		d = idleMemory(quick)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown benchmark", name)
 		os.Exit(2)
