@@ -10,17 +10,19 @@
 --
 -- It is compiled once and loaded as bytecode into each process. The host
 -- (bindings/lua_process.cpp) calls it with H, its table of C primitives, and
--- gets back the table K of entry points it drives each step:
+-- gets back the table K of entry points:
 --   K.start(fn, ...)            create the main task
+--   K.step() -> code, value     take this step's events (H.next_event), then
+--                               run ready tasks; code: 0 waiting, 1 continue,
+--                               2 done (value: result), 3 failed (value: error)
+--   K.api(name)                 build the API table `name` (lazily, on first use)
+-- K.step hands each event to its handler:
 --   K.message(from, topic, v)   a message arrived
 --   K.complete(tag, err)        a command (sleep) completed
 --   K.cancel(from, reason)      a cancel event
 --   K.exit(from, ref, ok, v)    a monitored process ended (v: result or error)
---   K.link_down(from, err)      a linked process failed
 --   K.reload(modules)           modules this process uses changed on disk
---   K.run() -> code, value      run ready tasks; code: 0 waiting, 1 continue,
---                               2 done (value: result), 3 failed (value: error)
---   K.api(name)                 build the API table `name` (lazily, on first use)
+--   K.link_down(from, err)      a linked process failed
 local H = ...
 
 -- The real coroutine library: the global `coroutine` becomes the wrapper
@@ -445,6 +447,19 @@ local function build_process()
     if f ~= nil then t[k] = f end
     return f
   end })
+end
+
+-- The handlers of H.next_event's kinds, in its order.
+local handlers = { K.message, K.complete, K.cancel, K.exit, K.reload, K.link_down }
+local next_event, message = H.next_event, K.message
+
+function K.step()
+  while true do
+    local kind, a, b, c, d = next_event()
+    if kind == nil then break end
+    if kind == 1 then message(a, b, c) else handlers[kind](a, b, c, d) end
+  end
+  return K.run()
 end
 
 function K.api(name)

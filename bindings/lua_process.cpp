@@ -338,6 +338,91 @@ struct Primitives {
     return 1;
   }
 
+  // H.next_event() -> kind, ...: the next event of this step for K.step, or
+  // nothing when they are all handed over. Kinds and values:
+  //   1 message    from (nil for the host), topic, value
+  //   2 complete   tag, err (nil on success)
+  //   3 cancel     from, reason
+  //   4 exit       from, ref, ok, result-or-error
+  //   5 reload     { module names }
+  //   6 link_down  from, error
+  // A message whose payload cannot be decoded is logged and skipped.
+  static int next_event(lua_State* L) {
+    auto& p = self(L);
+    lua_settop(L, 0);
+    while (p.step_cursor_ < p.step_events_.size()) {
+      Event& ev = p.step_events_[p.step_cursor_++];
+      switch (ev.kind) {
+        case EventKind::Message: {
+          lua_pushinteger(L, 1);
+          std::string from = ev.from.valid() ? ev.from.to_string() : std::string();
+          if (ev.from.valid()) lua_pushlstring(L, from.data(), from.size());
+          else lua_pushnil(L);
+          lua_pushlstring(L, ev.topic.data(), ev.topic.size());
+          std::string err;
+          int n = decode_values(L, ev.payload, &err);
+          if (n < 0) {
+            log::logger().error("message from {} on topic '{}' dropped: {}", from, ev.topic, err);
+            lua_settop(L, 0);
+            continue;
+          }
+          if (n == 0) lua_pushnil(L);
+          else if (n > 1) lua_pop(L, n - 1);
+          return 4;
+        }
+        case EventKind::YieldComplete:
+          lua_pushinteger(L, 2);
+          lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+          if (ev.error.empty()) lua_pushnil(L);
+          else lua_pushlstring(L, ev.error.data(), ev.error.size());
+          return 3;
+        case EventKind::Cancel:
+          lua_pushinteger(L, 3);
+          if (ev.from.valid()) lua_pushstring(L, ev.from.to_string().c_str());
+          else lua_pushnil(L);
+          lua_pushlstring(L, ev.payload.data(), ev.payload.size());
+          return 3;
+        case EventKind::Exit: {
+          lua_pushinteger(L, 4);
+          lua_pushstring(L, ev.from.to_string().c_str());
+          lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+          if (!ev.error.empty()) {
+            lua_pushboolean(L, 0);
+            lua_pushlstring(L, ev.error.data(), ev.error.size());
+          } else {
+            lua_pushboolean(L, 1);
+            std::string err;
+            int n = ev.payload.empty() ? 0 : decode_values(L, ev.payload, &err);
+            if (n < 0) n = 0;
+            if (n == 0) lua_pushnil(L);
+            else if (n > 1) lua_pop(L, n - 1);
+          }
+          return 5;
+        }
+        case EventKind::Reload: {
+          lua_pushinteger(L, 5);
+          lua_newtable(L);
+          int i = 0;
+          std::size_t start = 0;
+          while (start < ev.payload.size()) {
+            std::size_t end = ev.payload.find('\n', start);
+            if (end == std::string::npos) end = ev.payload.size();
+            lua_pushlstring(L, ev.payload.data() + start, end - start);
+            lua_rawseti(L, -2, ++i);
+            start = end + 1;
+          }
+          return 2;
+        }
+        case EventKind::LinkDown:
+          lua_pushinteger(L, 6);
+          lua_pushstring(L, ev.from.to_string().c_str());
+          lua_pushlstring(L, ev.error.data(), ev.error.size());
+          return 3;
+      }
+    }
+    return 0;
+  }
+
   // H.load_ext() -> the extension kernel's chunk (kernel_ext.lua).
   static int load_ext(lua_State* L) {
     const std::string& bc = self(L).rt_.kernel_ext_bytecode();
@@ -607,6 +692,7 @@ void LuaProcess::install_primitives() {
       {"describe", Primitives::describe},
       {"load_entry", Primitives::load_entry},
       {"load_ext", Primitives::load_ext},
+      {"next_event", Primitives::next_event},
       {nullptr, nullptr},
   };
   lua_createtable(L, 0, sizeof(prims) / sizeof(prims[0]) + 4);
@@ -690,7 +776,7 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     if (luaL_loadbuffer(S, kernel.data(), kernel.size(), "=kernel") != 0) return lua_error(S);
     p.install_primitives();
     lua_call(S, 1, 1);  // K
-    static const char* names[] = {"message", "complete", "cancel", "exit", "link_down", "reload", "run", "api", "start"};
+    static const char* names[] = {"step", "api", "start"};
     for (int i = 0; i < LuaProcess::kRefCount; ++i) {
       lua_getfield(S, 1, names[i]);
       p.refs_[i] = luaL_ref(S, LUA_REGISTRYINDEX);
@@ -758,86 +844,15 @@ void LuaProcess::flush_commands(StepOutput& out) {
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
   lua_settop(L, 0);
-  for (Event& ev : events) {
-    switch (ev.kind) {
-      case EventKind::Message: {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kMessage]);
-        std::string from = ev.from.valid() ? ev.from.to_string() : std::string();
-        if (ev.from.valid()) lua_pushlstring(L, from.data(), from.size());
-        else lua_pushnil(L);
-        lua_pushlstring(L, ev.topic.data(), ev.topic.size());
-        std::string err;
-        int n = decode_values(L, ev.payload, &err);
-        if (n != 1) {
-          if (n > 1) lua_pop(L, n - 1);
-          if (n < 0) {
-            log::logger().error("message from {} on topic '{}' dropped: {}", from, ev.topic, err);
-            lua_settop(L, 0);
-            continue;
-          }
-          if (n == 0) lua_pushnil(L);
-        }
-        if (!call_kernel(3, 0, out)) return;
-        break;
-      }
-      case EventKind::YieldComplete:
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kComplete]);
-        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-        if (ev.error.empty()) lua_pushnil(L);
-        else lua_pushlstring(L, ev.error.data(), ev.error.size());
-        if (!call_kernel(2, 0, out)) return;
-        break;
-      case EventKind::Cancel: {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kCancel]);
-        if (ev.from.valid()) lua_pushstring(L, ev.from.to_string().c_str());
-        else lua_pushnil(L);
-        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-        if (!call_kernel(2, 0, out)) return;
-        break;
-      }
-      case EventKind::Exit: {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kExit]);
-        lua_pushstring(L, ev.from.to_string().c_str());
-        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-        if (!ev.error.empty()) {
-          lua_pushboolean(L, 0);
-          lua_pushlstring(L, ev.error.data(), ev.error.size());
-        } else {
-          lua_pushboolean(L, 1);
-          std::string err;
-          int n = ev.payload.empty() ? 0 : decode_values(L, ev.payload, &err);
-          if (n < 0) n = 0;
-          if (n == 0) lua_pushnil(L);
-          else if (n > 1) lua_pop(L, n - 1);
-        }
-        if (!call_kernel(4, 0, out)) return;
-        break;
-      }
-      case EventKind::Reload: {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kReload]);
-        lua_newtable(L);
-        int i = 0;
-        std::size_t start = 0;
-        while (start < ev.payload.size()) {
-          std::size_t end = ev.payload.find('\n', start);
-          if (end == std::string::npos) end = ev.payload.size();
-          lua_pushlstring(L, ev.payload.data() + start, end - start);
-          lua_rawseti(L, -2, ++i);
-          start = end + 1;
-        }
-        if (!call_kernel(1, 0, out)) return;
-        break;
-      }
-      case EventKind::LinkDown:
-        lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kLinkDown]);
-        lua_pushstring(L, ev.from.to_string().c_str());
-        lua_pushlstring(L, ev.error.data(), ev.error.size());
-        if (!call_kernel(2, 0, out)) return;
-        break;
-    }
-  }
-  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kRun]);
-  if (!call_kernel(0, 2, out)) return;
+  // One call into the kernel a step: K.step pulls the events one by one
+  // through H.next_event (a Lua->C call, much cheaper than a C->Lua pcall
+  // per event), then runs the ready tasks.
+  step_events_ = events;
+  step_cursor_ = 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kStep]);
+  bool ok = call_kernel(0, 2, out);
+  step_events_ = {};
+  if (!ok) return;
   int code = static_cast<int>(lua_tointeger(L, 1));
   switch (code) {
     case 0:

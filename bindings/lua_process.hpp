@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -65,8 +66,10 @@ class LuaProcess final : public Process {
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs
-  enum Ref { kMessage, kComplete, kCancel, kExit, kLinkDown, kReload, kRun, kApi, kStart, kRefCount };
+  enum Ref { kStep, kApi, kStart, kRefCount };  // kernel functions kept in the registry
   int refs_[kRefCount] = {};
+  std::span<Event> step_events_;   // the events of the running Step, for H.next_event
+  std::size_t step_cursor_ = 0;    // how many of them K.step has taken
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
   std::vector<std::uint64_t> pending_cancels_;
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
