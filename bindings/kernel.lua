@@ -1,6 +1,6 @@
 -- The process kernel: the scheduler inside one Lua process. It runs the
 -- process's tasks (the entry method and coroutine.spawn'ed functions) as
--- coroutines, and implements channels, the inbox, events, receive and timers.
+-- coroutines, and implements channels, the inbox, events and receive.
 -- What fewer processes use (select, the time, channel and log APIs, the
 -- coroutine wrapper, listen, watch, set_options, upgrade) lives in
 -- bindings/kernel_ext.lua, loaded into a process the first time it needs it:
@@ -43,9 +43,9 @@ local K = {}
 
 -- The extension kernel (kernel_ext.lua), loaded on first use; it reaches
 -- this file's locals through I, defined at the end.
-local EXT, I
+local EXT, internals
 local function ext()
-  if EXT == nil then EXT = H.load_ext()(I, H) end
+  if EXT == nil then EXT = H.load_ext()(internals(), H) end
   return EXT
 end
 
@@ -71,8 +71,6 @@ local yielded = queue()     -- tasks that yielded to other processes (sleep(0))
 local current = nil         -- the task being resumed
 local main_task = nil
 local outcome_code, outcome_value = nil, nil  -- set once the process is finished
-local next_tag = 0
-local timers = {}           -- tag -> function() called when the command completes
 
 local function fail_process(err)
   if outcome_code == nil then outcome_code, outcome_value = 3, err end
@@ -203,30 +201,9 @@ function K.start(fn, ...)
 end
 
 ---------------------------------------------------------------------------
--- Timers: sleep commands and what runs when they complete.
--- Starts a sleep command; fn() runs when it completes (unless cancelled).
-local function start_timer(seconds, fn)
-  next_tag = next_tag + 1
-  local tag = next_tag
-  timers[tag] = fn
-  H.sleep_cmd(tag, seconds)
-  return tag
-end
-
-local function stop_timer(tag)
-  if timers[tag] then
-    timers[tag] = nil
-    H.cancel_cmd(tag)
-  end
-end
-
+-- Timers live in kernel_ext: a completion means it is loaded.
 function K.complete(tag, err)
-  local fn = timers[tag]
-  if fn then
-    timers[tag] = nil
-    fn(err)
-  end
-  -- Else: a completion for a timer already stopped; nothing waits for it.
+  if EXT then EXT.complete(tag, err) end
 end
 
 ---------------------------------------------------------------------------
@@ -394,7 +371,7 @@ end
 -- they hold), links, monitors and names stay.
 restart = function(fn, ...)
   ready, yielded = queue(), queue()
-  for tag in pairs(timers) do stop_timer(tag) end
+  if EXT then EXT.stop_timers() end
   inbox.recvq, inbox.sendq = queue(), queue()
   events.recvq, events.sendq = queue(), queue()
   for _, l in pairs(listeners) do l.recvq, l.sendq = queue(), queue() end
@@ -408,23 +385,7 @@ local function receive(timeout)
     qpush(inbox.recvq, current)
     return (block())
   end
-  local secs = timeout
-  if type(secs) ~= "number" or secs ~= secs or secs < 0 then secs = ext().duration(timeout, 2) end
-  if secs <= 0 then return nil, "timeout" end
-  local sel = { done = false }
-  local t = current
-  local w = { task = t, sel = sel }
-  qpush(inbox.recvq, w)
-  local tag = start_timer(secs, function()
-    if not sel.done then
-      sel.done = true
-      wake(t, { timeout = true })
-    end
-  end)
-  local r = block()
-  if r.timeout then return nil, "timeout" end
-  stop_timer(tag)
-  return r.value
+  return ext().receive_timeout(timeout)  -- a tail call: error levels stay right
 end
 
 ---------------------------------------------------------------------------
@@ -467,16 +428,15 @@ function K.api(name)
   return ext().api(name)
 end
 
--- What kernel_ext reaches of this file.
-I = {
+-- What kernel_ext reaches of this file (built when it loads).
+internals = function() return {
   BLOCK = BLOCK, YIELD = YIELD, UPGRADE = UPGRADE, coroutine = coroutine_lib,
   queue = queue, qpush = qpush, qshift = qshift, qlen = qlen,
   wake = wake, block = block, new_task = new_task, current = function() return current end,
   Channel = Channel, new_channel = new_channel, check_channel = check_channel,
   try_send = try_send, try_receive = try_receive, deliver = deliver,
-  start_timer = start_timer, stop_timer = stop_timer,
   inbox = inbox, listeners = listeners, exit_watchers = exit_watchers,
   set_trap_links = function(v) trap_links = v end,
-}
+} end
 
 return K

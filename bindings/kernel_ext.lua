@@ -4,6 +4,9 @@
 -- bindings/kernel.lua loads it into a process on first use and calls it
 -- with I, its internals, and H, the C primitives; it returns E:
 --   E.duration(d, level)   seconds from a number or a string like "250ms"
+--   E.receive_timeout(t)   process.receive(t) once nothing is waiting
+--   E.complete(tag, err)   a sleep command completed
+--   E.stop_timers()        stop every timer (process.upgrade)
 --   E.process              the process API's calls defined here
 --   E.api(name)            the API table `name` (time, channel, log, coroutine)
 local I, H = ...
@@ -15,7 +18,6 @@ local queue, qpush, qshift, qlen = I.queue, I.qpush, I.qshift, I.qlen
 local wake, block, new_task, current = I.wake, I.block, I.new_task, I.current
 local Channel, new_channel, check_channel = I.Channel, I.new_channel, I.check_channel
 local try_send, try_receive, deliver = I.try_send, I.try_receive, I.deliver
-local start_timer, stop_timer = I.start_timer, I.stop_timer
 local type, error, tostring, setmetatable, getmetatable, pairs, select = type, error, tostring, setmetatable, getmetatable, pairs, select
 
 local E = {}
@@ -46,6 +48,60 @@ local function duration(d, level)
 end
 
 E.duration = duration
+
+---------------------------------------------------------------------------
+-- Timers: sleep commands and what runs when they complete.
+local next_tag = 0
+local timers = {}  -- tag -> function(err) called when the command completes
+
+-- Starts a sleep command; fn() runs when it completes (unless stopped).
+local function start_timer(seconds, fn)
+  next_tag = next_tag + 1
+  local tag = next_tag
+  timers[tag] = fn
+  H.sleep_cmd(tag, seconds)
+  return tag
+end
+
+local function stop_timer(tag)
+  if timers[tag] then
+    timers[tag] = nil
+    H.cancel_cmd(tag)
+  end
+end
+
+function E.complete(tag, err)
+  local fn = timers[tag]
+  if fn then
+    timers[tag] = nil
+    fn(err)
+  end
+  -- Else: a completion for a timer already stopped; nothing waits for it.
+end
+
+function E.stop_timers()
+  for tag in pairs(timers) do stop_timer(tag) end
+end
+
+-- process.receive(timeout) when the inbox is empty.
+function E.receive_timeout(timeout)
+  local secs = duration(timeout, 2)
+  if secs <= 0 then return nil, "timeout" end
+  local sel = { done = false }
+  local t = current()
+  if t == nil then error("blocking call outside a process task", 2) end
+  qpush(I.inbox.recvq, { task = t, sel = sel })
+  local tag = start_timer(secs, function()
+    if not sel.done then
+      sel.done = true
+      wake(t, { timeout = true })
+    end
+  end)
+  local r = block()
+  if r.timeout then return nil, "timeout" end
+  stop_timer(tag)
+  return r.value
+end
 
 ---------------------------------------------------------------------------
 -- select over channels.
