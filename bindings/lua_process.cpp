@@ -585,9 +585,14 @@ struct Primitives {
   }
 };
 
-LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {}
+LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {
+  rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
+}
 
-LuaProcess::~LuaProcess() { Close(); }
+LuaProcess::~LuaProcess() {
+  Close();
+  rt_.processes_.fetch_sub(1, std::memory_order_acq_rel);
+}
 
 void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   auto* self = static_cast<LuaProcess*>(ud);

@@ -48,7 +48,7 @@ void LuaRuntime::forget_process(const Pid& pid) {
 }
 
 SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options) {
-  if (scheduler_.live_count() >= options_.max_processes)
+  if (processes_.load(std::memory_order_acquire) >= options_.max_processes)
     return {{}, make_error(ErrorKind::Limit, "too many processes (" + std::to_string(options_.max_processes) +
                                                  " live; see --max-processes)")};
   return scheduler_.spawn(std::make_unique<LuaProcess>(*this), entry, std::move(encoded_args), options);

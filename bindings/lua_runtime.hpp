@@ -3,6 +3,7 @@
 // compiled process kernel. Threads: any.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
@@ -58,6 +59,12 @@ class LuaRuntime {
   const LuaOptions options_;
   ModuleCache modules_;
   NameRegistry names_;
+  // Lua processes that exist, for --max-processes. A LuaProcess is destroyed
+  // before its exit reaches its monitors (the scheduler's live count drops
+  // only after), so a monitor that replaces a process it saw exit is never
+  // refused. Changed by LuaProcess's constructor and destructor.
+  friend class LuaProcess;
+  std::atomic<std::size_t> processes_{0};
   std::string kernel_bytecode_;
   std::string kernel_ext_bytecode_;
   std::mutex uses_mu_;
