@@ -34,6 +34,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
 
 void LuaRuntime::forget_process(const Pid& pid) {
   names_.release_all(pid);
+  if (!options_.track_module_uses) return;
   std::lock_guard lock(uses_mu_);
   auto it = uses_.find(pid);
   if (it == uses_.end()) return;
@@ -55,6 +56,7 @@ SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args
 }
 
 void LuaRuntime::note_module_use(const Pid& pid, const std::string& module) {
+  if (!options_.track_module_uses) return;
   std::lock_guard lock(uses_mu_);
   auto& mods = uses_[pid];
   for (const auto& m : mods)

@@ -28,6 +28,9 @@ struct LuaOptions {
   // process that spawns in a loop runs out of this before the machine runs
   // out of memory (about 60-200 KB a process).
   std::size_t max_processes = 1000000;
+  // Record which process loaded which module, for reload events (--watch).
+  // Off, spawn and exit skip a global lock and two map updates.
+  bool track_module_uses = false;
 };
 
 class LuaRuntime {
@@ -47,7 +50,8 @@ class LuaRuntime {
   const std::string& kernel_bytecode() const { return kernel_bytecode_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
 
-  // Which modules each live process loaded, for reload events.
+  // Which modules each live process loaded, for reload events (only with
+  // track_module_uses).
   void note_module_use(const Pid& pid, const std::string& module);
   std::vector<Pid> users_of(const std::string& module);
   // Releases a process's names and module records. Called from Close, which

@@ -77,6 +77,7 @@ int run(const cli::RunOptions& o) {
   lo.mem_limit = o.mem_limit;
   lo.time_limit = o.time_limit;
   lo.max_processes = o.max_processes;
+  lo.track_module_uses = o.watch;
   auto [module, method] = lua::split_entry(o.entry);
   {
     lua::ModuleCache probe({lo.dir});
