@@ -277,15 +277,6 @@ local function check_channel(ch, fname)
   end
 end
 
-function Channel.send(ch, v)
-  check_channel(ch, "send")
-  if ch.closed then error("send on a closed channel", 2) end
-  if try_send(ch, v) then return true end
-  qpush(ch.sendq, { task = current, value = v })
-  if not block() then error("send on a closed channel", 2) end
-  return true
-end
-
 function Channel.receive(ch)
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
@@ -294,29 +285,13 @@ function Channel.receive(ch)
   return block()
 end
 
-function Channel.close(ch)
-  check_channel(ch, "close")
-  if ch.closed then return true end
-  ch.closed = true
-  while true do
-    local r = live_waiter(ch.recvq)
-    if not r then break end
-    finish_receiver(ch, r, nil, false)
-  end
-  while true do
-    local s = live_waiter(ch.sendq)
-    if not s then break end
-    finish_sender(ch, s, true)
-  end
-  return true
-end
-
 -- Pushes v without ever blocking (the inbox and events are unbounded).
 local function deliver(ch, v)
   if not try_send(ch, v) then qpush(ch.buf, v) end
 end
 
--- Methods this file lacks (case_receive, case_send) are kernel_ext's.
+-- Methods this file lacks (send, close, case_receive, case_send) are
+-- kernel_ext's: a process's own inbox and events are only received from.
 setmetatable(Channel, { __index = function(_, k)
   ext()
   return rawget(Channel, k)
@@ -435,6 +410,7 @@ internals = function() return {
   wake = wake, block = block, new_task = new_task, current = function() return current end,
   Channel = Channel, new_channel = new_channel, check_channel = check_channel,
   try_send = try_send, try_receive = try_receive, deliver = deliver,
+  live_waiter = live_waiter, finish_receiver = finish_receiver, finish_sender = finish_sender,
   inbox = inbox, listeners = listeners, exit_watchers = exit_watchers,
   set_trap_links = function(v) trap_links = v end,
 } end

@@ -9,6 +9,7 @@
 --   E.stop_timers()        stop every timer (process.upgrade)
 --   E.process              the process API's calls defined here
 --   E.api(name)            the API table `name` (time, channel, log, coroutine)
+-- and adds the methods send, close, case_receive and case_send to channels.
 local I, H = ...
 
 local co = I.coroutine
@@ -18,6 +19,7 @@ local queue, qpush, qshift, qlen = I.queue, I.qpush, I.qshift, I.qlen
 local wake, block, new_task, current = I.wake, I.block, I.new_task, I.current
 local Channel, new_channel, check_channel = I.Channel, I.new_channel, I.check_channel
 local try_send, try_receive, deliver = I.try_send, I.try_receive, I.deliver
+local live_waiter, finish_receiver, finish_sender = I.live_waiter, I.finish_receiver, I.finish_sender
 local type, error, tostring, setmetatable, getmetatable, pairs, select = type, error, tostring, setmetatable, getmetatable, pairs, select
 
 local E = {}
@@ -101,6 +103,34 @@ function E.receive_timeout(timeout)
   if r.timeout then return nil, "timeout" end
   stop_timer(tag)
   return r.value
+end
+
+---------------------------------------------------------------------------
+-- The channel methods that kernel.lua leaves to this file.
+function Channel.send(ch, v)
+  check_channel(ch, "send")
+  if ch.closed then error("send on a closed channel", 2) end
+  if try_send(ch, v) then return true end
+  qpush(ch.sendq, { task = current(), value = v })
+  if not block() then error("send on a closed channel", 2) end
+  return true
+end
+
+function Channel.close(ch)
+  check_channel(ch, "close")
+  if ch.closed then return true end
+  ch.closed = true
+  while true do
+    local r = live_waiter(ch.recvq)
+    if not r then break end
+    finish_receiver(ch, r, nil, false)
+  end
+  while true do
+    local s = live_waiter(ch.sendq)
+    if not s then break end
+    finish_sender(ch, s, true)
+  end
+  return true
 end
 
 ---------------------------------------------------------------------------
