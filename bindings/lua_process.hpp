@@ -2,12 +2,15 @@
 // state. Threads: one at a time (the worker stepping it, or the spawner
 // during Init).
 //
-// Init creates the state with a counting allocator (the per-process memory
-// figure and limit), opens only the base and jit libraries (the others open
-// on first use), loads the process kernel (bindings/kernel.lua) and the entry
+// Init creates the state on its own arena (bindings/state_arena.hpp) behind
+// a counting allocator (the per-process memory figure and limit), opens only
+// the base library (the others open on first use; jit once the process has
+// run a while, see config::kJitWarmupInstructions), loads the process kernel
+// (bindings/kernel.lua; kernel_ext.lua comes on first use) and the entry
 // module from the shared bytecode cache, and starts the entry method as the
-// main task. Step hands the kernel the events that arrived and runs its
-// ready tasks; their waits on timers come back as sleep yields.
+// main task. Step makes one call into the kernel, which takes the events that
+// arrived and runs its ready tasks; their waits on timers come back as sleep
+// yields.
 #pragma once
 
 #include <atomic>
