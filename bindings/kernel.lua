@@ -86,6 +86,15 @@ local function wake(t, ...)
   qpush(ready, t)
 end
 
+-- wake(t, a, b) without the vararg: the path of every message to a waiting
+-- receive.
+local function wake2(t, a, b)
+  t.n, t.v1, t.v2 = 2, a, b
+  local i = ready.t + 1
+  ready.t = i
+  ready[i] = t
+end
+
 -- Blocks the running task until wake(t, ...) is called for it. Refused
 -- outside a task (module top level) and where LuaJIT cannot yield (inside
 -- require, a C iterator or callback), with the cause named.
@@ -125,7 +134,10 @@ local restart  -- defined with the inbox below
 local C_BOUNDARY = "attempt to yield across C%-call boundary"
 
 -- Called with the results of resuming task t.
-local function after_resume(t, ok, first, ...)
+-- The resume's results come as four values: enough for every case (an
+-- error, a block or yield, UPGRADE with fn and its packed arguments, and a
+-- finished task's xpcall flag, result and err).
+local function after_resume(t, ok, first, r1, r2)
   if not ok then
     -- An error escaped task_body's xpcall: only yields across a C boundary
     -- and memory errors do.
@@ -141,7 +153,7 @@ local function after_resume(t, ok, first, ...)
     -- first: xpcall's success flag, then the function's results.
     if first then
       if t == main_task and outcome_code == nil then
-        local result, err = ...
+        local result, err = r1, r2
         if result == nil and err ~= nil then
           fail_process(type(err) == "string" and err or traceback(err))
         else
@@ -149,12 +161,12 @@ local function after_resume(t, ok, first, ...)
         end
       end
     else
-      fail_process((...))
+      fail_process(r1)
     end
     return
   end
   if first == UPGRADE then
-    restart(...)
+    restart(r1, unpack(r2, 1, r2.n))
     return
   end
   if first ~= BLOCK then
@@ -171,17 +183,20 @@ function K.run()
     if t == nil then break end
     current = t
     local n, co = t.n, t.co
+    local ok, first, r1, r2
     if n == 0 then
-      after_resume(t, co_resume(co))
+      ok, first, r1, r2 = co_resume(co)
     elseif n <= 2 then
       local a, b = t.v1, t.v2
       t.v1, t.v2 = nil, nil
-      if n == 1 then after_resume(t, co_resume(co, a)) else after_resume(t, co_resume(co, a, b)) end
+      if n == 1 then ok, first, r1, r2 = co_resume(co, a) else ok, first, r1, r2 = co_resume(co, a, b) end
     else
       local vals = t.vals
       t.vals = nil
-      after_resume(t, co_resume(co, unpack(vals, 1, n)))
+      ok, first, r1, r2 = co_resume(co, unpack(vals, 1, n))
     end
+    -- BLOCK is only ever yielded: the task waits, nothing else to do.
+    if not (ok and first == BLOCK) then after_resume(t, ok, first, r1, r2) end
     current = nil
   end
   if outcome_code ~= nil then return outcome_code, outcome_value end
@@ -236,7 +251,7 @@ local function finish_receiver(ch, w, v, ok)
     w.sel.done = true
     wake(w.task, { channel = ch, value = v, ok = ok })
   else
-    wake(w.task, v, ok)
+    wake2(w.task, v, ok)
   end
 end
 

@@ -207,7 +207,7 @@ end
 -- user's resumer as usual.
 local function pass(co, ok, first, ...)
   if ok and (first == BLOCK or first == YIELD or first == UPGRADE) and co_status(co) == "suspended" then
-    return pass(co, co_resume(co, co_yield(first)))
+    return pass(co, co_resume(co, co_yield(first, ...)))
   end
   return ok, first, ...
 end
@@ -347,7 +347,7 @@ E.process = {
     local fn, err = H.load_entry(entry)
     if not fn then return nil, err end
     if current() == nil then error("process.upgrade outside a process task", 2) end
-    co_yield(UPGRADE, fn, ...)  -- never returns: the task is dropped
+    co_yield(UPGRADE, fn, { n = select("#", ...), ... })  -- never returns: the task is dropped
   end,
 }
 
