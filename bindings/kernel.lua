@@ -320,8 +320,23 @@ local listeners = {}   -- topic -> channel
 
 function K.message(from, topic, value)
   local msg = { topic = topic, from = from, payload = value }
-  local l = listeners[topic]
-  deliver(l or inbox, msg)
+  local ch = listeners[topic] or inbox
+  -- The common cases inline: a plain receive waits (hand the message over),
+  -- or nobody waits (queue it). Select and timeout waiters take deliver.
+  local q = ch.recvq
+  local h = q.h
+  if h > q.t then
+    if ch.cap == 0 then qpush(ch.buf, msg) else deliver(ch, msg) end
+    return
+  end
+  local w = q[h]
+  if w.sel ~= nil then
+    deliver(ch, msg)
+    return
+  end
+  q[h] = nil
+  if h == q.t then q.h, q.t = 1, 0 else q.h = h + 1 end
+  wake2(w.task, msg, true)
 end
 
 function K.cancel(from, reason)
@@ -369,6 +384,15 @@ restart = function(fn, ...)
 end
 
 local function receive(timeout)
+  local buf, sendq = inbox.buf, inbox.sendq
+  local h = buf.h
+  if h <= buf.t and sendq.h > sendq.t then
+    -- A message waits and nobody blocks sending to the inbox: take it here.
+    local msg = buf[h]
+    buf[h] = nil
+    if h == buf.t then buf.h, buf.t = 1, 0 else buf.h = h + 1 end
+    return msg
+  end
   local ok_now, msg = try_receive(inbox)
   if ok_now then return msg end
   if timeout == nil then
