@@ -355,14 +355,16 @@ struct Primitives {
       switch (ev.kind) {
         case EventKind::Message: {
           lua_pushinteger(L, 1);
-          std::string from = ev.from.valid() ? ev.from.to_string() : std::string();
-          if (ev.from.valid()) lua_pushlstring(L, from.data(), from.size());
+          char from[Pid::kMaxText];
+          std::size_t from_len = ev.from.valid() ? ev.from.format(from) : 0;
+          if (ev.from.valid()) lua_pushlstring(L, from, from_len);
           else lua_pushnil(L);
           lua_pushlstring(L, ev.topic.data(), ev.topic.size());
           std::string err;
           int n = decode_values(L, ev.payload, &err);
           if (n < 0) {
-            log::logger().error("message from {} on topic '{}' dropped: {}", from, ev.topic, err);
+            log::logger().error("message from {} on topic '{}' dropped: {}", std::string_view(from, from_len), ev.topic,
+                                err);
             lua_settop(L, 0);
             continue;
           }

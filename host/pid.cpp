@@ -5,17 +5,22 @@
 
 namespace host {
 
+std::size_t Pid::format(char (&buf)[kMaxText]) const {
+  char* p = buf;
+  char* end = buf + kMaxText;
+  *p++ = '<';
+  p = std::to_chars(p, end, node).ptr;
+  *p++ = '.';
+  p = std::to_chars(p, end, index).ptr;
+  *p++ = '.';
+  p = std::to_chars(p, end, generation).ptr;
+  *p++ = '>';
+  return static_cast<std::size_t>(p - buf);
+}
+
 std::string Pid::to_string() const {
-  std::string out;
-  out.reserve(24);
-  out += '<';
-  out += std::to_string(node);
-  out += '.';
-  out += std::to_string(index);
-  out += '.';
-  out += std::to_string(generation);
-  out += '>';
-  return out;
+  char buf[kMaxText];
+  return std::string(buf, format(buf));
 }
 
 std::optional<Pid> Pid::parse(std::string_view text) {

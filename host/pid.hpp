@@ -20,6 +20,10 @@ struct Pid {
   friend bool operator==(const Pid&, const Pid&) = default;
 
   std::string to_string() const;
+  // Writes the same text into buf without allocating; returns its length.
+  // kMaxText holds "<4294967295.4294967295.4294967295>".
+  static constexpr std::size_t kMaxText = 36;
+  std::size_t format(char (&buf)[kMaxText]) const;
   static std::optional<Pid> parse(std::string_view text);
 };
 

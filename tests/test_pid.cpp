@@ -1,6 +1,8 @@
 // Tests of PID rendering and parsing (host/pid.hpp).
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "host/pid.hpp"
 
 using host::Pid;
@@ -12,6 +14,15 @@ TEST_CASE("a PID renders like Erlang's and parses back") {
   REQUIRE(back.has_value());
   CHECK(*back == p);
   CHECK(Pid::parse("<2.4294967295.1>")->index == 4294967295u);
+}
+
+TEST_CASE("the largest PID fits the formatting buffer and round-trips") {
+  Pid big{4294967295u, 4294967295u, 4294967295u};
+  char buf[Pid::kMaxText];
+  std::size_t n = big.format(buf);
+  CHECK(n == Pid::kMaxText - 2);  // 3 x 10 digits, two dots, two brackets
+  CHECK(std::string(buf, n) == "<4294967295.4294967295.4294967295>");
+  CHECK(*Pid::parse(big.to_string()) == big);
 }
 
 TEST_CASE("malformed PID strings are refused") {
