@@ -1,6 +1,7 @@
 // The value codec's encoder and decoder.
 #include "bindings/codec.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -30,12 +31,15 @@ bool is_identifier(const char* s, std::size_t n) {
   return true;
 }
 
+// Encodes values; on success it allocates nothing beyond the output. The
+// path of an offending value ("value.handler") is only built when encoding
+// fails: each table on the way out adds its key, innermost first.
 class Encoder {
  public:
   Encoder(lua_State* L, std::string& out) : L_(L), out_(out) {}
 
-  // Encodes the value at absolute index idx; path names it for errors.
-  bool value(int idx, std::string& path) {
+  // Encodes the value at absolute index idx.
+  bool value(int idx) {
     switch (lua_type(L_, idx)) {
       case LUA_TNIL: out_.push_back(kNil); return true;
       case LUA_TBOOLEAN: out_.push_back(lua_toboolean(L_, idx) ? kTrue : kFalse); return true;
@@ -48,18 +52,29 @@ class Encoder {
         out_.append(s, n);
         return true;
       }
-      case LUA_TTABLE: return table(idx, path);
+      case LUA_TTABLE: return table(idx);
       default: {
         int t = lua_type(L_, idx);
         const char* what = t == LUA_TTHREAD ? "coroutine" : t == LUA_TFUNCTION ? "function" : "userdata";
-        error_ = make_error(ErrorKind::Invalid, std::string("cannot send ") + what + " at " + path);
-        return false;
+        return fail(ErrorKind::Invalid, std::string("cannot send ") + what);
       }
     }
   }
-  const std::string& error() const { return error_; }
+
+  // The error of a failed value(), naming the value's path under root.
+  std::string error(const std::string& root) const {
+    std::string path = root;
+    for (auto it = reversed_path_.rbegin(); it != reversed_path_.rend(); ++it) path += *it;
+    return make_error(error_kind_, error_ + " at " + path);
+  }
 
  private:
+  bool fail(ErrorKind kind, std::string what) {
+    error_kind_ = kind;
+    error_ = std::move(what);
+    return false;
+  }
+
   void number(double d) {
     if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && std::floor(d) == d &&
         !(d == 0 && std::signbit(d))) {
@@ -74,23 +89,14 @@ class Encoder {
     out_.append(b, 8);
   }
 
-  bool table(int idx, std::string& path) {
+  bool table(int idx) {
     const void* self = lua_topointer(L_, idx);
-    for (const void* p : ancestors_)
-      if (p == self) {
-        error_ = make_error(ErrorKind::Invalid, "cannot send a table with a cycle at " + path);
-        return false;
-      }
-    if (ancestors_.size() >= static_cast<std::size_t>(kMaxDepth)) {
-      error_ = make_error(ErrorKind::Invalid, "cannot send a table nested deeper than " +
-                                                  std::to_string(kMaxDepth) + " at " + path);
-      return false;
-    }
-    if (!lua_checkstack(L_, 4)) {
-      error_ = make_error(ErrorKind::Limit, "out of Lua stack at " + path);
-      return false;
-    }
-    ancestors_.push_back(self);
+    for (std::size_t i = 0; i < depth_; ++i)
+      if (ancestors_[i] == self) return fail(ErrorKind::Invalid, "cannot send a table with a cycle");
+    if (depth_ >= ancestors_.size())
+      return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
+    if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
+    ancestors_[depth_++] = self;
     const std::size_t n = lua_objlen(L_, idx);
     // Count the hash part: every key that is not an array index 1..n.
     std::size_t m = 0;
@@ -102,16 +108,14 @@ class Encoder {
     out_.push_back(kTable);
     put_varint(out_, n);
     put_varint(out_, m);
-    const std::size_t base = path.size();
     for (std::size_t i = 1; i <= n; ++i) {
       lua_rawgeti(L_, idx, static_cast<int>(i));
-      path += '[';
-      path += std::to_string(i);
-      path += ']';
-      bool ok = value(lua_gettop(L_), path);
-      path.resize(base);
+      bool ok = value(lua_gettop(L_));
       lua_pop(L_, 1);
-      if (!ok) return false;
+      if (!ok) {
+        reversed_path_.push_back("[" + std::to_string(i) + "]");
+        return false;
+      }
     }
     lua_pushnil(L_);
     while (lua_next(L_, idx)) {
@@ -120,16 +124,14 @@ class Encoder {
         continue;
       }
       int top = lua_gettop(L_);
-      append_key(path, top - 1);
-      bool ok = value(top - 1, path) && value(top, path);
-      path.resize(base);
-      if (!ok) {
+      if (!value(top - 1) || !value(top)) {
+        reversed_path_.push_back(key_text(top - 1));
         lua_pop(L_, 2);
         return false;
       }
       lua_pop(L_, 1);
     }
-    ancestors_.pop_back();
+    --depth_;
     return true;
   }
 
@@ -139,35 +141,41 @@ class Encoder {
     return k >= 1 && k <= static_cast<double>(n) && std::floor(k) == k;
   }
 
-  void append_key(std::string& path, int key_idx) {
+  // ".name", "[\"odd key\"]", "[3.5]" or "[<boolean key>]".
+  std::string key_text(int key_idx) {
+    std::string out;
     if (lua_type(L_, key_idx) == LUA_TSTRING) {
       std::size_t n;
       const char* s = lua_tolstring(L_, key_idx, &n);
       if (is_identifier(s, n)) {
-        path += '.';
-        path.append(s, n);
+        out += '.';
+        out.append(s, n);
       } else {
-        path += "[\"";
-        path.append(s, std::min<std::size_t>(n, 40));
-        path += "\"]";
+        out += "[\"";
+        out.append(s, std::min<std::size_t>(n, 40));
+        out += "\"]";
       }
     } else if (lua_type(L_, key_idx) == LUA_TNUMBER) {
       lua_pushvalue(L_, key_idx);
-      path += '[';
-      path += lua_tostring(L_, -1);
-      path += ']';
+      out += '[';
+      out += lua_tostring(L_, -1);
+      out += ']';
       lua_pop(L_, 1);
     } else {
-      path += "[<";
-      path += luaL_typename(L_, key_idx);
-      path += " key>]";
+      out += "[<";
+      out += luaL_typename(L_, key_idx);
+      out += " key>]";
     }
+    return out;
   }
 
   lua_State* L_;
   std::string& out_;
-  std::vector<const void*> ancestors_;
-  std::string error_;
+  std::array<const void*, kMaxDepth> ancestors_;  // the tables being encoded, outermost first
+  std::size_t depth_ = 0;
+  ErrorKind error_kind_ = ErrorKind::Invalid;
+  std::string error_;                        // what went wrong, without the path
+  std::vector<std::string> reversed_path_;  // the path's keys, innermost first
 };
 
 class Decoder {
@@ -262,13 +270,10 @@ std::string encode_values(lua_State* L, int first, int n, std::string& out, cons
   const std::size_t mark = out.size();
   put_varint(out, static_cast<std::uint64_t>(n));
   Encoder enc(L, out);
-  std::string path;
   for (int i = 0; i < n; ++i) {
-    path = root;
-    if (n > 1) path += std::to_string(i + 1);
-    if (!enc.value(first + i, path)) {
+    if (!enc.value(first + i)) {
       out.resize(mark);
-      return enc.error();
+      return enc.error(n > 1 ? root + std::to_string(i + 1) : std::string(root));
     }
   }
   return {};
