@@ -326,7 +326,7 @@ function K.message(from, topic, value)
   local q = ch.recvq
   local h = q.h
   if h > q.t then
-    if ch.cap == 0 then qpush(ch.buf, msg) else deliver(ch, msg) end
+    qpush(ch.buf, msg)  -- what deliver does when nobody waits
     return
   end
   local w = q[h]
