@@ -42,7 +42,7 @@ local BLOCK, YIELD, UPGRADE = {}, {}, {}
 local K = {}
 
 -- The extension kernel (kernel_ext.lua), loaded on first use; it reaches
--- this file's locals through I, defined at the end.
+-- this file's locals through the table internals() builds (at the end).
 local EXT, internals
 local function ext()
   if EXT == nil then EXT = H.load_ext()(internals(), H) end
@@ -90,9 +90,7 @@ end
 -- receive.
 local function wake2(t, a, b)
   t.n, t.v1, t.v2 = 2, a, b
-  local i = ready.t + 1
-  ready.t = i
-  ready[i] = t
+  qpush(ready, t)
 end
 
 -- Blocks the running task until wake(t, ...) is called for it. Refused
@@ -334,8 +332,7 @@ function K.message(from, topic, value)
     deliver(ch, msg)
     return
   end
-  q[h] = nil
-  if h == q.t then q.h, q.t = 1, 0 else q.h = h + 1 end
+  qshift(q)  -- w
   wake2(w.task, msg, true)
 end
 
@@ -385,13 +382,9 @@ end
 
 local function receive(timeout)
   local buf, sendq = inbox.buf, inbox.sendq
-  local h = buf.h
-  if h <= buf.t and sendq.h > sendq.t then
+  if buf.h <= buf.t and sendq.h > sendq.t then
     -- A message waits and nobody blocks sending to the inbox: take it here.
-    local msg = buf[h]
-    buf[h] = nil
-    if h == buf.t then buf.h, buf.t = 1, 0 else buf.h = h + 1 end
-    return msg
+    return qshift(buf)
   end
   local ok_now, msg = try_receive(inbox)
   if ok_now then return msg end
