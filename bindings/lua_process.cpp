@@ -59,6 +59,26 @@ int push_fail(lua_State* L, const std::string& err) {
   return 2;
 }
 
+// Pushes a PID as its string, or nil for no PID (a message from the host).
+void push_pid(lua_State* L, const Pid& pid) {
+  if (!pid.valid()) {
+    lua_pushnil(L);
+    return;
+  }
+  char text[Pid::kMaxText];
+  lua_pushlstring(L, text, pid.format(text));
+}
+
+// Pushes exactly one value decoded from bytes (nil when they hold none, the
+// first when several); on bad bytes pushes nothing and returns false.
+bool push_one_value(lua_State* L, const std::string& bytes, std::string* err) {
+  int n = decode_values(L, bytes, err);
+  if (n < 0) return false;
+  if (n == 0) lua_pushnil(L);
+  else if (n > 1) lua_pop(L, n - 1);
+  return true;
+}
+
 // Argument idx must be a string (numbers are not coerced: a PID, a name or
 // a topic given as a number is a programming error). Raises "bad argument
 // #idx to 'fname' (string expected, got TYPE)".
@@ -355,21 +375,14 @@ struct Primitives {
       switch (ev.kind) {
         case EventKind::Message: {
           lua_pushinteger(L, 1);
-          char from[Pid::kMaxText];
-          std::size_t from_len = ev.from.valid() ? ev.from.format(from) : 0;
-          if (ev.from.valid()) lua_pushlstring(L, from, from_len);
-          else lua_pushnil(L);
+          push_pid(L, ev.from);
           lua_pushlstring(L, ev.topic.data(), ev.topic.size());
           std::string err;
-          int n = decode_values(L, ev.payload, &err);
-          if (n < 0) {
-            log::logger().error("message from {} on topic '{}' dropped: {}", std::string_view(from, from_len), ev.topic,
-                                err);
+          if (!push_one_value(L, ev.payload, &err)) {
+            log::logger().error("message from {} on topic '{}' dropped: {}", ev.from.to_string(), ev.topic, err);
             lua_settop(L, 0);
             continue;
           }
-          if (n == 0) lua_pushnil(L);
-          else if (n > 1) lua_pop(L, n - 1);
           return 4;
         }
         case EventKind::YieldComplete:
@@ -380,13 +393,12 @@ struct Primitives {
           return 3;
         case EventKind::Cancel:
           lua_pushinteger(L, 3);
-          if (ev.from.valid()) lua_pushstring(L, ev.from.to_string().c_str());
-          else lua_pushnil(L);
+          push_pid(L, ev.from);
           lua_pushlstring(L, ev.payload.data(), ev.payload.size());
           return 3;
         case EventKind::Exit: {
           lua_pushinteger(L, 4);
-          lua_pushstring(L, ev.from.to_string().c_str());
+          push_pid(L, ev.from);
           lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
           if (!ev.error.empty()) {
             lua_pushboolean(L, 0);
@@ -394,10 +406,8 @@ struct Primitives {
           } else {
             lua_pushboolean(L, 1);
             std::string err;
-            int n = ev.payload.empty() ? 0 : decode_values(L, ev.payload, &err);
-            if (n < 0) n = 0;
-            if (n == 0) lua_pushnil(L);
-            else if (n > 1) lua_pop(L, n - 1);
+            // No result bytes, or bad ones: the result is nil.
+            if (ev.payload.empty() || !push_one_value(L, ev.payload, &err)) lua_pushnil(L);
           }
           return 5;
         }
@@ -417,7 +427,7 @@ struct Primitives {
         }
         case EventKind::LinkDown:
           lua_pushinteger(L, 6);
-          lua_pushstring(L, ev.from.to_string().c_str());
+          push_pid(L, ev.from);
           lua_pushlstring(L, ev.error.data(), ev.error.size());
           return 3;
       }
