@@ -1,28 +1,192 @@
--- The extension kernel: the parts of the process kernel that fewer
--- processes use: durations, select, the time, channel and log APIs, the
--- coroutine wrapper, and process.listen/watch/unwatch/set_options/upgrade.
--- bindings/kernel.lua loads it into a process on first use and calls it
--- with I, its internals, and H, the C primitives; it returns E:
---   E.duration(d, level)   seconds from a number or a string like "250ms"
---   E.receive_timeout(t)   process.receive(t) once nothing is waiting
---   E.complete(tag, err)   a sleep command completed
---   E.stop_timers()        stop every timer (process.upgrade)
---   E.process              the process API's calls defined here
---   E.api(name)            the API table `name` (time, channel, log, coroutine)
--- and adds the methods send, close, case_receive and case_send to channels.
+-- The Lua half of the process kernel, loaded into a process the first time
+-- it needs it: channels (beyond the inbox's plain receive), select,
+-- durations and timers, lifecycle events, the time, channel and log APIs,
+-- the coroutine wrapper, and process.inbox/events/listen/watch/unwatch/
+-- set_options/upgrade. The C half (bindings/task_kernel.cpp) runs the tasks
+-- and handles what every process does: a message to a plain receive and
+-- process.receive itself. A process that only spawns, sends and receives
+-- never loads this file (LuaJIT cannot share prototypes between states, so
+-- every function here would cost each such process memory and spawn time).
+--
+-- The C half calls it with I, its internals, and H, the C primitives:
+--   I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE   sentinels a task yields (below)
+--   I.coroutine        the real coroutine library
+--   I.wake(t, ...)     make task t (a thread) ready; the values become the
+--                      returns of its blocking call
+--   I.new_task(fn, ...) -> t   start a task
+--   I.current() -> t   the running task, or nil outside a task
+--   I.inbox            the inbox: a channel table the C half also uses
+--   I.slow_inbox()     from now on the C half hands every message to
+--                      E.message and process.receive uses E.try_receive,
+--                      and its tasks parked in process.receive join the
+--                      inbox's recvq: called once the inbox has listeners,
+--                      senders or is closed, which only this file handles
+--   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
+-- and gets back E:
+--   E.message(msg)              a message the C half does not take itself
+--   E.try_receive(ch)           see below (process.receive once I.slow_inbox)
+--   E.timeout_seconds(d)        process.receive's timeout in seconds
+--   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
+--   E.complete(tag, err)        a sleep command completed
+--   E.cancel, E.exit, E.reload, E.link_down   lifecycle events (link_down
+--                               returns the process's failure, or nil when
+--                               links are trapped)
+--   E.reset()                   drop timers and waiters (process.upgrade)
+--   E.process                   the process API's calls defined here
+--   E.api(name)                 the API table `name` (time, channel, log, coroutine)
+--
+-- A task blocks by yielding BLOCK (through any number of user coroutines,
+-- see the wrapper below) after putting itself where a wake will find it;
+-- YIELD only lets other processes run (time.sleep(0)); UPGRADE carries
+-- process.upgrade's new entry; RECEIVE is process.receive's, whose waiter
+-- the C half registers once the yield got through. They are light userdata
+-- made in C: no script can forge them.
 local I, H = ...
 
 local co = I.coroutine
 local co_create, co_resume, co_yield, co_status, co_running = co.create, co.resume, co.yield, co.status, co.running
-local BLOCK, YIELD, UPGRADE = I.BLOCK, I.YIELD, I.UPGRADE
-local queue, qpush, qshift, qlen = I.queue, I.qpush, I.qshift, I.qlen
-local wake, block, new_task, current = I.wake, I.block, I.new_task, I.current
-local Channel, new_channel, check_channel = I.Channel, I.new_channel, I.check_channel
-local try_send, try_receive, deliver = I.try_send, I.try_receive, I.deliver
-local live_waiter, finish_receiver, finish_sender = I.live_waiter, I.finish_receiver, I.finish_sender
-local type, error, tostring, setmetatable, getmetatable, pairs, select = type, error, tostring, setmetatable, getmetatable, pairs, select
+local co_isyieldable = co.isyieldable
+local BLOCK, YIELD, UPGRADE, RECEIVE = I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE
+local wake, new_task, current = I.wake, I.new_task, I.current
+local type, error, tostring, setmetatable, getmetatable, pairs, select, rawget =
+  type, error, tostring, setmetatable, getmetatable, pairs, select, rawget
 
 local E = {}
+
+---------------------------------------------------------------------------
+-- Queues: { head, tail, items... } with the items from index 3, so the C
+-- half reads them with integer keys; O(1) push and shift.
+local HEAD, TAIL, FIRST = 1, 2, 3
+local function queue() return { FIRST, FIRST - 1 } end
+local function qpush(q, v) local t = q[TAIL] + 1; q[TAIL] = t; q[t] = v end
+local function qshift(q)
+  local h, t = q[HEAD], q[TAIL]
+  if h > t then return nil end
+  local v = q[h]; q[h] = nil
+  -- Back to the start when empty, so the keys stay in the array part
+  -- instead of marching through the hash part (a rehash every few pushes).
+  if h == t then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[HEAD] = h + 1 end
+  return v
+end
+local function qlen(q) return q[TAIL] - q[HEAD] + 1 end
+local function qclear(q)
+  for i = q[HEAD], q[TAIL] do q[i] = nil end
+  q[HEAD], q[TAIL] = FIRST, FIRST - 1
+end
+
+---------------------------------------------------------------------------
+-- Blocking.
+local function check_blockable(level)
+  if current() == nil then error("blocking call outside a process task", level + 1) end
+  if not co_isyieldable() then
+    error(I.C_BOUNDARY, level + 1)
+  end
+end
+
+-- Blocks the running task until a wake for it; returns the wake's values.
+-- Callers check check_blockable first, before they put the task anywhere.
+local function block(sentinel)
+  return co_yield(sentinel or BLOCK)
+end
+
+---------------------------------------------------------------------------
+-- Channels. A channel is { buf, recvq, sendq, closed, cap = n } (integer
+-- keys for what the C half reads of the inbox). A waiter in recvq or sendq
+-- is a task (a plain receive) or a record { task, sel, value, one, tag }:
+-- sel is the select it belongs to (nil for a plain send); once a select
+-- fired, its other waiters are stale and skipped. `one` marks a
+-- process.receive with a timeout, which returns the message alone.
+local BUF, RECVQ, SENDQ, CLOSED = 1, 2, 3, 4
+local inbox = I.inbox
+
+local Channel = {}
+Channel.__index = Channel
+Channel.__tostring = function(ch) return "channel: " .. H.describe(ch) end
+
+local function new_channel(capacity)
+  if capacity ~= nil and (type(capacity) ~= "number" or capacity < 0 or capacity % 1 ~= 0) then
+    error("bad argument #1 to 'channel.new' (capacity must be a non-negative integer)", 3)
+  end
+  return setmetatable({ queue(), queue(), queue(), false, cap = capacity or 0 }, Channel)
+end
+
+local function live_waiter(q)
+  while true do
+    local w = qshift(q)
+    if w == nil then return nil end
+    if type(w) == "thread" or w.sel == nil or not w.sel.done then return w end
+  end
+end
+
+local stop_timer  -- defined with the timers below
+
+-- Completes waiter w (a receiver) with v, ok.
+local function finish_receiver(ch, w, v, ok)
+  if type(w) == "thread" then
+    wake(w, v, ok)
+  elseif w.one then
+    w.sel.done = true
+    stop_timer(w.tag)
+    wake(w.task, v)
+  else
+    w.sel.done = true
+    wake(w.task, { channel = ch, value = v, ok = ok })
+  end
+end
+
+local function finish_sender(ch, w, closed)
+  if w.sel then
+    w.sel.done = true
+    wake(w.task, { channel = ch, ok = not closed, closed = closed or nil })
+  else
+    wake(w.task, not closed)
+  end
+end
+
+-- Tries to send without blocking; true when done.
+local function try_send(ch, v)
+  local r = live_waiter(ch[RECVQ])
+  if r then finish_receiver(ch, r, v, true); return true end
+  if qlen(ch[BUF]) < ch.cap then qpush(ch[BUF], v); return true end
+  return false
+end
+
+-- Tries to receive without blocking: ready, value, ok.
+local function try_receive(ch)
+  local buf = ch[BUF]
+  if qlen(buf) > 0 then
+    local v = qshift(buf)
+    local s = live_waiter(ch[SENDQ])
+    if s then qpush(buf, s.value); finish_sender(ch, s, false) end
+    return true, v, true
+  end
+  local s = live_waiter(ch[SENDQ])
+  if s then finish_sender(ch, s, false); return true, s.value, true end
+  if ch[CLOSED] then return true, nil, false end
+  return false
+end
+E.try_receive = try_receive
+
+-- Pushes v without ever blocking (the inbox and events are unbounded).
+local function deliver(ch, v)
+  if not try_send(ch, v) then qpush(ch[BUF], v) end
+end
+
+local function check_channel(ch, fname)
+  if getmetatable(ch) ~= Channel then
+    error("bad self to '" .. fname .. "' (channel expected, got " .. type(ch) .. ")", 3)
+  end
+end
+
+function Channel.receive(ch)
+  check_channel(ch, "receive")
+  local ready_now, v, ok = try_receive(ch)
+  if ready_now then return v, ok end
+  check_blockable(2)
+  qpush(ch[RECVQ], current())
+  return block()
+end
+
 
 ---------------------------------------------------------------------------
 -- Durations: seconds as a number, or "250ms", "5s", "1m", "1h30m", "10us".
@@ -49,7 +213,6 @@ local function duration(d, level)
   return total
 end
 
-E.duration = duration
 
 ---------------------------------------------------------------------------
 -- Timers: sleep commands and what runs when they complete.
@@ -65,7 +228,7 @@ local function start_timer(seconds, fn)
   return tag
 end
 
-local function stop_timer(tag)
+stop_timer = function(tag)
   if timers[tag] then
     timers[tag] = nil
     H.cancel_cmd(tag)
@@ -81,52 +244,49 @@ function E.complete(tag, err)
   -- Else: a completion for a timer already stopped; nothing waits for it.
 end
 
-function E.stop_timers()
-  for tag in pairs(timers) do stop_timer(tag) end
-end
+-- process.receive(d): d in seconds. Called from C (process.receive), so an
+-- error's level 3 is the script's call.
+function E.timeout_seconds(d) return duration(d, 3) end
 
--- process.receive(timeout) when the inbox is empty.
-function E.receive_timeout(timeout)
-  local secs = duration(timeout, 2)
-  if secs <= 0 then return nil, "timeout" end
+-- Task t blocked in process.receive(secs) with nothing in the inbox: it
+-- wakes with the first message, or with nil, "timeout".
+function E.receive_timeout(t, secs)
   local sel = { done = false }
-  local t = current()
-  if t == nil then error("blocking call outside a process task", 2) end
-  qpush(I.inbox.recvq, { task = t, sel = sel })
-  local tag = start_timer(secs, function()
+  local w = { task = t, sel = sel, one = true }
+  qpush(inbox[RECVQ], w)
+  w.tag = start_timer(secs, function()
     if not sel.done then
       sel.done = true
-      wake(t, { timeout = true })
+      wake(t, nil, "timeout")
     end
   end)
-  local r = block()
-  if r.timeout then return nil, "timeout" end
-  stop_timer(tag)
-  return r.value
 end
 
 ---------------------------------------------------------------------------
 -- The channel methods that kernel.lua leaves to this file.
 function Channel.send(ch, v)
   check_channel(ch, "send")
-  if ch.closed then error("send on a closed channel", 2) end
+  if ch == inbox then I.slow_inbox() end
+  if ch[CLOSED] then error("send on a closed channel", 2) end
   if try_send(ch, v) then return true end
-  qpush(ch.sendq, { task = current(), value = v })
+  check_blockable(2)
+  qpush(ch[SENDQ], { task = current(), value = v })
   if not block() then error("send on a closed channel", 2) end
   return true
 end
 
 function Channel.close(ch)
   check_channel(ch, "close")
-  if ch.closed then return true end
-  ch.closed = true
+  if ch == inbox then I.slow_inbox() end
+  if ch[CLOSED] then return true end
+  ch[CLOSED] = true
   while true do
-    local r = live_waiter(ch.recvq)
+    local r = live_waiter(ch[RECVQ])
     if not r then break end
     finish_receiver(ch, r, nil, false)
   end
   while true do
-    local s = live_waiter(ch.sendq)
+    local s = live_waiter(ch[SENDQ])
     if not s then break end
     finish_sender(ch, s, true)
   end
@@ -142,6 +302,7 @@ end
 
 function Channel.case_send(ch, v)
   check_channel(ch, "case_send")
+  if ch == inbox then I.slow_inbox() end
   return { op = "send", channel = ch, value = v }
 end
 
@@ -161,17 +322,18 @@ local function channel_select(cases)
       local ok_now, v, ok = try_receive(ch)
       if ok_now then return { channel = ch, value = v, ok = ok } end
     else
-      if ch.closed then error("send on a closed channel", 2) end
+      if ch[CLOSED] then error("send on a closed channel", 2) end
       if try_send(ch, c.value) then return { channel = ch, ok = true } end
     end
   end
   if cases.default then return { default = true } end
   if n == 0 then error("select with no cases and no default would block forever", 2) end
+  check_blockable(2)
   local sel = { done = false }
   for i = 1, n do
     local c = cases[i]
     local w = { task = current(), sel = sel, value = c.value }
-    qpush(c.op == "receive" and c.channel.recvq or c.channel.sendq, w)
+    qpush(c.channel[c.op == "receive" and RECVQ or SENDQ], w)
   end
   local r = block()
   if r.closed then error("send on a closed channel", 2) end
@@ -179,24 +341,73 @@ local function channel_select(cases)
 end
 
 ---------------------------------------------------------------------------
+-- The inbox (made by the C half, a channel from now on), listeners and
+-- lifecycle events.
+inbox.cap = 0
+setmetatable(inbox, Channel)
+local events = new_channel(0)
+local listeners = {}      -- topic -> channel
+local exit_watchers = {}  -- monitor ref -> channel (process.watch)
+local trap_links = false
+
+-- A message the C half hands over: listeners exist, or the inbox's first
+-- waiter is a select or a receive with a timeout.
+function E.message(msg)
+  deliver(listeners[msg.topic] or inbox, msg)
+end
+
+function E.cancel(from, reason)
+  deliver(events, { kind = "cancel", from = from, reason = reason })
+end
+
+function E.exit(from, ref, ok, value)
+  local ev
+  if ok then ev = { kind = "exit", from = from, result = value }
+  else ev = { kind = "exit", from = from, error = value } end
+  local w = exit_watchers[ref]
+  if w then
+    exit_watchers[ref] = nil
+    deliver(w, ev)
+  else
+    deliver(events, ev)
+  end
+end
+
+function E.link_down(from, err)
+  if not trap_links then return "linked process " .. from .. " failed: " .. tostring(err) end
+  deliver(events, { kind = "link_down", from = from, error = err })
+end
+
+function E.reload(modules)
+  deliver(events, { kind = "reload", modules = modules })
+end
+
+-- process.upgrade: the old code's timers and waiters go; what the inbox,
+-- events and listeners hold stays (the C half clears its own).
+function E.reset()
+  for tag in pairs(timers) do stop_timer(tag) end
+  for _, ch in pairs({ inbox, events }) do qclear(ch[RECVQ]); qclear(ch[SENDQ]) end
+  for _, l in pairs(listeners) do qclear(l[RECVQ]); qclear(l[SENDQ]) end
+end
+
 -- process.listen(topic): moves what already waits in the inbox for topic.
 local function listen(topic)
   if type(topic) ~= "string" then error("bad argument #1 to 'listen' (string expected, got " .. type(topic) .. ")", 2) end
-  local listeners = I.listeners
   local l = listeners[topic]
   if l then return l end
   l = new_channel(0)
   listeners[topic] = l
-  -- Move what already waits in the inbox for this topic, keeping the rest in order.
-  local inbox = I.inbox
-  local buf = inbox.buf
-  local keep = queue()
+  I.slow_inbox()
+  -- Move what already waits in the inbox for this topic, keeping the rest
+  -- in order (in place: the C half holds the inbox's queues).
+  local buf = inbox[BUF]
+  local keep = {}
   while true do
     local m = qshift(buf)
     if m == nil then break end
-    if m.topic == topic then qpush(l.buf, m) else qpush(keep, m) end
+    if m.topic == topic then qpush(l[BUF], m) else keep[#keep + 1] = m end
   end
-  inbox.buf = keep
+  for k = 1, #keep do qpush(buf, keep[k]) end
   return l
 end
 
@@ -206,7 +417,7 @@ end
 -- the values it is woken with travel back down. Plain yields go to the
 -- user's resumer as usual.
 local function pass(co, ok, first, ...)
-  if ok and (first == BLOCK or first == YIELD or first == UPGRADE) and co_status(co) == "suspended" then
+  if ok and (first == BLOCK or first == RECEIVE or first == YIELD or first == UPGRADE) and co_status(co) == "suspended" then
     return pass(co, co_resume(co, co_yield(first, ...)))
   end
   return ok, first, ...
@@ -238,7 +449,7 @@ local user_coroutine = setmetatable({
   end,
   spawn = function(fn, ...)
     if type(fn) ~= "function" then error("bad argument #1 to 'spawn' (function expected)", 2) end
-    return new_task(fn, ...).co
+    return new_task(fn, ...)
   end,
 }, { __index = co })
 
@@ -254,12 +465,12 @@ local function build_time()
   local time = {}
   function time.sleep(d)
     local secs = duration(d, 2)
+    check_blockable(2)
     if secs <= 0 then
-      block(YIELD)  -- K.run re-queues it behind other processes
+      block(YIELD)  -- the C half re-queues it behind other processes
       return
     end
     local t = current()
-    if t == nil then error("blocking call outside a process task", 2) end
     start_timer(secs, function() wake(t) end)
     block()
   end
@@ -277,7 +488,7 @@ local function build_time()
     local function arm()
       tag = start_timer(secs, function()
         if stopped then return end
-        if qlen(ch.buf) == 0 then deliver(ch, H.now()) end  -- a slow reader misses ticks, as in Go
+        if qlen(ch[BUF]) == 0 then deliver(ch, H.now()) end  -- a slow reader misses ticks, as in Go
         arm()
       end)
     end
@@ -309,9 +520,10 @@ local function build_log()
   return log
 end
 
--- The process API's calls that kernel.lua leaves to this file.
-local exit_watchers = I.exit_watchers
+-- The process API's calls the C half leaves to this file.
 E.process = {
+  inbox = function() return inbox end,
+  events = function() return events end,
   listen = listen,
   -- An extension: a private monitor whose exit event goes to the returned
   -- channel instead of events(); unwatch(pid, ch) drops it.
@@ -335,7 +547,7 @@ E.process = {
     for k, v in pairs(opts) do
       if k == "trap_links" then
         if type(v) ~= "boolean" then error("bad option 'trap_links' (boolean expected)", 2) end
-        I.set_trap_links(v)
+        trap_links = v
       else
         error("unknown option '" .. tostring(k) .. "'", 2)
       end

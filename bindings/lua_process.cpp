@@ -358,90 +358,6 @@ struct Primitives {
     return 1;
   }
 
-  // H.next_event() -> kind, ...: the next event of this step for K.step, or
-  // nothing when they are all handed over. Kinds and values:
-  //   1 message    from (nil for the host), topic, value
-  //   2 complete   tag, err (nil on success)
-  //   3 cancel     from, reason
-  //   4 exit       from, ref, ok, result-or-error
-  //   5 reload     { module names }
-  //   6 link_down  from, error
-  // A message whose payload cannot be decoded is logged and skipped.
-  static int next_event(lua_State* L) {
-    auto& p = self(L);
-    lua_settop(L, 0);
-    while (p.step_cursor_ < p.step_events_.size()) {
-      Event& ev = p.step_events_[p.step_cursor_++];
-      switch (ev.kind) {
-        case EventKind::Message: {
-          lua_pushinteger(L, 1);
-          push_pid(L, ev.from);
-          lua_pushlstring(L, ev.topic.data(), ev.topic.size());
-          std::string err;
-          if (!push_one_value(L, ev.payload, &err)) {
-            log::logger().error("message from {} on topic '{}' dropped: {}", ev.from.to_string(), ev.topic, err);
-            lua_settop(L, 0);
-            continue;
-          }
-          return 4;
-        }
-        case EventKind::YieldComplete:
-          lua_pushinteger(L, 2);
-          lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-          if (ev.error.empty()) lua_pushnil(L);
-          else lua_pushlstring(L, ev.error.data(), ev.error.size());
-          return 3;
-        case EventKind::Cancel:
-          lua_pushinteger(L, 3);
-          push_pid(L, ev.from);
-          lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-          return 3;
-        case EventKind::Exit: {
-          lua_pushinteger(L, 4);
-          push_pid(L, ev.from);
-          lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-          if (!ev.error.empty()) {
-            lua_pushboolean(L, 0);
-            lua_pushlstring(L, ev.error.data(), ev.error.size());
-          } else {
-            lua_pushboolean(L, 1);
-            std::string err;
-            // No result bytes, or bad ones: the result is nil.
-            if (ev.payload.empty() || !push_one_value(L, ev.payload, &err)) lua_pushnil(L);
-          }
-          return 5;
-        }
-        case EventKind::Reload: {
-          lua_pushinteger(L, 5);
-          lua_newtable(L);
-          int i = 0;
-          std::size_t start = 0;
-          while (start < ev.payload.size()) {
-            std::size_t end = ev.payload.find('\n', start);
-            if (end == std::string::npos) end = ev.payload.size();
-            lua_pushlstring(L, ev.payload.data() + start, end - start);
-            lua_rawseti(L, -2, ++i);
-            start = end + 1;
-          }
-          return 2;
-        }
-        case EventKind::LinkDown:
-          lua_pushinteger(L, 6);
-          push_pid(L, ev.from);
-          lua_pushlstring(L, ev.error.data(), ev.error.size());
-          return 3;
-      }
-    }
-    return 0;
-  }
-
-  // H.load_ext() -> the extension kernel's chunk (kernel_ext.lua).
-  static int load_ext(lua_State* L) {
-    const std::string& bc = self(L).rt_.kernel_ext_bytecode();
-    if (luaL_loadbuffer(L, bc.data(), bc.size(), "=kernel_ext") != 0) return lua_error(L);
-    return 1;
-  }
-
   // print(...) goes to the log at info level, tab-separated like Lua's.
   static int print(lua_State* L) {
     int n = lua_gettop(L);
@@ -516,9 +432,15 @@ struct Primitives {
   // Pushes the API table `name`, building it once and recording it as a
   // global and in package.loaded so require("time") returns the same table.
   static void push_api(lua_State* L, LuaProcess& p, const char* name) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p.refs_[LuaProcess::kApi]);
-    lua_pushstring(L, name);
-    lua_call(L, 1, 1);
+    if (!std::strcmp(name, "process")) {
+      p.push_process_api(L);
+    } else {
+      p.kernel_.push_ext(L);
+      lua_getfield(L, -1, "api");
+      lua_pushstring(L, name);
+      lua_call(L, 1, 1);
+      lua_remove(L, -2);
+    }
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
     luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
@@ -685,51 +607,96 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
   return {};
 }
 
-void LuaProcess::install_primitives() {
-  lua_State* L = L_;
+namespace {
+
+// Sets each function of fns as a field of the table on top, a closure over
+// the process (upvalue 1).
+void set_closures(lua_State* L, LuaProcess* p, const luaL_Reg* fns) {
+  for (const luaL_Reg* r = fns; r->name; ++r) {
+    lua_pushlightuserdata(L, p);
+    lua_pushcclosure(L, r->func, 1);
+    lua_setfield(L, -2, r->name);
+  }
+}
+
+// Sets a closure over the process and a variant (upvalue 2) as field `name`.
+void set_variant(lua_State* L, LuaProcess* p, const char* name, lua_CFunction fn, int variant) {
+  lua_pushlightuserdata(L, p);
+  lua_pushinteger(L, variant);
+  lua_pushcclosure(L, fn, 2);
+  lua_setfield(L, -2, name);
+}
+
+}  // namespace
+
+void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
+  auto* p = static_cast<LuaProcess*>(ctx);
+  const std::string& bc = p->rt_.kernel_ext_bytecode();
+  if (luaL_loadbuffer(L, bc.data(), bc.size(), "=kernel_ext") != 0) lua_error(L);
+  // H: the primitives kernel_ext.lua uses.
+  static const luaL_Reg prims[] = {
+      {"now", Primitives::now},
+      {"demonitor", Primitives::demonitor},
+      {"sleep_cmd", Primitives::sleep_cmd},
+      {"cancel_cmd", Primitives::cancel_cmd},
+      {"log", Primitives::log},
+      {"describe", Primitives::describe},
+      {"load_entry", Primitives::load_entry},
+      {nullptr, nullptr},
+  };
+  lua_createtable(L, 0, 8);
+  set_closures(L, p, prims);
+  set_variant(L, p, "watch_monitor", Primitives::monitor, 1);  // process.watch's: also returns the ref
+}
+
+void LuaProcess::push_process_api(lua_State* L) {
   static const luaL_Reg prims[] = {
       {"pid", Primitives::pid},
-      {"now", Primitives::now},
-      {"memory", Primitives::memory},
+      {"memory", Primitives::memory},  // bytes of Lua heap (an extension)
       {"send", Primitives::send},
       {"link", Primitives::link},
       {"unlink", Primitives::unlink},
       {"monitor", Primitives::monitor},
       {"unmonitor", Primitives::unmonitor},
-      {"demonitor", Primitives::demonitor},
       {"cancel", Primitives::cancel},
       {"terminate", Primitives::terminate},
+      {nullptr, nullptr},
+  };
+  static const luaL_Reg registry[] = {
       {"register", Primitives::register_name},
       {"lookup", Primitives::lookup},
       {"unregister", Primitives::unregister},
-      {"sleep_cmd", Primitives::sleep_cmd},
-      {"cancel_cmd", Primitives::cancel_cmd},
-      {"log", Primitives::log},
-      {"traceback", Primitives::traceback},
-      {"describe", Primitives::describe},
-      {"load_entry", Primitives::load_entry},
-      {"load_ext", Primitives::load_ext},
-      {"next_event", Primitives::next_event},
       {nullptr, nullptr},
   };
-  lua_createtable(L, 0, sizeof(prims) / sizeof(prims[0]) + 4);
-  for (const luaL_Reg* r = prims; r->name; ++r) {
-    lua_pushlightuserdata(L, this);
-    lua_pushcclosure(L, r->func, 1);
-    lua_setfield(L, -2, r->name);
-  }
-  // Primitives with a second upvalue that selects a variant.
-  static const std::pair<const char*, int> spawns[] = {{"spawn", 0}, {"spawn_linked", 1}, {"spawn_monitored", 2}};
-  for (auto& [name, mode] : spawns) {
-    lua_pushlightuserdata(L, this);
-    lua_pushinteger(L, mode);
-    lua_pushcclosure(L, Primitives::spawn, 2);
-    lua_setfield(L, -2, name);
-  }
+  lua_createtable(L, 0, 16);
+  set_closures(L, this, prims);
+  set_variant(L, this, "spawn", Primitives::spawn, 0);
+  set_variant(L, this, "spawn_linked", Primitives::spawn, 1);
+  set_variant(L, this, "spawn_monitored", Primitives::spawn, 2);
+  lua_createtable(L, 0, 3);
+  set_closures(L, this, registry);
+  lua_setfield(L, -2, "registry");
+  kernel_.push_receive(L);
+  lua_setfield(L, -2, "receive");
+  // The rarer calls (inbox, events, listen, watch, upgrade, ...) come from
+  // kernel_ext.lua the first time one is named.
+  lua_createtable(L, 0, 1);
   lua_pushlightuserdata(L, this);
-  lua_pushboolean(L, 1);
-  lua_pushcclosure(L, Primitives::monitor, 2);
-  lua_setfield(L, -2, "watch_monitor");
+  lua_pushcclosure(L, [](lua_State* S) -> int {
+    auto* p = static_cast<LuaProcess*>(lua_touserdata(S, lua_upvalueindex(1)));
+    p->kernel_.push_ext(S);
+    lua_getfield(S, -1, "process");
+    lua_pushvalue(S, 2);
+    lua_rawget(S, -2);
+    if (!lua_isnil(S, -1)) {
+      lua_pushvalue(S, 2);
+      lua_pushvalue(S, -2);
+      lua_rawset(S, 1);
+    }
+    return 1;
+  }, 1);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
 }
 
 void LuaProcess::install_globals() {
@@ -792,22 +759,12 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     // The JIT compiler comes on later (jit_warmup_hook), once the process
     // has shown it runs long enough to be worth it.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
-    const std::string& kernel = p.rt_.kernel_bytecode();
-    if (luaL_loadbuffer(S, kernel.data(), kernel.size(), "=kernel") != 0) return lua_error(S);
-    p.install_primitives();
-    lua_call(S, 1, 1);  // K
-    static const char* names[] = {"step", "api", "start"};
-    for (int i = 0; i < LuaProcess::kRefCount; ++i) {
-      lua_getfield(S, 1, names[i]);
-      p.refs_[i] = luaL_ref(S, LUA_REGISTRYINDEX);
-    }
-    lua_settop(S, 0);
+    p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     p.install_globals();
     // The script's module may make garbage as it loads: collect again, the
     // next cycle once the heap has doubled (LuaJIT's -1).
     lua_gc(S, LUA_GCRESTART, -1);
     // The entry method, then the arguments.
-    lua_rawgeti(S, LUA_REGISTRYINDEX, p.refs_[LuaProcess::kStart]);
     s->err = p.push_entry(S, p.entry_);
     if (!s->err.empty()) return 0;
     std::string derr;
@@ -816,7 +773,7 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
       s->err = make_error(ErrorKind::Invalid, "spawn arguments: " + derr);
       return 0;
     }
-    lua_call(S, n + 1, 0);
+    p.kernel_.start(S, n);
     return 0;
   }, &setup);
   if (rc != 0) {
@@ -828,35 +785,6 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
-void LuaProcess::fail_from_lua(StepOutput& out, const char* what) {
-  out.status = Status::Failed;
-  if (mem_exceeded_) {
-    out.error = make_error(ErrorKind::Limit, "memory");
-    return;
-  }
-  const char* msg = lua_tostring(L_, -1);
-  out.error = std::string(what) + ": " + (msg ? msg : "(error object is not a string)");
-}
-
-bool LuaProcess::call_kernel(int nargs, int nresults, StepOutput& out) {
-  // The caller pushed the kernel function, then its arguments.
-  if (lua_pcall(L_, nargs, nresults, 0) != 0 || interrupted_.load(std::memory_order_acquire)) {
-    if (interrupted_.load(std::memory_order_acquire)) {
-      out.status = Status::Failed;
-      out.error = make_error(ErrorKind::Limit, "time");
-      return false;
-    }
-    fail_from_lua(out, "kernel error");
-    return false;
-  }
-  if (mem_exceeded_) {
-    out.status = Status::Failed;
-    out.error = make_error(ErrorKind::Limit, "memory");
-    return false;
-  }
-  return true;
-}
-
 void LuaProcess::flush_commands(StepOutput& out) {
   for (auto tag : pending_cancels_) out.cancel_yield(cmd::kSleep, tag);
   for (auto& [tag, ns] : pending_sleeps_) out.add_yield(cmd::kSleep, tag).arg = ns;
@@ -864,44 +792,123 @@ void LuaProcess::flush_commands(StepOutput& out) {
   pending_sleeps_.clear();
 }
 
+// Hands each event to the kernel. A message whose payload cannot be decoded
+// is logged and skipped.
+void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
+  for (Event& ev : events) {
+    switch (ev.kind) {
+      case EventKind::Message: {
+        push_pid(L, ev.from);
+        lua_pushlstring(L, ev.topic.data(), ev.topic.size());
+        std::string err;
+        if (!push_one_value(L, ev.payload, &err)) {
+          log::logger().error("message from {} on topic '{}' dropped: {}", ev.from.to_string(), ev.topic, err);
+          lua_pop(L, 2);
+          continue;
+        }
+        kernel_.message(L);
+        break;
+      }
+      case EventKind::YieldComplete:
+        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+        if (ev.error.empty()) lua_pushnil(L);
+        else lua_pushlstring(L, ev.error.data(), ev.error.size());
+        kernel_.event(L, "complete", 2);
+        break;
+      case EventKind::Cancel:
+        push_pid(L, ev.from);
+        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
+        kernel_.event(L, "cancel", 2);
+        break;
+      case EventKind::Exit: {
+        push_pid(L, ev.from);
+        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
+        if (!ev.error.empty()) {
+          lua_pushboolean(L, 0);
+          lua_pushlstring(L, ev.error.data(), ev.error.size());
+        } else {
+          lua_pushboolean(L, 1);
+          std::string err;
+          // No result bytes, or bad ones: the result is nil.
+          if (ev.payload.empty() || !push_one_value(L, ev.payload, &err)) lua_pushnil(L);
+        }
+        kernel_.event(L, "exit", 4);
+        break;
+      }
+      case EventKind::Reload: {
+        lua_newtable(L);
+        int i = 0;
+        std::size_t start = 0;
+        while (start < ev.payload.size()) {
+          std::size_t end = ev.payload.find('\n', start);
+          if (end == std::string::npos) end = ev.payload.size();
+          lua_pushlstring(L, ev.payload.data() + start, end - start);
+          lua_rawseti(L, -2, ++i);
+          start = end + 1;
+        }
+        kernel_.event(L, "reload", 1);
+        break;
+      }
+      case EventKind::LinkDown:
+        push_pid(L, ev.from);
+        lua_pushlstring(L, ev.error.data(), ev.error.size());
+        kernel_.event(L, "link_down", 2);
+        break;
+    }
+  }
+}
+
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
   lua_settop(L, 0);
-  // One call into the kernel a step: K.step pulls the events one by one
-  // through H.next_event (a Lua->C call, much cheaper than a C->Lua pcall
-  // per event), then runs the ready tasks.
-  step_events_ = events;
-  step_cursor_ = 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, refs_[kStep]);
-  bool ok = call_kernel(0, 2, out);
-  step_events_ = {};
-  if (!ok) return;
-  int code = static_cast<int>(lua_tointeger(L, 1));
-  switch (code) {
-    case 0:
-      out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
-      break;
-    case 1:
-      out.status = Status::Continue;
-      break;
-    case 2: {
-      std::string err = encode_values(L, 2, 1, out.result, "result");
-      if (!err.empty()) {
-        out.status = Status::Failed;
-        out.error = err;
-      } else {
-        out.status = Status::Done;
+  // One protected call a step: the events, then the ready tasks, then the
+  // result's encoding. Only memory errors and the time limit's interrupt
+  // (raised by the hook outside any task) end up here as errors.
+  struct StepCall {
+    LuaProcess* p;
+    std::span<Event> events;
+    StepOutput* out;
+  } call{this, events, &out};
+  int rc = lua_cpcall(L, [](lua_State* S) -> int {
+    auto* c = static_cast<StepCall*>(lua_touserdata(S, 1));
+    LuaProcess& p = *c->p;
+    StepOutput& out = *c->out;
+    lua_settop(S, 0);
+    p.deliver_events(S, c->events);
+    switch (p.kernel_.run(S)) {
+      case TaskKernel::kWaiting:
+        out.status = p.pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+        break;
+      case TaskKernel::kContinue:
+        out.status = Status::Continue;
+        break;
+      case TaskKernel::kDone: {
+        std::string err = encode_values(S, lua_gettop(S), 1, out.result, "result");
+        if (!err.empty()) {
+          out.status = Status::Failed;
+          out.error = err;
+        } else {
+          out.status = Status::Done;
+        }
+        break;
       }
-      break;
+      case TaskKernel::kFailed:
+        out.status = Status::Failed;
+        out.error = p.kernel_.failure();
+        break;
     }
-    default: {
-      out.status = Status::Failed;
-      std::size_t n = 0;
-      const char* e = lua_tolstring(L, 2, &n);
-      out.error = e ? std::string(e, n) : "failed";
-      if (mem_exceeded_) out.error = make_error(ErrorKind::Limit, "memory");
-      break;
-    }
+    return 0;
+  }, &call);
+  if (interrupted_.load(std::memory_order_acquire)) {
+    out.status = Status::Failed;
+    out.error = make_error(ErrorKind::Limit, "time");
+  } else if (mem_exceeded_) {
+    out.status = Status::Failed;
+    out.error = make_error(ErrorKind::Limit, "memory");
+  } else if (rc != 0) {
+    out.status = Status::Failed;
+    const char* msg = lua_tostring(L, -1);
+    out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
   lua_settop(L, 0);
   if (out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue)

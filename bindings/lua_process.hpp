@@ -5,12 +5,12 @@
 // Init creates the state on its own arena (bindings/state_arena.hpp) behind
 // a counting allocator (the per-process memory figure and limit), opens only
 // the base library (the others open on first use; jit once the process has
-// run a while, see config::kJitWarmupInstructions), loads the process kernel
-// (bindings/kernel.lua; kernel_ext.lua comes on first use) and the entry
-// module from the shared bytecode cache, and starts the entry method as the
-// main task. Step makes one call into the kernel, which takes the events that
-// arrived and runs its ready tasks; their waits on timers come back as sleep
-// yields.
+// run a while, see config::kJitWarmupInstructions), sets up the process
+// kernel (bindings/task_kernel.hpp; kernel_ext.lua comes on first use), loads
+// the entry module from the shared bytecode cache, and starts the entry
+// method as the main task. Step hands the kernel the events that arrived and
+// runs its ready tasks, in one protected call; their waits on timers come
+// back as sleep yields.
 #pragma once
 
 #include <atomic>
@@ -22,6 +22,7 @@
 
 #include "bindings/lua_runtime.hpp"
 #include "bindings/state_arena.hpp"
+#include "bindings/task_kernel.hpp"
 #include "host/process.hpp"
 
 struct lua_State;
@@ -50,12 +51,12 @@ class LuaProcess final : public Process {
   // function, loading the newest module version; or returns the error (SPEC
   // section 2) and pushes nothing.
   std::string push_entry(lua_State* L, const std::string& entry);
-  void install_primitives();
   void install_globals();
-  // Calls the kernel function pushed below its nargs arguments; on failure
-  // sets out to Failed and returns false.
-  bool call_kernel(int nargs, int nresults, StepOutput& out);
-  void fail_from_lua(StepOutput& out, const char* what);
+  // Pushes the `process` API table.
+  void push_process_api(lua_State* L);
+  // TaskKernel's ExtLoader: kernel_ext.lua's chunk and its primitives.
+  static void push_ext_chunk(lua_State* L, void* self);
+  void deliver_events(lua_State* L, std::span<Event> events);
   void flush_commands(StepOutput& out);
 
   LuaRuntime& rt_;
@@ -69,10 +70,7 @@ class LuaProcess final : public Process {
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs
-  enum Ref { kStep, kApi, kStart, kRefCount };  // kernel functions kept in the registry
-  int refs_[kRefCount] = {};
-  std::span<Event> step_events_;   // the events of the running Step, for H.next_event
-  std::size_t step_cursor_ = 0;    // how many of them K.step has taken
+  TaskKernel kernel_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
   std::vector<std::uint64_t> pending_cancels_;
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade

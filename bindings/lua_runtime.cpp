@@ -9,7 +9,6 @@
 
 namespace host::lua {
 
-extern const char* const kKernelSource;     // generated from bindings/kernel.lua
 extern const char* const kKernelExtSource;  // generated from bindings/kernel_ext.lua
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
@@ -26,9 +25,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
         if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
         return roots;
       }()) {
-  std::string err = ModuleCache::compile("=kernel", kKernelSource, kernel_bytecode_, /*strip=*/true);
-  if (!err.empty()) throw std::runtime_error("the process kernel does not compile: " + err);
-  err = ModuleCache::compile("=kernel_ext", kKernelExtSource, kernel_ext_bytecode_, /*strip=*/true);
+  std::string err = ModuleCache::compile("=kernel_ext", kKernelExtSource, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
 }
 

@@ -47,7 +47,6 @@ class LuaRuntime {
   ModuleCache& modules() { return modules_; }
   NameRegistry& names() { return names_; }
   const LuaOptions& options() const { return options_; }
-  const std::string& kernel_bytecode() const { return kernel_bytecode_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
 
   // Which modules each live process loaded, for reload events (only with
@@ -69,7 +68,6 @@ class LuaRuntime {
   // refused. Changed by LuaProcess's constructor and destructor.
   friend class LuaProcess;
   std::atomic<std::size_t> processes_{0};
-  std::string kernel_bytecode_;
   std::string kernel_ext_bytecode_;
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_

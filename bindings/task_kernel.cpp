@@ -1,0 +1,542 @@
+// TaskKernel: tasks as threads, the run loop, the inbox's fast paths.
+#include "bindings/task_kernel.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include <lua.hpp>
+
+namespace host::lua {
+
+namespace {
+
+// The sentinels a task yields (see kernel_ext.lua): their addresses, pushed
+// as light userdata, which no script can make.
+char kBlock, kYield, kUpgrade, kReceive;
+
+// Queues of the inbox's shape, shared with kernel_ext.lua: { head, tail,
+// items... } with the items from index 3.
+constexpr int kHead = 1, kTail = 2, kFirst = 3;
+// The inbox's fields (a channel of kernel_ext.lua).
+constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
+
+int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
+
+lua_Integer geti(lua_State* L, int t, int k) {
+  lua_rawgeti(L, t, k);
+  lua_Integer v = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+void seti(lua_State* L, int t, int k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_rawseti(L, t, k);
+}
+
+int qlen(lua_State* L, int q) { return static_cast<int>(geti(L, q, kTail) - geti(L, q, kHead) + 1); }
+
+// Pushes the value on top of L onto queue q (popping it).
+void qpush(lua_State* L, int q) {
+  lua_Integer t = geti(L, q, kTail) + 1;
+  seti(L, q, kTail, t);
+  lua_rawseti(L, q, static_cast<int>(t));
+}
+
+// Pushes the first value of non-empty queue q, removing it.
+void qshift(lua_State* L, int q) {
+  lua_Integer h = geti(L, q, kHead), t = geti(L, q, kTail);
+  lua_rawgeti(L, q, static_cast<int>(h));
+  lua_pushnil(L);
+  lua_rawseti(L, q, static_cast<int>(h));
+  if (h == t) {
+    seti(L, q, kHead, kFirst);
+    seti(L, q, kTail, kFirst - 1);
+  } else {
+    seti(L, q, kHead, h + 1);
+  }
+}
+
+void qclear(lua_State* L, int q) {
+  lua_Integer h = geti(L, q, kHead), t = geti(L, q, kTail);
+  for (lua_Integer i = h; i <= t; ++i) {
+    lua_pushnil(L);
+    lua_rawseti(L, q, static_cast<int>(i));
+  }
+  seti(L, q, kHead, kFirst);
+  seti(L, q, kTail, kFirst - 1);
+}
+
+void new_queue(lua_State* L) {
+  lua_createtable(L, 4, 0);
+  seti(L, lua_gettop(L), kHead, kFirst);
+  seti(L, lua_gettop(L), kTail, kFirst - 1);
+}
+
+// Pushes an error value as text: strings as they are, else its __tostring,
+// else "error object: " and what it is.
+void push_error_text(lua_State* L, int idx) {
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    lua_pushvalue(L, idx);
+    return;
+  }
+  if (luaL_callmeta(L, idx, "__tostring") && lua_isstring(L, -1)) return;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: lua_pushliteral(L, "error object: nil"); break;
+    case LUA_TBOOLEAN: lua_pushstring(L, lua_toboolean(L, idx) ? "error object: true" : "error object: false"); break;
+    case LUA_TNUMBER: lua_pushfstring(L, "error object: %s", lua_tostring(L, idx)); break;
+    default: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "error object: %s: %p", luaL_typename(L, idx), lua_topointer(L, idx));
+      lua_pushstring(L, buf);
+    }
+  }
+}
+
+// LuaJIT's message when a task blocks where it cannot yield, and what we
+// put in front of it.
+constexpr const char* kCYield = "attempt to yield across C-call boundary";
+constexpr const char* kCBoundary =
+    "blocking call inside a C function boundary (require, a C iterator, string.gsub or table.sort callback, ...)";
+
+std::string with_hint(const char* msg) {
+  std::string s = msg ? msg : "(error object is not a string)";
+  if (s.find(kCYield) != std::string::npos) s = std::string(kCBoundary) + ": " + s;
+  return s;
+}
+
+}  // namespace
+
+TaskKernel& TaskKernel::self(lua_State* L) { return *static_cast<TaskKernel*>(lua_touserdata(L, lua_upvalueindex(1))); }
+
+void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
+  loader_ = loader;
+  loader_ctx_ = loader_ctx;
+  lua_createtable(L, 0, 1);
+  tasks_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  // The inbox: { buf, recvq, sendq, closed } (kernel_ext.lua adds cap and
+  // its metatable when it loads).
+  lua_createtable(L, 4, 1);
+  for (int i = kBuf; i <= kSendq; ++i) {
+    new_queue(L);
+    lua_pushvalue(L, -1);
+    inbox_queue_refs_[i - 1] = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_rawseti(L, -2, i);
+  }
+  lua_pushboolean(L, 0);
+  lua_rawseti(L, -2, kClosed);
+  inbox_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, LUA_GLOBALSINDEX, "xpcall");
+  xpcall_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, LUA_GLOBALSINDEX, "coroutine");
+  coroutine_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushcfunction(L, l_traceback);
+  traceback_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+void TaskKernel::new_task(lua_State* L, int idx, int nargs) {
+  idx = abs_index(L, idx);
+  lua_State* co = lua_newthread(L);
+  // The task's body is xpcall(fn, traceback, args...): a fast function, so
+  // its tasks yield from anywhere a plain coroutine can.
+  lua_checkstack(co, nargs + 3);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, xpcall_ref_);
+  lua_pushvalue(L, idx);
+  lua_xmove(L, co, 1);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, traceback_ref_);
+  for (int i = 1; i <= nargs; ++i) {
+    lua_pushvalue(L, idx + i);
+    lua_xmove(L, co, 1);
+  }
+  lua_replace(L, idx);
+  lua_settop(L, idx);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushlightuserdata(L, co);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  ready_.push(co);
+}
+
+void TaskKernel::push_task(lua_State* L, lua_State* co) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushlightuserdata(L, co);
+  lua_rawget(L, -2);
+  lua_remove(L, -2);
+}
+
+void TaskKernel::finish(lua_State* L, lua_State* co) {
+  lua_settop(co, 0);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushlightuserdata(L, co);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+void TaskKernel::start(lua_State* L, int nargs) {
+  int idx = lua_gettop(L) - nargs;
+  new_task(L, idx, nargs);
+  main_ = lua_tothread(L, idx);
+  lua_pop(L, 1);
+}
+
+void TaskKernel::wake(lua_State* L, lua_State* co, int n) {
+  auto it = std::find(receive_one_.begin(), receive_one_.end(), co);
+  if (it != receive_one_.end()) {
+    receive_one_.erase(it);
+    if (n > 1) {
+      lua_pop(L, n - 1);
+      n = 1;
+    }
+  }
+  lua_checkstack(co, n);
+  lua_xmove(L, co, n);
+  ready_.push(co);
+}
+
+void TaskKernel::fail(std::string err) {
+  if (outcome_ != kWaiting) return;
+  outcome_ = kFailed;
+  failure_ = std::move(err);
+}
+
+void TaskKernel::push_inbox_queue(lua_State* L, int which) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_queue_refs_[which - 1]);
+}
+
+void TaskKernel::message(lua_State* L) {
+  const int base = lua_gettop(L) - 3;
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, base + 2);
+  lua_setfield(L, -2, "topic");
+  lua_pushvalue(L, base + 1);
+  lua_setfield(L, -2, "from");
+  lua_pushvalue(L, base + 3);
+  lua_setfield(L, -2, "payload");
+  lua_replace(L, base + 1);
+  lua_settop(L, base + 1);
+  const int msg = base + 1;
+  if (!slow_inbox_) {
+    // The common cases here: a task waits in process.receive (hand the
+    // message over) or nobody waits (queue it). Selects, receives with a
+    // timeout and listeners take kernel_ext's path.
+    if (!parked_.empty()) {
+      lua_State* co = parked_.front();
+      parked_.erase(parked_.begin());
+      wake(L, co, 1);
+      lua_settop(L, base);
+      return;
+    }
+    push_inbox_queue(L, kRecvq);
+    const int recvq = msg + 1;
+    if (qlen(L, recvq) == 0) {
+      push_inbox_queue(L, kBuf);
+      lua_pushvalue(L, msg);
+      qpush(L, recvq + 1);
+      lua_settop(L, base);
+      return;
+    }
+    lua_rawgeti(L, recvq, static_cast<int>(geti(L, recvq, kHead)));
+    if (lua_type(L, -1) == LUA_TTHREAD) {  // a plain receive
+      lua_State* co = lua_tothread(L, -1);
+      qshift(L, recvq);  // the same waiter
+      lua_settop(L, msg);
+      lua_pushvalue(L, msg);
+      lua_pushboolean(L, 1);
+      wake(L, co, 2);
+      lua_settop(L, base);
+      return;
+    }
+    lua_settop(L, msg);
+  }
+  push_ext(L);
+  lua_getfield(L, -1, "message");
+  lua_pushvalue(L, msg);
+  lua_call(L, 1, 0);
+  lua_settop(L, base);
+}
+
+void TaskKernel::event(lua_State* L, const char* name, int nargs) {
+  if (!ext_loaded() && std::strcmp(name, "complete") == 0) {
+    lua_pop(L, nargs);
+    return;
+  }
+  push_ext(L);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  lua_insert(L, -(nargs + 1));
+  lua_call(L, nargs, 1);
+  if (lua_type(L, -1) == LUA_TSTRING) fail(lua_tostring(L, -1));
+  lua_pop(L, 1);
+}
+
+TaskKernel::Outcome TaskKernel::run(lua_State* L) {
+  const int base = lua_gettop(L);
+  while (outcome_ == kWaiting && !ready_.empty()) {
+    lua_State* co = ready_.pop();
+    current_ = co;
+    int n = lua_gettop(co) - (lua_status(co) == LUA_YIELD ? 0 : 1);
+    int rc = lua_resume(co, n);
+    current_ = nullptr;
+    // A plain block, the common case: the task waits, nothing else to do.
+    if (rc == LUA_YIELD && lua_touserdata(co, 1) == &kBlock) lua_settop(co, 0);
+    else after_resume(L, co, rc);
+    if (outcome_ == kDone) return kDone;  // the result after_resume pushed
+    lua_settop(L, base);
+  }
+  if (outcome_ != kWaiting) return outcome_;
+  if (!yielded_.empty()) {
+    while (!yielded_.empty()) ready_.push(yielded_.pop());
+    return kContinue;
+  }
+  return kWaiting;
+}
+
+void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
+  if (rc == LUA_YIELD) {
+    void* sentinel = lua_touserdata(co, 1);
+    if (sentinel == &kReceive) {
+      // process.receive found nothing and got through its yield: now it
+      // waits in the inbox.
+      if (lua_gettop(co) >= 2) {
+        push_ext(L);
+        lua_getfield(L, -1, "receive_timeout");
+        push_task(L, co);
+        lua_pushnumber(L, lua_tonumber(co, 2));
+        lua_call(L, 2, 0);
+        lua_pop(L, 1);
+      } else {
+        push_inbox_queue(L, kRecvq);
+        if (!slow_inbox_ && qlen(L, lua_gettop(L)) == 0) {
+          parked_.push_back(co);
+        } else {
+          push_task(L, co);
+          qpush(L, lua_gettop(L) - 1);
+          receive_one_.push_back(co);
+        }
+        lua_pop(L, 1);
+      }
+      lua_settop(co, 0);
+    } else if (sentinel == &kUpgrade) {
+      restart(L, co);
+    } else {
+      // YIELD, or a plain coroutine.yield at the top of a task: let other
+      // processes run, then resume it.
+      lua_settop(co, 0);
+      yielded_.push(co);
+    }
+    return;
+  }
+  if (rc != 0) {
+    // An error escaped the task's xpcall: only memory errors and errors in
+    // the error handler do.
+    fail(with_hint(lua_tostring(co, -1)));
+    finish(L, co);
+    return;
+  }
+  // Finished: xpcall's flag, then the function's results (or the error
+  // with its traceback).
+  if (!lua_toboolean(co, 1)) {
+    fail(lua_tostring(co, 2) ? lua_tostring(co, 2) : "(error object is not a string)");
+  } else if (co == main_ && outcome_ == kWaiting) {
+    // `return nil, err` from the entry fails the process with err.
+    if (lua_gettop(co) >= 3 && lua_isnil(co, 2) && !lua_isnil(co, 3)) {
+      push_error_text(co, 3);
+      fail(lua_tostring(co, -1));
+    } else {
+      outcome_ = kDone;
+      if (lua_gettop(co) >= 2) {
+        lua_pushvalue(co, 2);
+        lua_xmove(co, L, 1);
+      } else {
+        lua_pushnil(L);
+      }
+    }
+  }
+  finish(L, co);
+}
+
+void TaskKernel::restart(lua_State* L, lua_State* co) {
+  // process.upgrade: drop every task, waiter and timer of the old code and
+  // start fn as the new main task. The inbox, events and listeners (with
+  // what they hold), links, monitors and names stay.
+  ready_.clear();
+  yielded_.clear();
+  parked_.clear();
+  receive_one_.clear();
+  for (int which : {kRecvq, kSendq}) {
+    push_inbox_queue(L, which);
+    qclear(L, lua_gettop(L));
+    lua_pop(L, 1);
+  }
+  if (ext_loaded()) {
+    push_ext(L);
+    lua_getfield(L, -1, "reset");
+    lua_call(L, 0, 0);
+    lua_pop(L, 1);
+  }
+  // co holds UPGRADE, fn, { n = n, args... }.
+  const int fn = lua_gettop(L) + 1;
+  lua_pushvalue(co, 2);
+  lua_pushvalue(co, 3);
+  lua_xmove(co, L, 2);
+  lua_getfield(L, fn + 1, "n");
+  int n = static_cast<int>(lua_tointeger(L, -1));
+  lua_pop(L, 1);
+  for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
+  lua_remove(L, fn + 1);
+  lua_settop(co, 0);
+  // The old tasks go with their table.
+  lua_createtable(L, 0, 1);
+  lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  start(L, n);
+}
+
+void TaskKernel::slow_inbox(lua_State* L) {
+  if (slow_inbox_) return;
+  slow_inbox_ = true;
+  if (parked_.empty()) return;
+  // recvq = parked tasks, then what it held.
+  push_inbox_queue(L, kRecvq);
+  const int recvq = lua_gettop(L);
+  const int old = recvq + 1;
+  lua_createtable(L, qlen(L, recvq), 0);
+  for (int i = 1; qlen(L, recvq) > 0; ++i) {
+    qshift(L, recvq);
+    lua_rawseti(L, old, i);
+  }
+  for (lua_State* co : parked_) {
+    push_task(L, co);
+    qpush(L, recvq);
+    receive_one_.push_back(co);
+  }
+  parked_.clear();
+  for (int i = 1;; ++i) {
+    lua_rawgeti(L, old, i);
+    if (lua_isnil(L, -1)) break;
+    qpush(L, recvq);
+  }
+  lua_settop(L, recvq - 1);
+}
+
+void TaskKernel::push_receive(lua_State* L) {
+  lua_pushlightuserdata(L, this);
+  lua_pushcclosure(L, l_receive, 1);
+}
+
+void TaskKernel::push_ext(lua_State* L) {
+  if (ext_loaded()) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ext_ref_);
+    return;
+  }
+  loader_(L, loader_ctx_);  // chunk, H
+  lua_createtable(L, 0, 12);
+  static const std::pair<const char*, void*> sentinels[] = {
+      {"BLOCK", &kBlock}, {"YIELD", &kYield}, {"UPGRADE", &kUpgrade}, {"RECEIVE", &kReceive}};
+  for (auto& [name, p] : sentinels) {
+    lua_pushlightuserdata(L, p);
+    lua_setfield(L, -2, name);
+  }
+  static const luaL_Reg fns[] = {
+      {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current}, {"slow_inbox", l_slow_inbox}};
+  for (const luaL_Reg& r : fns) {
+    lua_pushlightuserdata(L, this);
+    lua_pushcclosure(L, r.func, 1);
+    lua_setfield(L, -2, r.name);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, coroutine_ref_);
+  lua_setfield(L, -2, "coroutine");
+  lua_pushstring(L, kCBoundary);
+  lua_setfield(L, -2, "C_BOUNDARY");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  lua_setfield(L, -2, "inbox");
+  lua_insert(L, -2);  // chunk, I, H
+  lua_call(L, 2, 1);
+  lua_pushvalue(L, -1);
+  ext_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+// I.wake(t, ...)
+int TaskKernel::l_wake(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTHREAD);
+  self(L).wake(L, lua_tothread(L, 1), lua_gettop(L) - 1);
+  return 0;
+}
+
+// I.new_task(fn, ...) -> the task's thread
+int TaskKernel::l_new_task(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  self(L).new_task(L, 1, lua_gettop(L) - 1);
+  return 1;
+}
+
+// I.current() -> the running task's thread, or nothing outside a task
+int TaskKernel::l_current(lua_State* L) {
+  TaskKernel& k = self(L);
+  if (k.current_ == nullptr) return 0;
+  k.push_task(L, k.current_);
+  return 1;
+}
+
+// I.slow_inbox(): see TaskKernel::slow_inbox.
+int TaskKernel::l_slow_inbox(lua_State* L) {
+  self(L).slow_inbox(L);
+  return 0;
+}
+
+// process.receive([timeout]) -> the next inbox message, or nil, "timeout".
+int TaskKernel::l_receive(lua_State* L) {
+  TaskKernel& k = self(L);
+  const int top = lua_gettop(L);
+  if (k.slow_inbox_) {
+    // Senders may wait on the inbox, or it may be closed: kernel_ext's rules.
+    k.push_ext(L);
+    lua_getfield(L, -1, "try_receive");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, k.inbox_ref_);
+    lua_call(L, 1, 3);
+    if (lua_toboolean(L, -3)) {
+      lua_pop(L, 1);
+      return 1;
+    }
+  } else {
+    k.push_inbox_queue(L, kBuf);
+    if (qlen(L, top + 1) > 0) {
+      qshift(L, top + 1);
+      return 1;
+    }
+  }
+  lua_settop(L, top);
+  bool timed = !lua_isnoneornil(L, 1);
+  lua_Number secs = 0;
+  if (timed) {
+    k.push_ext(L);
+    lua_getfield(L, -1, "timeout_seconds");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    secs = lua_tonumber(L, -1);
+    if (secs <= 0) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      return 2;
+    }
+  }
+  if (k.current_ == nullptr) return luaL_error(L, "blocking call outside a process task");
+  if (!lua_isyieldable(L)) return luaL_error(L, "%s", kCBoundary);
+  // The kernel registers the waiter once the yield reached it (after_resume).
+  lua_settop(L, 0);
+  lua_pushlightuserdata(L, &kReceive);
+  if (!timed) return lua_yield(L, 1);
+  lua_pushnumber(L, secs);
+  return lua_yield(L, 2);
+}
+// The tasks' error handler: the error as text, with a traceback.
+int TaskKernel::l_traceback(lua_State* L) {
+  push_error_text(L, 1);
+  std::string msg = with_hint(lua_tostring(L, -1));
+  luaL_traceback(L, L, msg.c_str(), 1);
+  return 1;
+}
+
+}  // namespace host::lua

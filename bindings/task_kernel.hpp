@@ -1,0 +1,128 @@
+// TaskKernel: the C half of a Lua process's kernel, the scheduler inside
+// one process. It runs the process's tasks (the entry method and
+// coroutine.spawn'ed functions) as coroutines, delivers messages to the
+// inbox and implements process.receive. Everything else (channels beyond
+// the inbox's plain receive, select, timers, lifecycle events, most of the
+// API) is bindings/kernel_ext.lua, which a process loads the first time it
+// needs it: a process that only spawns, sends and receives runs no kernel
+// Lua at all, which saves it the memory and load time of the kernel's
+// prototypes (LuaJIT cannot share them between states).
+//
+// Tasks are threads, kept alive by a table of live tasks; the run queues
+// hold their lua_State pointers. A woken task's values wait on its own stack
+// until it is resumed. The inbox is a channel table of kernel_ext.lua's
+// shape (which C reads with integer keys), plus C's list of tasks parked in
+// process.receive. Threads: the one stepping the process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct lua_State;
+
+namespace host::lua {
+
+class TaskKernel {
+ public:
+  // What run() found: every task waits, some task only yielded to other
+  // processes, the main task returned (its result pushed), or the process
+  // failed (failure()).
+  enum Outcome { kWaiting = 0, kContinue = 1, kDone = 2, kFailed = 3 };
+
+  // Pushes the extension chunk (kernel_ext.lua) and H, its C primitives.
+  using ExtLoader = void (*)(lua_State* L, void* ctx);
+
+  // Sets up the kernel in a fresh state whose base library is open (it
+  // keeps xpcall and the coroutine library for itself).
+  void init(lua_State* L, ExtLoader loader, void* loader_ctx);
+
+  // Starts the main task: the function and its nargs arguments on top of L.
+  void start(lua_State* L, int nargs);
+
+  // A message event: from, topic and value on top of L (popped).
+  void message(lua_State* L);
+  // A lifecycle or timer event: the kernel_ext handler `name` gets the
+  // nargs values on top of L (popped). "complete" without the extension
+  // loaded is dropped (no timer can wait for it). link_down's failure, if
+  // links are not trapped, fails the process.
+  void event(lua_State* L, const char* name, int nargs);
+
+  // Resumes ready tasks until none is left or the process ended.
+  Outcome run(lua_State* L);
+  const std::string& failure() const { return failure_; }
+
+  // process.receive, and the extension table (loading it on first use).
+  void push_receive(lua_State* L);
+  void push_ext(lua_State* L);
+
+ private:
+  // Tasks to resume, in order. Their threads are kept alive by tasks_ref_.
+  struct RunQueue {
+    std::vector<lua_State*> items;
+    std::size_t head = 0;
+    bool empty() const { return head == items.size(); }
+    void push(lua_State* co) { items.push_back(co); }
+    lua_State* pop() {
+      lua_State* co = items[head++];
+      if (head == items.size()) items.clear(), head = 0;
+      return co;
+    }
+    void clear() { items.clear(), head = 0; }
+  };
+
+  static int l_wake(lua_State* L);
+  static int l_new_task(lua_State* L);
+  static int l_current(lua_State* L);
+  static int l_slow_inbox(lua_State* L);
+  static int l_receive(lua_State* L);
+  static int l_traceback(lua_State* L);
+  static TaskKernel& self(lua_State* L);
+
+  // Creates a task for the function at idx and the nargs values above it
+  // (all popped), queues it and leaves its thread on top of L.
+  void new_task(lua_State* L, int idx, int nargs);
+  // Pushes task co's thread.
+  void push_task(lua_State* L, lua_State* co);
+  // Moves the n values on top of L to task co and queues it; a task waiting
+  // in process.receive takes only the first.
+  void wake(lua_State* L, lua_State* co, int n);
+  void fail(std::string err);
+  void after_resume(lua_State* L, lua_State* co, int rc);
+  void finish(lua_State* L, lua_State* co);
+  void restart(lua_State* L, lua_State* co);
+  // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq).
+  void push_inbox_queue(lua_State* L, int which);
+  // From now on kernel_ext.lua handles the inbox's messages and senders:
+  // the parked receivers join its recvq, in front.
+  void slow_inbox(lua_State* L);
+  bool ext_loaded() const { return ext_ref_ != -2; }
+
+  ExtLoader loader_ = nullptr;
+  void* loader_ctx_ = nullptr;
+  RunQueue ready_;    // tasks to resume now
+  RunQueue yielded_;  // tasks that let other processes run (time.sleep(0))
+  int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
+  int inbox_ref_ = -2;
+  int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (never replaced)
+  int ext_ref_ = -2;
+  int xpcall_ref_ = -2;
+  int traceback_ref_ = -2;
+  int coroutine_ref_ = -2;
+  lua_State* current_ = nullptr;
+  lua_State* main_ = nullptr;
+  // Tasks blocked in process.receive while the inbox's recvq was empty,
+  // oldest first: older than every waiter in recvq, so a message goes to
+  // the first of them before anyone in recvq. Usually zero or one.
+  std::vector<lua_State*> parked_;
+  // Tasks blocked in process.receive from recvq (behind other waiters):
+  // their wake gives them only the message (a plain ch:receive also gets ok).
+  std::vector<lua_State*> receive_one_;
+  // Listeners, senders on the inbox or a closed inbox: kernel_ext.lua's
+  // rules (E.message, E.try_receive) instead of the fast paths.
+  bool slow_inbox_ = false;
+  Outcome outcome_ = kWaiting;
+  std::string failure_;
+};
+
+}  // namespace host::lua
