@@ -76,11 +76,12 @@ end
 
 ---------------------------------------------------------------------------
 -- Blocking.
+-- Returns the running task, or raises where it cannot block.
 local function check_blockable(level)
-  if current() == nil then error("blocking call outside a process task", level + 1) end
-  if not co_isyieldable() then
-    error(I.C_BOUNDARY, level + 1)
-  end
+  local t = current()
+  if t == nil then error("blocking call outside a process task", level + 1) end
+  if not co_isyieldable() then error(I.C_BOUNDARY, level + 1) end
+  return t
 end
 
 -- Blocks the running task until a wake for it; returns the wake's values.
@@ -182,8 +183,7 @@ function Channel.receive(ch)
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
   if ready_now then return v, ok end
-  check_blockable(2)
-  qpush(ch[RECVQ], current())
+  qpush(ch[RECVQ], check_blockable(2))
   return block()
 end
 
@@ -269,8 +269,7 @@ function Channel.send(ch, v)
   if ch == inbox then I.slow_inbox() end
   if ch[CLOSED] then error("send on a closed channel", 2) end
   if try_send(ch, v) then return true end
-  check_blockable(2)
-  qpush(ch[SENDQ], { task = current(), value = v })
+  qpush(ch[SENDQ], { task = check_blockable(2), value = v })
   if not block() then error("send on a closed channel", 2) end
   return true
 end
@@ -328,11 +327,11 @@ local function channel_select(cases)
   end
   if cases.default then return { default = true } end
   if n == 0 then error("select with no cases and no default would block forever", 2) end
-  check_blockable(2)
+  local t = check_blockable(2)
   local sel = { done = false }
   for i = 1, n do
     local c = cases[i]
-    local w = { task = current(), sel = sel, value = c.value }
+    local w = { task = t, sel = sel, value = c.value }
     qpush(c.channel[c.op == "receive" and RECVQ or SENDQ], w)
   end
   local r = block()
@@ -465,12 +464,11 @@ local function build_time()
   local time = {}
   function time.sleep(d)
     local secs = duration(d, 2)
-    check_blockable(2)
+    local t = check_blockable(2)
     if secs <= 0 then
       block(YIELD)  -- the C half re-queues it behind other processes
       return
     end
-    local t = current()
     start_timer(secs, function() wake(t) end)
     block()
   end

@@ -23,55 +23,67 @@ constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
 
 int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
 
-lua_Integer geti(lua_State* L, int t, int k) {
-  lua_rawgeti(L, t, k);
-  lua_Integer v = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-void seti(lua_State* L, int t, int k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_rawseti(L, t, k);
-}
-
-int qlen(lua_State* L, int q) { return static_cast<int>(geti(L, q, kTail) - geti(L, q, kHead) + 1); }
-
-// Pushes the value on top of L onto queue q (popping it).
-void qpush(lua_State* L, int q) {
-  lua_Integer t = geti(L, q, kTail) + 1;
-  seti(L, q, kTail, t);
-  lua_rawseti(L, q, static_cast<int>(t));
-}
-
-// Pushes the first value of non-empty queue q, removing it.
-void qshift(lua_State* L, int q) {
-  lua_Integer h = geti(L, q, kHead), t = geti(L, q, kTail);
-  lua_rawgeti(L, q, static_cast<int>(h));
-  lua_pushnil(L);
-  lua_rawseti(L, q, static_cast<int>(h));
-  if (h == t) {
-    seti(L, q, kHead, kFirst);
-    seti(L, q, kTail, kFirst - 1);
-  } else {
-    seti(L, q, kHead, h + 1);
+// A queue of kernel_ext.lua's shape at a stack index, its head and tail
+// read once (each C API call costs a few ns on the message path).
+class QueueRef {
+ public:
+  QueueRef(lua_State* L, int idx) : L_(L), idx_(abs_index(L, idx)) {
+    lua_rawgeti(L, idx_, kHead);
+    lua_rawgeti(L, idx_, kTail);
+    head_ = static_cast<int>(lua_tointeger(L, -2));
+    tail_ = static_cast<int>(lua_tointeger(L, -1));
+    lua_pop(L, 2);
   }
-}
-
-void qclear(lua_State* L, int q) {
-  lua_Integer h = geti(L, q, kHead), t = geti(L, q, kTail);
-  for (lua_Integer i = h; i <= t; ++i) {
-    lua_pushnil(L);
-    lua_rawseti(L, q, static_cast<int>(i));
+  int size() const { return tail_ - head_ + 1; }
+  // Pushes the first value (the queue must not be empty).
+  void peek() { lua_rawgeti(L_, idx_, head_); }
+  // Pushes the first value and removes it (the queue must not be empty).
+  void shift() {
+    peek();
+    lua_pushnil(L_);
+    lua_rawseti(L_, idx_, head_);
+    // Back to the start when empty, so keys stay in the array part.
+    if (head_ == tail_) set_bounds(kFirst, kFirst - 1);
+    else set_bounds(head_ + 1, tail_);
   }
-  seti(L, q, kHead, kFirst);
-  seti(L, q, kTail, kFirst - 1);
-}
+  // Appends the value on top of L, popping it.
+  void push() {
+    lua_rawseti(L_, idx_, tail_ + 1);
+    set_bounds(head_, tail_ + 1);
+  }
+  void clear() {
+    for (int i = head_; i <= tail_; ++i) {
+      lua_pushnil(L_);
+      lua_rawseti(L_, idx_, i);
+    }
+    set_bounds(kFirst, kFirst - 1);
+  }
+
+ private:
+  void set_bounds(int head, int tail) {
+    if (head != head_) {
+      lua_pushinteger(L_, head);
+      lua_rawseti(L_, idx_, kHead);
+      head_ = head;
+    }
+    if (tail != tail_) {
+      lua_pushinteger(L_, tail);
+      lua_rawseti(L_, idx_, kTail);
+      tail_ = tail;
+    }
+  }
+
+  lua_State* L_;
+  int idx_;
+  int head_, tail_;
+};
 
 void new_queue(lua_State* L) {
   lua_createtable(L, 4, 0);
-  seti(L, lua_gettop(L), kHead, kFirst);
-  seti(L, lua_gettop(L), kTail, kFirst - 1);
+  lua_pushinteger(L, kFirst);
+  lua_rawseti(L, -2, kHead);
+  lua_pushinteger(L, kFirst - 1);
+  lua_rawseti(L, -2, kTail);
 }
 
 // Pushes an error value as text: strings as they are, else its __tostring,
@@ -230,18 +242,19 @@ void TaskKernel::message(lua_State* L) {
       return;
     }
     push_inbox_queue(L, kRecvq);
-    const int recvq = msg + 1;
-    if (qlen(L, recvq) == 0) {
+    QueueRef recvq(L, msg + 1);
+    if (recvq.size() == 0) {
       push_inbox_queue(L, kBuf);
+      QueueRef buf(L, msg + 2);
       lua_pushvalue(L, msg);
-      qpush(L, recvq + 1);
+      buf.push();
       lua_settop(L, base);
       return;
     }
-    lua_rawgeti(L, recvq, static_cast<int>(geti(L, recvq, kHead)));
+    recvq.peek();
     if (lua_type(L, -1) == LUA_TTHREAD) {  // a plain receive
       lua_State* co = lua_tothread(L, -1);
-      qshift(L, recvq);  // the same waiter
+      recvq.shift();  // the same waiter
       lua_settop(L, msg);
       lua_pushvalue(L, msg);
       lua_pushboolean(L, 1);
@@ -309,11 +322,12 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         lua_pop(L, 1);
       } else {
         push_inbox_queue(L, kRecvq);
-        if (!slow_inbox_ && qlen(L, lua_gettop(L)) == 0) {
+        QueueRef recvq(L, -1);
+        if (!slow_inbox_ && recvq.size() == 0) {
           parked_.push_back(co);
         } else {
           push_task(L, co);
-          qpush(L, lua_gettop(L) - 1);
+          recvq.push();
           receive_one_.push_back(co);
         }
         lua_pop(L, 1);
@@ -368,7 +382,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   receive_one_.clear();
   for (int which : {kRecvq, kSendq}) {
     push_inbox_queue(L, which);
-    qclear(L, lua_gettop(L));
+    QueueRef(L, -1).clear();
     lua_pop(L, 1);
   }
   if (ext_loaded()) {
@@ -400,25 +414,22 @@ void TaskKernel::slow_inbox(lua_State* L) {
   if (parked_.empty()) return;
   // recvq = parked tasks, then what it held.
   push_inbox_queue(L, kRecvq);
-  const int recvq = lua_gettop(L);
-  const int old = recvq + 1;
-  lua_createtable(L, qlen(L, recvq), 0);
-  for (int i = 1; qlen(L, recvq) > 0; ++i) {
-    qshift(L, recvq);
-    lua_rawseti(L, old, i);
-  }
+  const int base = lua_gettop(L) - 1;
+  QueueRef recvq(L, base + 1);
+  const int n = recvq.size();
+  luaL_checkstack(L, n + 4, "inbox waiters");
+  for (int i = 0; i < n; ++i) recvq.shift();  // onto the stack, in order
   for (lua_State* co : parked_) {
     push_task(L, co);
-    qpush(L, recvq);
+    recvq.push();
     receive_one_.push_back(co);
   }
   parked_.clear();
-  for (int i = 1;; ++i) {
-    lua_rawgeti(L, old, i);
-    if (lua_isnil(L, -1)) break;
-    qpush(L, recvq);
+  for (int i = 0; i < n; ++i) {
+    lua_pushvalue(L, base + 2 + i);
+    recvq.push();
   }
-  lua_settop(L, recvq - 1);
+  lua_settop(L, base);
 }
 
 void TaskKernel::push_receive(lua_State* L) {
@@ -502,8 +513,9 @@ int TaskKernel::l_receive(lua_State* L) {
     }
   } else {
     k.push_inbox_queue(L, kBuf);
-    if (qlen(L, top + 1) > 0) {
-      qshift(L, top + 1);
+    QueueRef buf(L, top + 1);
+    if (buf.size() > 0) {
+      buf.shift();
       return 1;
     }
   }
