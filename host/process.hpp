@@ -51,7 +51,7 @@ struct Yield {
 };
 
 enum class Status : std::uint8_t {
-  Continue,  // runnable again at once (a voluntary yield); re-queued fairly
+  Continue,  // runnable again at once (a voluntary yield); re-queued fairly, its yields started
   Blocked,   // waiting on the yields in the output (and maybe messages)
   Idle,      // waiting for messages only
   Done,      // finished; result holds its value

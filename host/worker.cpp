@@ -183,6 +183,9 @@ void Worker::execute(ProcessSlot* slot) {
       s.finish(slot, true, {}, std::move(out_.error));
       break;
     case Status::Continue:
+      // One task yielded while others started commands (a timer): those
+      // must start too.
+      s.dispatch(slot, out_);
       slot->state.end_step_runnable();
       s.push_global(slot);  // behind the others: a voluntary yield is a fair one
       break;

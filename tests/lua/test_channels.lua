@@ -102,6 +102,16 @@ return { main = function()
       local t = { 3, 1, 2 }
       T.raises(function() table.sort(t, function(a, b) time.sleep(0); return a < b end) end, "C function boundary")
     end },
+    { "a timer started in a step that also yields still fires", function()
+      local woke = false
+      coroutine.spawn(function() time.sleep(0.02); woke = true end)
+      time.sleep(0)  -- this step ends runnable, with the other task's timer started
+      for _ = 1, 200 do
+        if woke then break end
+        time.sleep(0.005)
+      end
+      T.ok(woke, "the sleeping task woke")
+    end },
     { "coroutine.spawn runs functions concurrently", function()
       local done = channel.new(10)
       for i = 1, 5 do coroutine.spawn(function(k) time.sleep(0.01 * (6 - k)); done:send(k) end, i) end

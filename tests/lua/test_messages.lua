@@ -128,6 +128,21 @@ return { main = function()
       T.eq(process.receive(1).topic, "a"); T.eq(process.receive(1).topic, "b"); T.eq(process.receive(1).topic, "c")
       T.eq(side:receive().payload, 2); T.eq(side:receive().payload, 4); T.eq(side:receive().payload, 6)
     end },
+    { "waiters on the inbox get messages oldest first, each with its own returns", function()
+      local function run(method)
+        assert(process.spawn_monitored("fixtures.receivers:" .. method))
+        local ev = T.next_event("exit")
+        T.eq(ev.error, nil, method .. " error")
+        return ev.result
+      end
+      -- process.receive (parked), inbox:receive (message, true), process.receive.
+      T.eq(run("order"), "A1/1 B2/2/true C3/1")
+      T.eq(run("listen_while_parked"), "Ay2/1 x=1")
+      T.eq(run("parked_then_select"), "receive=1 select=2")
+      T.eq(run("one_value"), "1 1 1")
+      T.eq(run("timeout_behind_parked"), "parked=1 timed=nil,timeout")
+      T.match(run("receive_in_sort"), "^false .*blocking call inside a C function boundary")
+    end },
     { "10k processes: each sender's messages arrive once and in order", function()
       local senders, per = 10000, 5
       for s = 1, senders do assert(process.spawn("fixtures.relay", process.pid(), per, s)) end
