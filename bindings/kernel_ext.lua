@@ -15,7 +15,8 @@
 --                      returns of its blocking call
 --   I.new_task(fn, ...) -> t   start a task
 --   I.current() -> t   the running task, or nil outside a task
---   I.inbox            the inbox: a channel table the C half also uses
+--   I.inbox            the inbox: a channel table the C half also uses, with
+--                      a fifth field, true once I.slow_inbox was called
 --   I.slow_inbox()     from now on the C half hands every message to
 --                      E.message and process.receive uses E.try_receive,
 --                      and its tasks parked in process.receive join the

@@ -676,7 +676,7 @@ void LuaProcess::push_process_api(lua_State* L) {
   lua_createtable(L, 0, 3);
   set_closures(L, this, registry);
   lua_setfield(L, -2, "registry");
-  kernel_.push_receive(L);
+  kernel_.push_receive(L, rt_.receive_bytecode());
   lua_setfield(L, -2, "receive");
   // The rarer calls (inbox, events, listen, watch, upgrade, ...) come from
   // kernel_ext.lua the first time one is named.

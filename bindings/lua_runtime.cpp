@@ -9,7 +9,9 @@
 
 namespace host::lua {
 
-extern const char* const kKernelExtSource;  // generated from bindings/kernel_ext.lua
+// Generated from bindings/kernel_ext.lua and bindings/receive.lua.
+extern const char* const k_kernel_ext_source;
+extern const char* const k_receive_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -25,8 +27,10 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
         if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
         return roots;
       }()) {
-  std::string err = ModuleCache::compile("=kernel_ext", kKernelExtSource, kernel_ext_bytecode_, /*strip=*/true);
+  std::string err = ModuleCache::compile("=kernel_ext", k_kernel_ext_source, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
+  err = ModuleCache::compile("=receive", k_receive_source, receive_bytecode_, /*strip=*/true);
+  if (!err.empty()) throw std::runtime_error("process.receive does not compile: " + err);
 }
 
 void LuaRuntime::forget_process(const Pid& pid) {

@@ -48,6 +48,7 @@ class LuaRuntime {
   NameRegistry& names() { return names_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
+  const std::string& receive_bytecode() const { return receive_bytecode_; }
 
   // Which modules each live process loaded, for reload events (only with
   // track_module_uses).
@@ -69,6 +70,7 @@ class LuaRuntime {
   friend class LuaProcess;
   std::atomic<std::size_t> processes_{0};
   std::string kernel_ext_bytecode_;
+  std::string receive_bytecode_;
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_
   std::unordered_map<Pid, std::vector<std::string>> uses_;          // guarded by uses_mu_

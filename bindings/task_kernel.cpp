@@ -20,6 +20,9 @@ char kBlock, kYield, kUpgrade, kReceive;
 constexpr int kHead = 1, kTail = 2, kFirst = 3;
 // The inbox's fields (a channel of kernel_ext.lua).
 constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
+// The inbox's own flag: true once kernel_ext.lua handles it (slow_inbox_),
+// for the Lua fast path of process.receive (bindings/receive.lua).
+constexpr int kSlow = 5;
 
 int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
 
@@ -127,9 +130,9 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   loader_ctx_ = loader_ctx;
   lua_createtable(L, 0, 1);
   tasks_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
-  // The inbox: { buf, recvq, sendq, closed } (kernel_ext.lua adds cap and
-  // its metatable when it loads).
-  lua_createtable(L, 4, 1);
+  // The inbox: { buf, recvq, sendq, closed, slow } (kernel_ext.lua adds cap
+  // and its metatable when it loads).
+  lua_createtable(L, 5, 1);
   for (int i = kBuf; i <= kSendq; ++i) {
     new_queue(L);
     lua_pushvalue(L, -1);
@@ -138,6 +141,8 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   }
   lua_pushboolean(L, 0);
   lua_rawseti(L, -2, kClosed);
+  lua_pushboolean(L, 0);
+  lua_rawseti(L, -2, kSlow);
   inbox_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getfield(L, LUA_GLOBALSINDEX, "xpcall");
   xpcall_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -145,6 +150,11 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   coroutine_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushcfunction(L, l_traceback);
   traceback_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  static const char* const keys[] = {"from", "topic", "payload"};  // message()'s order
+  for (int i = 0; i < 3; ++i) {
+    lua_pushstring(L, keys[i]);
+    message_key_refs_[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
 }
 
 void TaskKernel::new_task(lua_State* L, int idx, int nargs) {
@@ -220,13 +230,14 @@ void TaskKernel::push_inbox_queue(lua_State* L, int which) {
 
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
+  // { topic =, from =, payload = } with the keys made once (lua_setfield
+  // would hash and look up each key's string every time).
   lua_createtable(L, 0, 3);
-  lua_pushvalue(L, base + 2);
-  lua_setfield(L, -2, "topic");
-  lua_pushvalue(L, base + 1);
-  lua_setfield(L, -2, "from");
-  lua_pushvalue(L, base + 3);
-  lua_setfield(L, -2, "payload");
+  for (int i = 0; i < 3; ++i) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);
+    lua_pushvalue(L, base + 1 + i);
+    lua_rawset(L, -3);
+  }
   lua_replace(L, base + 1);
   lua_settop(L, base + 1);
   const int msg = base + 1;
@@ -411,6 +422,10 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
 void TaskKernel::slow_inbox(lua_State* L) {
   if (slow_inbox_) return;
   slow_inbox_ = true;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  lua_pushboolean(L, 1);
+  lua_rawseti(L, -2, kSlow);
+  lua_pop(L, 1);
   if (parked_.empty()) return;
   // recvq = parked tasks, then what it held.
   push_inbox_queue(L, kRecvq);
@@ -432,9 +447,12 @@ void TaskKernel::slow_inbox(lua_State* L) {
   lua_settop(L, base);
 }
 
-void TaskKernel::push_receive(lua_State* L) {
+void TaskKernel::push_receive(lua_State* L, const std::string& fast_path) {
+  if (luaL_loadbuffer(L, fast_path.data(), fast_path.size(), "=receive") != 0) lua_error(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushlightuserdata(L, this);
   lua_pushcclosure(L, l_receive, 1);
+  lua_call(L, 2, 1);
 }
 
 void TaskKernel::push_ext(lua_State* L) {

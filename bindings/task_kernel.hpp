@@ -52,8 +52,10 @@ class TaskKernel {
   Outcome run(lua_State* L);
   const std::string& failure() const { return failure_; }
 
-  // process.receive, and the extension table (loading it on first use).
-  void push_receive(lua_State* L);
+  // process.receive: bindings/receive.lua's fast path (its bytecode) in
+  // front of the C function.
+  void push_receive(lua_State* L, const std::string& fast_path);
+  // The extension table (loading it on first use).
   void push_ext(lua_State* L);
 
  private:
@@ -109,6 +111,7 @@ class TaskKernel {
   int xpcall_ref_ = -2;
   int traceback_ref_ = -2;
   int coroutine_ref_ = -2;
+  int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload"
   lua_State* current_ = nullptr;
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,
