@@ -17,14 +17,17 @@
 --   I.current() -> t   the running task, or nil outside a task
 --   I.inbox            the inbox: a channel table the C half also uses, with
 --                      a fifth field, true once I.slow_inbox was called
---   I.slow_inbox()     from now on the C half hands every message to
---                      E.message and process.receive uses E.try_receive,
+--   I.listening(l)     process.listen was called: l maps topics to their
+--                      channels, which the C half delivers to (E.deliver)
+--   I.slow_inbox()     from now on the C half hands every inbox message to
+--                      E.deliver and process.receive uses E.try_receive,
 --                      and its tasks parked in process.receive join the
---                      inbox's recvq: called once the inbox has listeners,
---                      senders or is closed, which only this file handles
+--                      inbox's recvq: called once the inbox has senders or
+--                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
 -- and gets back E:
---   E.message(msg)              a message the C half does not take itself
+--   E.deliver(ch, msg)          a message the C half does not take itself
+--                               (to the inbox or a listener)
 --   E.try_receive(ch)           see below (process.receive once I.slow_inbox)
 --   E.timeout_seconds(d)        process.receive's timeout in seconds
 --   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
@@ -350,11 +353,7 @@ local listeners = {}      -- topic -> channel
 local exit_watchers = {}  -- monitor ref -> channel (process.watch)
 local trap_links = false
 
--- A message the C half hands over: listeners exist, or the inbox's first
--- waiter is a select or a receive with a timeout.
-function E.message(msg)
-  deliver(listeners[msg.topic] or inbox, msg)
-end
+E.deliver = deliver
 
 function E.cancel(from, reason)
   deliver(events, { kind = "cancel", from = from, reason = reason })
@@ -397,7 +396,7 @@ local function listen(topic)
   if l then return l end
   l = new_channel(0)
   listeners[topic] = l
-  I.slow_inbox()
+  I.listening(listeners)
   -- Move what already waits in the inbox for this topic, keeping the rest
   -- in order (in place: the C half holds the inbox's queues).
   local buf = inbox[BUF]

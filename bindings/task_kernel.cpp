@@ -230,6 +230,7 @@ void TaskKernel::push_inbox_queue(lua_State* L, int which) {
 
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
+  const int topic = base + 2;
   // { topic =, from =, payload = } with the keys made once (lua_setfield
   // would hash and look up each key's string every time).
   lua_createtable(L, 0, 3);
@@ -238,13 +239,27 @@ void TaskKernel::message(lua_State* L) {
     lua_pushvalue(L, base + 1 + i);
     lua_rawset(L, -3);
   }
-  lua_replace(L, base + 1);
-  lua_settop(L, base + 1);
-  const int msg = base + 1;
+  const int msg = base + 4;
+  if (listening_) {
+    // A listener's topic goes to its channel.
+    lua_rawgeti(L, LUA_REGISTRYINDEX, listeners_ref_);
+    lua_pushvalue(L, topic);
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) {
+      push_ext(L);
+      lua_getfield(L, -1, "deliver");
+      lua_pushvalue(L, msg + 2);
+      lua_pushvalue(L, msg);
+      lua_call(L, 2, 0);
+      lua_settop(L, base);
+      return;
+    }
+    lua_settop(L, msg);
+  }
   if (!slow_inbox_) {
     // The common cases here: a task waits in process.receive (hand the
-    // message over) or nobody waits (queue it). Selects, receives with a
-    // timeout and listeners take kernel_ext's path.
+    // message over) or nobody waits (queue it). Selects and receives with a
+    // timeout take kernel_ext's path.
     if (!parked_.empty()) {
       lua_State* co = parked_.front();
       parked_.erase(parked_.begin());
@@ -276,9 +291,10 @@ void TaskKernel::message(lua_State* L) {
     lua_settop(L, msg);
   }
   push_ext(L);
-  lua_getfield(L, -1, "message");
+  lua_getfield(L, -1, "deliver");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushvalue(L, msg);
-  lua_call(L, 1, 0);
+  lua_call(L, 2, 0);
   lua_settop(L, base);
 }
 
@@ -469,7 +485,8 @@ void TaskKernel::push_ext(lua_State* L) {
     lua_setfield(L, -2, name);
   }
   static const luaL_Reg fns[] = {
-      {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current}, {"slow_inbox", l_slow_inbox}};
+      {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current},
+      {"listening", l_listening}, {"slow_inbox", l_slow_inbox}};
   for (const luaL_Reg& r : fns) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, r.func, 1);
@@ -507,6 +524,18 @@ int TaskKernel::l_current(lua_State* L) {
   if (k.current_ == nullptr) return 0;
   k.push_task(L, k.current_);
   return 1;
+}
+
+// I.listening(listeners): process.listen was called; listeners maps topics
+// to channels.
+int TaskKernel::l_listening(lua_State* L) {
+  TaskKernel& k = self(L);
+  if (k.listening_) return 0;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_pushvalue(L, 1);
+  k.listeners_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  k.listening_ = true;
+  return 0;
 }
 
 // I.slow_inbox(): see TaskKernel::slow_inbox.

@@ -76,6 +76,7 @@ class TaskKernel {
   static int l_wake(lua_State* L);
   static int l_new_task(lua_State* L);
   static int l_current(lua_State* L);
+  static int l_listening(lua_State* L);
   static int l_slow_inbox(lua_State* L);
   static int l_receive(lua_State* L);
   static int l_traceback(lua_State* L);
@@ -121,9 +122,13 @@ class TaskKernel {
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
-  // Listeners, senders on the inbox or a closed inbox: kernel_ext.lua's
-  // rules (E.message, E.try_receive) instead of the fast paths.
+  // Senders on the inbox or a closed inbox: kernel_ext.lua's rules
+  // (E.deliver, E.try_receive) instead of the fast paths.
   bool slow_inbox_ = false;
+  // process.listen was called: a message whose topic has a listener goes to
+  // its channel (listeners_ref_: kernel_ext's topic -> channel table).
+  bool listening_ = false;
+  int listeners_ref_ = -2;
   Outcome outcome_ = kWaiting;
   std::string failure_;
 };

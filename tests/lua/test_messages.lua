@@ -141,6 +141,7 @@ return { main = function()
       T.eq(run("parked_then_select"), "receive=1 select=2")
       T.eq(run("one_value"), "1 1 1")
       T.eq(run("timeout_behind_parked"), "parked=1 timed=nil,timeout")
+      T.eq(run("inbox_as_channel"), "Adirect/1 B1 Cfrom a task Dnil")
       T.match(run("receive_in_sort"), "^false .*blocking call inside a C function boundary")
     end },
     { "10k processes: each sender's messages arrive once and in order", function()
