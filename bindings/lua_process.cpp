@@ -178,9 +178,8 @@ struct Primitives {
     }
     SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
     if (!r) return push_fail(L, r.error);
-    std::string s = r.pid.to_string();
-    if (mode == 2) p.monitors_[s].push_back(opts.monitor_ref);
-    lua_pushlstring(L, s.data(), s.size());
+    if (mode == 2) p.monitors_[r.pid].push_back(opts.monitor_ref);
+    push_pid(L, r.pid);
     return 1;
   }
 
@@ -203,7 +202,7 @@ struct Primitives {
       std::uint64_t ref = ++p.next_monitor_ref_;
       std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
       if (!err.empty()) return push_fail(L, err);
-      p.monitors_[to.to_string()].push_back(ref);
+      p.monitors_[to].push_back(ref);
       lua_pushboolean(L, 1);
       if (!lua_toboolean(L, lua_upvalueindex(2))) return 1;
       lua_pushnumber(L, static_cast<lua_Number>(ref));
@@ -215,11 +214,7 @@ struct Primitives {
   static int demonitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
-      auto it = p.monitors_.find(to.to_string());
-      if (it != p.monitors_.end()) {
-        std::erase(it->second, ref);
-        if (it->second.empty()) p.monitors_.erase(it);
-      }
+      p.forget_monitor(to, ref);
       (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
       lua_pushboolean(L, 1);
       return 1;
@@ -228,7 +223,7 @@ struct Primitives {
 
   static int unmonitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      auto it = p.monitors_.find(to.to_string());
+      auto it = p.monitors_.find(to);
       if (it == p.monitors_.end())
         return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
       for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
@@ -785,6 +780,13 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
+void LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
+  auto it = monitors_.find(target);
+  if (it == monitors_.end()) return;
+  std::erase(it->second, ref);
+  if (it->second.empty()) monitors_.erase(it);
+}
+
 void LuaProcess::flush_commands(StepOutput& out) {
   for (auto tag : pending_cancels_) out.cancel_yield(cmd::kSleep, tag);
   for (auto& [tag, ns] : pending_sleeps_) out.add_yield(cmd::kSleep, tag).arg = ns;
@@ -821,6 +823,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         kernel_.event(L, "cancel", 2);
         break;
       case EventKind::Exit: {
+        forget_monitor(ev.from, ev.tag);  // an exit ends its monitor
         push_pid(L, ev.from);
         lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
         if (!ev.error.empty()) {

@@ -58,6 +58,7 @@ class LuaProcess final : public Process {
   static void push_ext_chunk(lua_State* L, void* self);
   void deliver_events(lua_State* L, std::span<Event> events);
   void flush_commands(StepOutput& out);
+  void forget_monitor(const Pid& target, std::uint64_t ref);
 
   LuaRuntime& rt_;
   StateArena arena_;  // declared before L_'s users: it outlives the state
@@ -75,7 +76,9 @@ class LuaProcess final : public Process {
   std::vector<std::uint64_t> pending_cancels_;
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
   std::uint64_t next_monitor_ref_ = 0;
-  std::unordered_map<std::string, std::vector<std::uint64_t>> monitors_;  // target PID -> refs
+  // Monitors this process holds: target -> refs, until the target's exit
+  // event arrives or it is unmonitored.
+  std::unordered_map<Pid, std::vector<std::uint64_t>> monitors_;
 };
 
 }  // namespace host::lua
