@@ -391,6 +391,66 @@ struct Primitives {
     open_lib(L, "jit");
   }
 
+  // __index of the process table: makes the call `name` and keeps it in the
+  // table. The C primitives, process.receive (bindings/receive.lua over the
+  // kernel's C receive), and kernel_ext.lua's calls (inbox, events, listen,
+  // watch, upgrade, ...).
+  static int process_field(lua_State* L) {
+    auto& p = self(L);
+    if (lua_type(L, 2) != LUA_TSTRING) return 0;
+    const char* k = lua_tostring(L, 2);
+    // variant: upvalue 2 of the closure, or none (-1).
+    static const struct {
+      const char* name;
+      lua_CFunction fn;
+      int variant;
+    } calls[] = {
+        {"send", send, -1},       {"pid", pid, -1},
+        {"spawn", spawn, 0},      {"spawn_linked", spawn, 1},
+        {"spawn_monitored", spawn, 2},
+        {"link", link, -1},       {"unlink", unlink, -1},
+        {"monitor", monitor, -1}, {"unmonitor", unmonitor, -1},
+        {"cancel", cancel, -1},   {"terminate", terminate, -1},
+        {"memory", memory, -1},  // bytes of Lua heap (an extension)
+    };
+    static const luaL_Reg registry[] = {
+        {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};
+    bool made = false;
+    for (const auto& c : calls) {
+      if (std::strcmp(c.name, k) != 0) continue;
+      lua_pushlightuserdata(L, &p);
+      if (c.variant < 0) {
+        lua_pushcclosure(L, c.fn, 1);
+      } else {
+        lua_pushinteger(L, c.variant);
+        lua_pushcclosure(L, c.fn, 2);
+      }
+      made = true;
+      break;
+    }
+    if (made) {
+    } else if (!std::strcmp(k, "receive")) {
+      p.kernel_.push_receive(L, p.rt_.receive_bytecode());
+    } else if (!std::strcmp(k, "registry")) {
+      lua_createtable(L, 0, 3);
+      for (const luaL_Reg* r = registry; r->name; ++r) {
+        lua_pushlightuserdata(L, &p);
+        lua_pushcclosure(L, r->func, 1);
+        lua_setfield(L, -2, r->name);
+      }
+    } else {
+      p.kernel_.push_ext(L);
+      lua_getfield(L, -1, "process");
+      lua_pushvalue(L, 2);
+      lua_rawget(L, -2);
+      if (lua_isnil(L, -1)) return 1;  // no such call
+    }
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+  }
+
   // __index of _G: opens a standard library, or builds an API table, the
   // first time a script names it, so an idle process pays only for what it
   // used.
@@ -645,51 +705,12 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
 }
 
 void LuaProcess::push_process_api(lua_State* L) {
-  static const luaL_Reg prims[] = {
-      {"pid", Primitives::pid},
-      {"memory", Primitives::memory},  // bytes of Lua heap (an extension)
-      {"send", Primitives::send},
-      {"link", Primitives::link},
-      {"unlink", Primitives::unlink},
-      {"monitor", Primitives::monitor},
-      {"unmonitor", Primitives::unmonitor},
-      {"cancel", Primitives::cancel},
-      {"terminate", Primitives::terminate},
-      {nullptr, nullptr},
-  };
-  static const luaL_Reg registry[] = {
-      {"register", Primitives::register_name},
-      {"lookup", Primitives::lookup},
-      {"unregister", Primitives::unregister},
-      {nullptr, nullptr},
-  };
-  lua_createtable(L, 0, 16);
-  set_closures(L, this, prims);
-  set_variant(L, this, "spawn", Primitives::spawn, 0);
-  set_variant(L, this, "spawn_linked", Primitives::spawn, 1);
-  set_variant(L, this, "spawn_monitored", Primitives::spawn, 2);
-  lua_createtable(L, 0, 3);
-  set_closures(L, this, registry);
-  lua_setfield(L, -2, "registry");
-  kernel_.push_receive(L, rt_.receive_bytecode());
-  lua_setfield(L, -2, "receive");
-  // The rarer calls (inbox, events, listen, watch, upgrade, ...) come from
-  // kernel_ext.lua the first time one is named.
+  // Empty at first: each call is made the first time a script names it
+  // (Primitives::process_field), so a process pays only for what it uses.
+  lua_createtable(L, 0, 4);
   lua_createtable(L, 0, 1);
   lua_pushlightuserdata(L, this);
-  lua_pushcclosure(L, [](lua_State* S) -> int {
-    auto* p = static_cast<LuaProcess*>(lua_touserdata(S, lua_upvalueindex(1)));
-    p->kernel_.push_ext(S);
-    lua_getfield(S, -1, "process");
-    lua_pushvalue(S, 2);
-    lua_rawget(S, -2);
-    if (!lua_isnil(S, -1)) {
-      lua_pushvalue(S, 2);
-      lua_pushvalue(S, -2);
-      lua_rawset(S, 1);
-    }
-    return 1;
-  }, 1);
+  lua_pushcclosure(L, Primitives::process_field, 1);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, -2);
 }
