@@ -430,7 +430,7 @@ struct Primitives {
     }
     if (made) {
     } else if (!std::strcmp(k, "receive")) {
-      p.kernel_.push_receive(L, p.rt_.receive_bytecode());
+      p.kernel_.push_receive(L);
     } else if (!std::strcmp(k, "registry")) {
       lua_createtable(L, 0, 3);
       for (const luaL_Reg* r = registry; r->name; ++r) {
@@ -478,10 +478,21 @@ struct Primitives {
   }
 
   static void open_lib(lua_State* L, const char* name) {
-    if (!std::strcmp(name, "jit") && lua_gethook(L) == jit_warmup_hook) lua_sethook(L, nullptr, 0, 0);
+    const bool jit = !std::strcmp(name, "jit");
+    if (jit && lua_gethook(L) == jit_warmup_hook) lua_sethook(L, nullptr, 0, 0);
     lua_pushcfunction(L, opener(name));
     lua_pushstring(L, name);
     lua_call(L, 1, 0);
+    if (jit) jit_opened(L);
+  }
+
+  // With the compiler on, process.receive's Lua fast path pays (see
+  // TaskKernel::push_receive).
+  static void jit_opened(lua_State* L) {
+    void* ud = nullptr;
+    lua_getallocf(L, &ud);
+    auto& p = *static_cast<LuaProcess*>(ud);
+    p.kernel_.enable_fast_receive(&p.rt_.receive_bytecode());
   }
 
   // Pushes the API table `name`, building it once and recording it as a

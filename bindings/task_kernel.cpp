@@ -463,12 +463,28 @@ void TaskKernel::slow_inbox(lua_State* L) {
   lua_settop(L, base);
 }
 
-void TaskKernel::push_receive(lua_State* L, const std::string& fast_path) {
-  if (luaL_loadbuffer(L, fast_path.data(), fast_path.size(), "=receive") != 0) lua_error(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+void TaskKernel::push_receive(lua_State* L) {
+  if (fast_path_ && luaL_loadbuffer(L, fast_path_->data(), fast_path_->size(), "=receive") != 0) lua_error(L);
+  if (fast_path_) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushlightuserdata(L, this);
   lua_pushcclosure(L, l_receive, 1);
-  lua_call(L, 2, 1);
+  if (fast_path_) lua_call(L, 2, 1);
+}
+
+void TaskKernel::install_fast_receive(lua_State* L) {
+  fast_receive_installed_ = true;
+  const int top = lua_gettop(L);
+  luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 1);
+  lua_getfield(L, -1, "process");
+  if (lua_istable(L, -1)) {
+    lua_pushliteral(L, "receive");
+    lua_rawget(L, -2);
+    if (lua_tocfunction(L, -1) == l_receive) {
+      push_receive(L);
+      lua_setfield(L, -3, "receive");
+    }
+  }
+  lua_settop(L, top);
 }
 
 void TaskKernel::push_ext(lua_State* L) {
@@ -547,6 +563,7 @@ int TaskKernel::l_slow_inbox(lua_State* L) {
 // process.receive([timeout]) -> the next inbox message, or nil, "timeout".
 int TaskKernel::l_receive(lua_State* L) {
   TaskKernel& k = self(L);
+  if (k.fast_path_ && !k.fast_receive_installed_) k.install_fast_receive(L);
   const int top = lua_gettop(L);
   if (k.slow_inbox_) {
     // Senders may wait on the inbox, or it may be closed: kernel_ext's rules.

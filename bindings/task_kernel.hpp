@@ -52,9 +52,14 @@ class TaskKernel {
   Outcome run(lua_State* L);
   const std::string& failure() const { return failure_; }
 
-  // process.receive: bindings/receive.lua's fast path (its bytecode) in
-  // front of the C function.
-  void push_receive(lua_State* L, const std::string& fast_path);
+  // process.receive: the C function until enable_fast_receive, then a Lua
+  // function (bindings/receive.lua, fast_path its bytecode) that takes a
+  // waiting message itself, so that LuaJIT compiles it into the caller's
+  // loop, and calls the C one for the rest. Loading it costs a spawn about
+  // 2 us, so a process gets it once its JIT compiler is on: the C receive
+  // then replaces itself in the process table the next time it is called.
+  void push_receive(lua_State* L);
+  void enable_fast_receive(const std::string* fast_path) { fast_path_ = fast_path; }
   // The extension table (loading it on first use).
   void push_ext(lua_State* L);
 
@@ -100,6 +105,8 @@ class TaskKernel {
   // the parked receivers join its recvq, in front.
   void slow_inbox(lua_State* L);
   bool ext_loaded() const { return ext_ref_ != -2; }
+  // Puts the Lua receive in the process table in place of the C one.
+  void install_fast_receive(lua_State* L);
 
   ExtLoader loader_ = nullptr;
   void* loader_ctx_ = nullptr;
@@ -129,6 +136,8 @@ class TaskKernel {
   // its channel (listeners_ref_: kernel_ext's topic -> channel table).
   bool listening_ = false;
   int listeners_ref_ = -2;
+  const std::string* fast_path_ = nullptr;  // see push_receive
+  bool fast_receive_installed_ = false;
   Outcome outcome_ = kWaiting;
   std::string failure_;
 };

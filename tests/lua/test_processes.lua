@@ -31,6 +31,8 @@ return { main = function()
       T.eq(T.next_event("exit").result, true, "short process without jit")
       assert(process.spawn_monitored("fixtures.jit_probe:hot"))
       T.eq(T.next_event("exit").result, true, "hot process with the compiler on")
+      assert(process.spawn_monitored("fixtures.jit_probe:hot_receive"))
+      T.eq(T.next_event("exit").result, true, "a hot process's receive is the Lua fast path")
     end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
