@@ -426,6 +426,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   lua_getfield(L, fn + 1, "n");
   int n = static_cast<int>(lua_tointeger(L, -1));
   lua_pop(L, 1);
+  luaL_checkstack(L, n + 4, "process.upgrade arguments");
   for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
   lua_remove(L, fn + 1);
   lua_settop(co, 0);
