@@ -25,6 +25,7 @@
 --                      inbox's recvq: called once the inbox has senders or
 --                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
+--   I.receive()        the C process.receive, for inbox:receive()
 -- and gets back E:
 --   E.deliver(ch, msg)          a message the C half does not take itself
 --                               (to the inbox or a listener)
@@ -101,7 +102,7 @@ end
 -- sel is the select it belongs to (nil for a plain send); once a select
 -- fired, its other waiters are stale and skipped. `one` marks a
 -- process.receive with a timeout, which returns the message alone.
-local BUF, RECVQ, SENDQ, CLOSED = 1, 2, 3, 4
+local BUF, RECVQ, SENDQ, CLOSED, SLOW = 1, 2, 3, 4, 5
 local inbox = I.inbox
 
 local Channel = {}
@@ -183,7 +184,11 @@ local function check_channel(ch, fname)
   end
 end
 
+local inbox_receive = I.receive
+
 function Channel.receive(ch)
+  -- The inbox on the C kernel's fast paths: its receive, plus ok.
+  if ch == inbox and not inbox[SLOW] then return inbox_receive(), true end
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
   if ready_now then return v, ok end

@@ -96,7 +96,10 @@ void push_error_text(lua_State* L, int idx) {
     lua_pushvalue(L, idx);
     return;
   }
-  if (luaL_callmeta(L, idx, "__tostring") && lua_isstring(L, -1)) return;
+  if (luaL_callmeta(L, idx, "__tostring")) {
+    if (lua_isstring(L, -1)) return;
+    lua_pop(L, 1);
+  }
   switch (lua_type(L, idx)) {
     case LUA_TNIL: lua_pushliteral(L, "error object: nil"); break;
     case LUA_TBOOLEAN: lua_pushstring(L, lua_toboolean(L, idx) ? "error object: true" : "error object: false"); break;
@@ -515,6 +518,10 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "C_BOUNDARY");
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_setfield(L, -2, "inbox");
+  lua_pushlightuserdata(L, this);
+  lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
+  lua_pushcclosure(L, l_receive, 2);
+  lua_setfield(L, -2, "receive");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);
@@ -599,8 +606,14 @@ int TaskKernel::l_receive(lua_State* L) {
       return 2;
     }
   }
-  if (k.current_ == nullptr) return luaL_error(L, "blocking call outside a process task");
-  if (!lua_isyieldable(L)) return luaL_error(L, "%s", kCBoundary);
+  if (k.current_ == nullptr || !lua_isyieldable(L)) {
+    // Where the script called: upvalue 2 says how many Lua frames (kernel_ext's
+    // inbox:receive) stand between.
+    luaL_where(L, lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2))));
+    lua_pushstring(L, k.current_ == nullptr ? "blocking call outside a process task" : kCBoundary);
+    lua_concat(L, 2);
+    return lua_error(L);
+  }
   // The kernel registers the waiter once the yield reached it (after_resume).
   lua_settop(L, 0);
   lua_pushlightuserdata(L, &kReceive);

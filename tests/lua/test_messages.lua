@@ -143,6 +143,7 @@ return { main = function()
       T.eq(run("timeout_behind_parked"), "parked=1 timed=nil,timeout")
       T.eq(run("inbox_as_channel"), "Adirect/1 B1 Cfrom a task Dnil")
       T.match(run("receive_in_sort"), "^false .*blocking call inside a C function boundary")
+      T.match(run("top_level"), "^[^|]*receivers%.lua:%d+: blocking call outside a process task|[^|]*receivers%.lua:%d+: blocking call outside a process task$")
     end },
     { "10k processes: each sender's messages arrive once and in order", function()
       local senders, per = 10000, 5
