@@ -26,6 +26,10 @@
 --                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
 --   I.receive()        the C process.receive, for inbox:receive()
+--   I.events           the events channel table: the C half builds the
+--                      lifecycle events and delivers them (E.deliver), or
+--                      queues them there itself until this file loads
+--   I.set_trap_links(b)  process.set_options{trap_links = b}
 -- and gets back E:
 --   E.deliver(ch, msg)          a message the C half does not take itself
 --                               (to the inbox or a listener)
@@ -33,9 +37,8 @@
 --   E.timeout_seconds(d)        process.receive's timeout in seconds
 --   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
 --   E.complete(tag, err)        a sleep command completed
---   E.cancel, E.exit, E.reload, E.link_down   lifecycle events (link_down
---                               returns the process's failure, or nil when
---                               links are trapped)
+--   E.watched(ref, ev)          an exit event for a process.watch channel?
+--                               (true: delivered there)
 --   E.reset()                   drop timers and waiters (process.upgrade)
 --   E.process                   the process API's calls defined here
 --   E.api(name)                 the API table `name` (time, channel, log, coroutine)
@@ -349,41 +352,24 @@ local function channel_select(cases)
 end
 
 ---------------------------------------------------------------------------
--- The inbox (made by the C half, a channel from now on), listeners and
--- lifecycle events.
-inbox.cap = 0
-setmetatable(inbox, Channel)
-local events = new_channel(0)
+-- The inbox and events (made by the C half, channels from now on),
+-- listeners and watchers.
+local events = I.events
+for _, ch in ipairs({ inbox, events }) do
+  ch.cap = 0
+  setmetatable(ch, Channel)
+end
 local listeners = {}      -- topic -> channel
 local exit_watchers = {}  -- monitor ref -> channel (process.watch)
-local trap_links = false
 
 E.deliver = deliver
 
-function E.cancel(from, reason)
-  deliver(events, { kind = "cancel", from = from, reason = reason })
-end
-
-function E.exit(from, ref, ok, value)
-  local ev
-  if ok then ev = { kind = "exit", from = from, result = value }
-  else ev = { kind = "exit", from = from, error = value } end
+function E.watched(ref, ev)
   local w = exit_watchers[ref]
-  if w then
-    exit_watchers[ref] = nil
-    deliver(w, ev)
-  else
-    deliver(events, ev)
-  end
-end
-
-function E.link_down(from, err)
-  if not trap_links then return "linked process " .. from .. " failed: " .. tostring(err) end
-  deliver(events, { kind = "link_down", from = from, error = err })
-end
-
-function E.reload(modules)
-  deliver(events, { kind = "reload", modules = modules })
+  if not w then return false end
+  exit_watchers[ref] = nil
+  deliver(w, ev)
+  return true
 end
 
 -- process.upgrade: the old code's timers and waiters go; what the inbox,
@@ -550,7 +536,7 @@ E.process = {
     for k, v in pairs(opts) do
       if k == "trap_links" then
         if type(v) ~= "boolean" then error("bad option 'trap_links' (boolean expected)", 2) end
-        trap_links = v
+        I.set_trap_links(v)
       else
         error("unknown option '" .. tostring(k) .. "'", 2)
       end

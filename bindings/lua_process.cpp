@@ -847,27 +847,25 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
         if (ev.error.empty()) lua_pushnil(L);
         else lua_pushlstring(L, ev.error.data(), ev.error.size());
-        kernel_.event(L, "complete", 2);
+        kernel_.complete(L);
         break;
       case EventKind::Cancel:
         push_pid(L, ev.from);
         lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-        kernel_.event(L, "cancel", 2);
+        kernel_.event(L, "cancel", {"from", "reason"});
         break;
       case EventKind::Exit: {
         forget_monitor(ev.from, ev.tag);  // an exit ends its monitor
         push_pid(L, ev.from);
-        lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-        if (!ev.error.empty()) {
-          lua_pushboolean(L, 0);
+        const bool failed = !ev.error.empty();
+        if (failed) {
           lua_pushlstring(L, ev.error.data(), ev.error.size());
         } else {
-          lua_pushboolean(L, 1);
           std::string err;
           // No result bytes, or bad ones: the result is nil.
           if (ev.payload.empty() || !push_one_value(L, ev.payload, &err)) lua_pushnil(L);
         }
-        kernel_.event(L, "exit", 4);
+        kernel_.event(L, "exit", {"from", failed ? "error" : "result"}, static_cast<double>(ev.tag));
         break;
       }
       case EventKind::Reload: {
@@ -881,13 +879,13 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
           lua_rawseti(L, -2, ++i);
           start = end + 1;
         }
-        kernel_.event(L, "reload", 1);
+        kernel_.event(L, "reload", {"modules"});
         break;
       }
       case EventKind::LinkDown:
         push_pid(L, ev.from);
         lua_pushlstring(L, ev.error.data(), ev.error.size());
-        kernel_.event(L, "link_down", 2);
+        kernel_.event(L, "link_down", {"from", "error"});
         break;
     }
   }

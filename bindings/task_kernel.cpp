@@ -89,6 +89,18 @@ void new_queue(lua_State* L) {
   lua_rawseti(L, -2, kTail);
 }
 
+// A channel of kernel_ext.lua's shape, { buf, recvq, sendq, closed } (it
+// adds cap and the metatable when it loads).
+void new_channel(lua_State* L) {
+  lua_createtable(L, 5, 1);
+  for (int i = kBuf; i <= kSendq; ++i) {
+    new_queue(L);
+    lua_rawseti(L, -2, i);
+  }
+  lua_pushboolean(L, 0);
+  lua_rawseti(L, -2, kClosed);
+}
+
 // Pushes an error value as text: strings as they are, else its __tostring,
 // else "error object: " and what it is.
 void push_error_text(lua_State* L, int idx) {
@@ -133,17 +145,12 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   loader_ctx_ = loader_ctx;
   lua_createtable(L, 0, 1);
   tasks_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
-  // The inbox: { buf, recvq, sendq, closed, slow } (kernel_ext.lua adds cap
-  // and its metatable when it loads).
-  lua_createtable(L, 5, 1);
+  // The inbox: a channel with a fifth field, the slow flag.
+  new_channel(L);
   for (int i = kBuf; i <= kSendq; ++i) {
-    new_queue(L);
-    lua_pushvalue(L, -1);
+    lua_rawgeti(L, -1, i);
     inbox_queue_refs_[i - 1] = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_rawseti(L, -2, i);
   }
-  lua_pushboolean(L, 0);
-  lua_rawseti(L, -2, kClosed);
   lua_pushboolean(L, 0);
   lua_rawseti(L, -2, kSlow);
   inbox_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -301,18 +308,74 @@ void TaskKernel::message(lua_State* L) {
   lua_settop(L, base);
 }
 
-void TaskKernel::event(lua_State* L, const char* name, int nargs) {
-  if (!ext_loaded() && std::strcmp(name, "complete") == 0) {
-    lua_pop(L, nargs);
+void TaskKernel::complete(lua_State* L) {
+  if (!ext_loaded()) {  // no timer can be waiting for it
+    lua_pop(L, 2);
     return;
   }
   push_ext(L);
-  lua_getfield(L, -1, name);
-  lua_remove(L, -2);
-  lua_insert(L, -(nargs + 1));
-  lua_call(L, nargs, 1);
-  if (lua_type(L, -1) == LUA_TSTRING) fail(lua_tostring(L, -1));
-  lua_pop(L, 1);
+  lua_getfield(L, -1, "complete");
+  lua_replace(L, -2);
+  lua_insert(L, -3);
+  lua_call(L, 2, 0);
+}
+
+void TaskKernel::event(lua_State* L, const char* kind, std::initializer_list<const char*> fields,
+                       lua_Number watch_ref) {
+  const int base = lua_gettop(L) - static_cast<int>(fields.size());
+  if (!trap_links_ && std::strcmp(kind, "link_down") == 0) {
+    const char* from = lua_tostring(L, base + 1);
+    const char* err = lua_tostring(L, base + 2);
+    fail(std::string("linked process ") + (from ? from : "?") + " failed: " + (err ? err : "?"));
+    lua_settop(L, base);
+    return;
+  }
+  lua_createtable(L, 0, static_cast<int>(fields.size()) + 1);
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
+  int i = base;
+  for (const char* field : fields) {
+    lua_pushvalue(L, ++i);
+    lua_setfield(L, -2, field);
+  }
+  const int ev = lua_gettop(L);
+  if (ext_loaded()) {
+    push_ext(L);
+    const int ext = ev + 1;
+    if (watch_ref != 0) {  // an exit: a process.watch channel may want it
+      lua_getfield(L, ext, "watched");
+      lua_pushnumber(L, watch_ref);
+      lua_pushvalue(L, ev);
+      lua_call(L, 2, 1);
+      if (lua_toboolean(L, -1)) {
+        lua_settop(L, base);
+        return;
+      }
+      lua_pop(L, 1);
+    }
+    lua_getfield(L, ext, "deliver");
+    push_events(L);
+    lua_pushvalue(L, ev);
+    lua_call(L, 2, 0);
+  } else {
+    // Nothing can wait on events() before kernel_ext loads: queue it.
+    push_events(L);
+    lua_rawgeti(L, -1, kBuf);
+    QueueRef buf(L, -1);
+    lua_pushvalue(L, ev);
+    buf.push();
+  }
+  lua_settop(L, base);
+}
+
+void TaskKernel::push_events(lua_State* L) {
+  if (events_ref_ == -2) {
+    new_channel(L);
+    lua_pushvalue(L, -1);
+    events_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+    return;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, events_ref_);
 }
 
 TaskKernel::Outcome TaskKernel::run(lua_State* L) {
@@ -506,7 +569,7 @@ void TaskKernel::push_ext(lua_State* L) {
   }
   static const luaL_Reg fns[] = {
       {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current},
-      {"listening", l_listening}, {"slow_inbox", l_slow_inbox}};
+      {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links}};
   for (const luaL_Reg& r : fns) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, r.func, 1);
@@ -518,6 +581,8 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "C_BOUNDARY");
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_setfield(L, -2, "inbox");
+  push_events(L);
+  lua_setfield(L, -2, "events");
   lua_pushlightuserdata(L, this);
   lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
   lua_pushcclosure(L, l_receive, 2);
@@ -559,6 +624,12 @@ int TaskKernel::l_listening(lua_State* L) {
   lua_pushvalue(L, 1);
   k.listeners_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   k.listening_ = true;
+  return 0;
+}
+
+// I.set_trap_links(on)
+int TaskKernel::l_set_trap_links(lua_State* L) {
+  self(L).trap_links_ = lua_toboolean(L, 1);
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -42,11 +43,14 @@ class TaskKernel {
 
   // A message event: from, topic and value on top of L (popped).
   void message(lua_State* L);
-  // A lifecycle or timer event: the kernel_ext handler `name` gets the
-  // nargs values on top of L (popped). "complete" without the extension
-  // loaded is dropped (no timer can wait for it). link_down's failure, if
-  // links are not trapped, fails the process.
-  void event(lua_State* L, const char* name, int nargs);
+  // A lifecycle event: { kind = kind, fields[i] = the values on top of L }
+  // (popped) for events(), or for the process.watch channel of watch_ref
+  // (an exit's monitor ref). Queued here until kernel_ext.lua loads, so a
+  // process that never looks at its events never loads it. A link_down
+  // while links are not trapped fails the process instead.
+  void event(lua_State* L, const char* kind, std::initializer_list<const char*> fields, double watch_ref = 0);
+  // A timer's completion: tag and error on top of L (popped).
+  void complete(lua_State* L);
 
   // Resumes ready tasks until none is left or the process ended.
   Outcome run(lua_State* L);
@@ -83,6 +87,7 @@ class TaskKernel {
   static int l_current(lua_State* L);
   static int l_listening(lua_State* L);
   static int l_slow_inbox(lua_State* L);
+  static int l_set_trap_links(lua_State* L);
   static int l_receive(lua_State* L);
   static int l_traceback(lua_State* L);
   static TaskKernel& self(lua_State* L);
@@ -101,6 +106,8 @@ class TaskKernel {
   void restart(lua_State* L, lua_State* co);
   // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq).
   void push_inbox_queue(lua_State* L, int which);
+  // Pushes the events channel, made on first use.
+  void push_events(lua_State* L);
   // From now on kernel_ext.lua handles the inbox's messages and senders:
   // the parked receivers join its recvq, in front.
   void slow_inbox(lua_State* L);
@@ -114,6 +121,8 @@ class TaskKernel {
   RunQueue yielded_;  // tasks that let other processes run (time.sleep(0))
   int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
   int inbox_ref_ = -2;
+  int events_ref_ = -2;
+  bool trap_links_ = false;  // process.set_options{trap_links = true}
   int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (never replaced)
   int ext_ref_ = -2;
   int xpcall_ref_ = -2;

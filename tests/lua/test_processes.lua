@@ -64,6 +64,24 @@ return { main = function()
       T.match(select(2, process.monitor(pid)), "^not_found")
       T.match(select(2, process.monitor("<0.999999.3>")), "^not_found")
     end },
+    { "an event waits, without loading kernel_ext, until the process asks for it", function()
+      local quiet = assert(process.spawn("fixtures.heap_probe"))
+      local canceled = assert(process.spawn("fixtures.heap_probe"))
+      T.eq(process.cancel(canceled, "please"), true)
+      time.sleep(0.05)
+      local function ask(pid, topic)
+        process.send(pid, topic, nil)
+        local m = assert(process.receive(5))
+        T.eq(m.topic, topic)
+        return m.payload
+      end
+      local grown = ask(canceled, "heap") - ask(quiet, "heap")
+      -- kernel_ext.lua alone is over 20 KB of prototypes and closures.
+      T.ok(grown < 4096, "a queued cancel event grew the heap by " .. grown .. " bytes")
+      T.eq(ask(canceled, "events"), "cancel:please")
+      T.eq(ask(quiet, "events"), "none")
+      process.send(quiet, "stop", nil); process.send(canceled, "stop", nil)
+    end },
     { "a monitor ends with its exit event: unmonitor then answers not_found", function()
       local pid = assert(process.spawn_monitored("fixtures.echo:add", 1, 2))
       T.eq(T.next_event("exit").from, pid)
