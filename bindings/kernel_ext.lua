@@ -1,12 +1,13 @@
 -- The Lua half of the process kernel, loaded into a process the first time
 -- it needs it: channels (beyond the inbox's plain receive), select,
--- durations and timers, lifecycle events, the time, channel and log APIs,
--- the coroutine wrapper, and process.inbox/events/listen/watch/unwatch/
--- set_options/upgrade. The C half (bindings/task_kernel.cpp) runs the tasks
--- and handles what every process does: a message to a plain receive and
--- process.receive itself. A process that only spawns, sends and receives
--- never loads this file (LuaJIT cannot share prototypes between states, so
--- every function here would cost each such process memory and spawn time).
+-- durations and timers, the time (but now) and channel APIs, the coroutine
+-- wrapper, and process.inbox/events/listen/watch/unwatch/set_options/
+-- upgrade. The C half (bindings/task_kernel.cpp) runs the tasks and handles
+-- what every process does: messages, process.receive, lifecycle events
+-- (queued until events() is asked for), log and time.now. A process that
+-- only spawns, sends, receives and logs never loads this file (LuaJIT
+-- cannot share prototypes between states, so every function here would
+-- cost each such process memory and spawn time).
 --
 -- The C half calls it with I, its internals, and H, the C primitives:
 --   I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE   sentinels a task yields (below)
@@ -41,7 +42,8 @@
 --                               (true: delivered there)
 --   E.reset()                   drop timers and waiters (process.upgrade)
 --   E.process                   the process API's calls defined here
---   E.api(name)                 the API table `name` (time, channel, log, coroutine)
+--   E.api(name)                 the API table `name` (time, channel, coroutine;
+--                               the C half makes log and time.now itself)
 --
 -- A task blocks by yielding BLOCK (through any number of user coroutines,
 -- see the wrapper below) after putting itself where a wake will find it;
@@ -497,17 +499,6 @@ local function build_channel()
   return { new = function(capacity) return new_channel(capacity) end, select = channel_select }
 end
 
-local function build_log()
-  local log = {}
-  for _, level in ipairs({ "trace", "debug", "info", "warn", "error" }) do
-    log[level] = function(fmt, ...)
-      local msg
-      if select("#", ...) > 0 then msg = string.format(fmt, ...) else msg = tostring(fmt) end
-      H.log(level, msg)
-    end
-  end
-  return log
-end
 
 -- The process API's calls the C half leaves to this file.
 E.process = {
@@ -552,7 +543,7 @@ E.process = {
   end,
 }
 
-local builders = { channel = build_channel, time = build_time, log = build_log }
+local builders = { channel = build_channel, time = build_time }
 
 function E.api(name)
   if name == "coroutine" then return user_coroutine end

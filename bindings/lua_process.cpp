@@ -305,19 +305,6 @@ struct Primitives {
     return 0;
   }
 
-  static int log(lua_State* L) {
-    std::size_t n;
-    const char* level = luaL_checkstring(L, 1);
-    const char* msg = luaL_checklstring(L, 2, &n);
-    spdlog::level::level_enum lv = spdlog::level::info;
-    if (!std::strcmp(level, "trace")) lv = spdlog::level::trace;
-    else if (!std::strcmp(level, "debug")) lv = spdlog::level::debug;
-    else if (!std::strcmp(level, "warn")) lv = spdlog::level::warn;
-    else if (!std::strcmp(level, "error")) lv = spdlog::level::err;
-    log::logger().log(lv, "{}", std::string_view(msg, n));
-    return 0;
-  }
-
   static int traceback(lua_State* L) {
     const char* msg = lua_tostring(L, 1);
     int level = static_cast<int>(luaL_optinteger(L, 2, 1));
@@ -500,12 +487,12 @@ struct Primitives {
   static void push_api(lua_State* L, LuaProcess& p, const char* name) {
     if (!std::strcmp(name, "process")) {
       p.push_process_api(L);
+    } else if (!std::strcmp(name, "log")) {
+      push_log_api(L);
+    } else if (!std::strcmp(name, "time")) {
+      push_time_api(L, p);
     } else {
-      p.kernel_.push_ext(L);
-      lua_getfield(L, -1, "api");
-      lua_pushstring(L, name);
-      lua_call(L, 1, 1);
-      lua_remove(L, -2);
+      push_ext_api(L, p, name);
     }
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
@@ -513,6 +500,83 @@ struct Primitives {
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, name);
     lua_pop(L, 1);
+  }
+
+  static void push_ext_api(lua_State* L, LuaProcess& p, const char* name) {
+    p.kernel_.push_ext(L);
+    lua_getfield(L, -1, "api");
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+    lua_remove(L, -2);
+  }
+
+  // log.trace/debug/info/warn/error(fmt, ...): string.format's rules, or
+  // tostring of a lone argument. Upvalue 1: the spdlog level.
+  static int log_at(lua_State* L) {
+    auto level = static_cast<spdlog::level::level_enum>(lua_tointeger(L, lua_upvalueindex(1)));
+    const int n = lua_gettop(L);
+    if (n > 1) {
+      raw_global(L, "string");
+      if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        open_lib(L, "string");
+        raw_global(L, "string");
+      }
+      lua_getfield(L, -1, "format");
+      lua_replace(L, -2);
+      lua_insert(L, 1);
+      lua_call(L, n, 1);
+    } else {
+      raw_global(L, "tostring");
+      lua_insert(L, 1);
+      lua_settop(L, 2);
+      lua_call(L, 1, 1);
+    }
+    std::size_t len = 0;
+    const char* msg = lua_tolstring(L, -1, &len);
+    log::logger().log(level, "{}", std::string_view(msg ? msg : "", msg ? len : 0));
+    return 0;
+  }
+
+  static void push_log_api(lua_State* L) {
+    static const std::pair<const char*, spdlog::level::level_enum> levels[] = {
+        {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
+        {"warn", spdlog::level::warn},   {"error", spdlog::level::err}};
+    lua_createtable(L, 0, 5);
+    for (auto& [name, level] : levels) {
+      lua_pushinteger(L, level);
+      lua_pushcclosure(L, log_at, 1);
+      lua_setfield(L, -2, name);
+    }
+  }
+
+  // time: now is C; the first other name (sleep, after, ticker,
+  // parse_duration) brings in kernel_ext's calls.
+  static void push_time_api(lua_State* L, LuaProcess& p) {
+    lua_createtable(L, 0, 5);
+    lua_pushcfunction(L, now);
+    lua_setfield(L, -2, "now");
+    lua_createtable(L, 0, 1);
+    lua_pushlightuserdata(L, &p);
+    lua_pushcclosure(L, [](lua_State* S) -> int {
+      auto& p = self(S);
+      // Copy kernel_ext's time calls in once, then look again.
+      push_ext_api(S, p, "time");
+      lua_pushnil(S);
+      while (lua_next(S, -2)) {
+        lua_pushvalue(S, -2);
+        lua_insert(S, -2);
+        lua_rawset(S, 1);
+      }
+      lua_pop(S, 1);
+      lua_pushnil(S);
+      lua_setmetatable(S, 1);
+      lua_pushvalue(S, 2);
+      lua_rawget(S, 1);
+      return 1;
+    }, 1);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
   }
 
   // Opens package and puts our searcher first: modules of the script
@@ -705,7 +769,6 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
       {"demonitor", Primitives::demonitor},
       {"sleep_cmd", Primitives::sleep_cmd},
       {"cancel_cmd", Primitives::cancel_cmd},
-      {"log", Primitives::log},
       {"describe", Primitives::describe},
       {"load_entry", Primitives::load_entry},
       {nullptr, nullptr},
