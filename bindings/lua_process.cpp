@@ -98,20 +98,30 @@ struct Primitives {
   static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
     std::size_t n;
     const char* s = check_string(L, idx, &n);
-    std::string dest(s, n);
+    // The PID string resolved last: Lua strings are interned, so the same
+    // pointer (kept alive by the registry slot) is the same text.
+    if (s == p.last_dest_text_) {
+      out = p.last_dest_;
+      return true;
+    }
+    std::string_view dest(s, n);
     if (!dest.empty() && dest.front() == '<') {
       if (auto pid = Pid::parse(dest)) {
         out = *pid;
+        p.last_dest_ = *pid;
+        p.last_dest_text_ = s;
+        lua_pushvalue(L, idx);
+        lua_rawseti(L, LUA_REGISTRYINDEX, p.last_dest_ref_);
         return true;
       }
-      nret = push_fail(L, make_error(ErrorKind::Invalid, "not a PID: '" + dest + "'"));
+      nret = push_fail(L, make_error(ErrorKind::Invalid, "not a PID: '" + std::string(dest) + "'"));
       return false;
     }
-    if (auto pid = p.rt_.names().lookup(dest)) {
+    if (auto pid = p.rt_.names().lookup(std::string(dest))) {
       out = *pid;
       return true;
     }
-    nret = push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + dest + "'"));
+    nret = push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + std::string(dest) + "'"));
     return false;
   }
 
@@ -850,6 +860,10 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     // has shown it runs long enough to be worth it.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
+    for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
+      lua_pushboolean(S, 0);
+      *ref = luaL_ref(S, LUA_REGISTRYINDEX);
+    }
     p.install_globals();
     // The script's module may make garbage as it loads: collect again, the
     // next cycle once the heap has doubled (LuaJIT's -1).
@@ -875,6 +889,18 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
+void LuaProcess::push_sender(lua_State* L, const Pid& from) {
+  // Messages mostly come from the sender of the one before: keep its string.
+  if (from == last_from_ && from.valid()) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
+    return;
+  }
+  push_pid(L, from);
+  last_from_ = from;
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, LUA_REGISTRYINDEX, last_from_ref_);
+}
+
 void LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
   auto it = monitors_.find(target);
   if (it == monitors_.end()) return;
@@ -895,7 +921,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   for (Event& ev : events) {
     switch (ev.kind) {
       case EventKind::Message: {
-        push_pid(L, ev.from);
+        push_sender(L, ev.from);
         lua_pushlstring(L, ev.topic.data(), ev.topic.size());
         std::string err;
         if (!push_one_value(L, ev.payload, &err)) {

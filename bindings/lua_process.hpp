@@ -59,6 +59,7 @@ class LuaProcess final : public Process {
   void deliver_events(lua_State* L, std::span<Event> events);
   void flush_commands(StepOutput& out);
   void forget_monitor(const Pid& target, std::uint64_t ref);
+  void push_sender(lua_State* L, const Pid& from);
 
   LuaRuntime& rt_;
   StateArena arena_;  // declared before L_'s users: it outlives the state
@@ -79,6 +80,13 @@ class LuaProcess final : public Process {
   // Monitors this process holds: target -> refs, until the target's exit
   // event arrives or it is unmonitored.
   std::unordered_map<Pid, std::vector<std::uint64_t>> monitors_;
+  // The last PID string process.send resolved, kept alive in a registry
+  // slot, and the last sender's PID string pushed for a message.
+  const char* last_dest_text_ = nullptr;
+  Pid last_dest_;
+  int last_dest_ref_ = -2;
+  Pid last_from_;
+  int last_from_ref_ = -2;
 };
 
 }  // namespace host::lua

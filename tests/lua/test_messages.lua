@@ -20,6 +20,17 @@ end
 
 return { main = function()
   return T.run {
+    { "sends alternating between two PIDs reach each, and replies name their sender", function()
+      local a, b = assert(process.spawn("fixtures.echo")), assert(process.spawn("fixtures.echo"))
+      for i = 1, 6 do
+        local to = i % 2 == 1 and a or b
+        T.eq(process.send(to, "n", i), true)
+        local m = assert(process.receive(5))
+        T.eq(m.from, to, "reply " .. i .. " sender"); T.eq(m.payload, i)
+      end
+      T.match(select(2, process.send("<0.1.x>", "n", 1)), "^invalid: not a PID")
+      process.send(a, "stop", nil); process.send(b, "stop", nil)
+    end },
     { "a message carries topic, from and payload", function()
       local echo = assert(process.spawn("fixtures.echo"))
       T.eq(process.send(echo, "hello", { a = 1 }), true, "send result")
