@@ -1,5 +1,5 @@
-// LuaProcess: state setup, lazy libraries, the C primitives the kernel is
-// built on, entry loading, and the step loop.
+// LuaProcess: state setup, lazy libraries and API tables, the C primitives
+// of the process API, entry loading, and the step loop.
 #include "bindings/lua_process.hpp"
 
 #include <chrono>
@@ -89,7 +89,9 @@ const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
 
 }  // namespace
 
-// The C functions behind the kernel's H table. Each is a closure whose first
+// The C functions behind the process API (made lazily by process_field),
+// log and time.now, the globals' and the package searcher's hooks, and H,
+// the table of primitives kernel_ext.lua gets. Most are closures whose first
 // upvalue is the LuaProcess.
 struct Primitives {
   static LuaProcess& self(lua_State* L) { return *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1))); }
