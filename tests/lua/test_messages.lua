@@ -156,6 +156,11 @@ return { main = function()
       T.match(run("receive_in_sort"), "^false .*blocking call inside a C function boundary")
       T.match(run("top_level"), "^[^|]*receivers%.lua:%d+: blocking call outside a process task|[^|]*receivers%.lua:%d+: blocking call outside a process task$")
     end },
+    { "stress: tasks taking from the inbox four ways each get every message once", function()
+      assert(process.spawn_monitored("fixtures.receivers:stress", 4, 3000))
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.error, nil, "stress error"); T.eq(ev.result, "ok")
+    end },
     { "10k processes: each sender's messages arrive once and in order", function()
       local senders, per = 10000, 5
       for s = 1, senders do assert(process.spawn("fixtures.relay", process.pid(), per, s)) end
