@@ -26,7 +26,7 @@ struct LuaOptions {
   double time_limit = 10.0;        // seconds a process may run without yielding
   // Live processes at most; spawns beyond it fail with "limit: ...", so a
   // process that spawns in a loop runs out of this before the machine runs
-  // out of memory (about 60-200 KB a process).
+  // out of memory (about 35-200 KB a process).
   std::size_t max_processes = 1000000;
   // Record which process loaded which module, for reload events (--watch).
   // Off, spawn and exit skip a global lock and two map updates.
