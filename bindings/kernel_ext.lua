@@ -58,8 +58,8 @@ local co_create, co_resume, co_yield, co_status, co_running = co.create, co.resu
 local co_isyieldable = co.isyieldable
 local BLOCK, YIELD, UPGRADE, RECEIVE = I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE
 local wake, new_task, current = I.wake, I.new_task, I.current
-local type, error, tostring, setmetatable, getmetatable, pairs, select, rawget =
-  type, error, tostring, setmetatable, getmetatable, pairs, select, rawget
+local type, error, tostring, setmetatable, getmetatable, pairs, ipairs, select =
+  type, error, tostring, setmetatable, getmetatable, pairs, ipairs, select
 
 local E = {}
 

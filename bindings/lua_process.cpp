@@ -317,13 +317,6 @@ struct Primitives {
     return 0;
   }
 
-  static int traceback(lua_State* L) {
-    const char* msg = lua_tostring(L, 1);
-    int level = static_cast<int>(luaL_optinteger(L, 2, 1));
-    luaL_traceback(L, L, msg, level);
-    return 1;
-  }
-
   static int describe(lua_State* L) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%s: %p", luaL_typename(L, 1), lua_topointer(L, 1));
