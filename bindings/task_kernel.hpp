@@ -1,12 +1,13 @@
 // TaskKernel: the C half of a Lua process's kernel, the scheduler inside
 // one process. It runs the process's tasks (the entry method and
 // coroutine.spawn'ed functions) as coroutines, delivers messages to the
-// inbox and implements process.receive. Everything else (channels beyond
-// the inbox's plain receive, select, timers, lifecycle events, most of the
-// API) is bindings/kernel_ext.lua, which a process loads the first time it
-// needs it: a process that only spawns, sends and receives runs no kernel
-// Lua at all, which saves it the memory and load time of the kernel's
-// prototypes (LuaJIT cannot share them between states).
+// inbox, implements process.receive and queues lifecycle events. Everything
+// else (channels beyond the inbox's plain receive, select, timers,
+// process.watch, most of the API) is bindings/kernel_ext.lua, which a
+// process loads the first time it needs it: a process that only spawns,
+// sends, receives and logs runs no kernel Lua at all, which saves it the
+// memory and load time of the kernel's prototypes (LuaJIT cannot share them
+// between states).
 //
 // Tasks are threads, kept alive by a table of live tasks; the run queues
 // hold their lua_State pointers. A woken task's values wait on its own stack
