@@ -374,11 +374,11 @@ function E.watched(ref, ev)
   return true
 end
 
--- process.upgrade: the old code's timers and waiters go; what the inbox,
--- events and listeners hold stays (the C half clears its own).
+-- process.upgrade: the old code's timers and waiters go; what events and
+-- listeners hold stays (the C half clears the inbox's waiters itself).
 function E.reset()
   for tag in pairs(timers) do stop_timer(tag) end
-  for _, ch in pairs({ inbox, events }) do qclear(ch[RECVQ]); qclear(ch[SENDQ]) end
+  qclear(events[RECVQ]); qclear(events[SENDQ])
   for _, l in pairs(listeners) do qclear(l[RECVQ]); qclear(l[SENDQ]) end
 end
 

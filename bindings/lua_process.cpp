@@ -2,7 +2,9 @@
 // of the process API, entry loading, and the step loop.
 #include "bindings/lua_process.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +87,27 @@ bool push_one_value(lua_State* L, const std::string& bytes, std::string* err) {
 const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
   if (lua_type(L, idx) != LUA_TSTRING) luaL_typerror(L, idx, "string");
   return lua_tolstring(L, idx, len);
+}
+
+// Pushes fn as a closure over process p (upvalue 1) and, where variant is
+// not negative, a variant it reads as upvalue 2.
+void push_closure(lua_State* L, void* p, lua_CFunction fn, int variant = -1) {
+  lua_pushlightuserdata(L, p);
+  if (variant < 0) {
+    lua_pushcclosure(L, fn, 1);
+    return;
+  }
+  lua_pushinteger(L, variant);
+  lua_pushcclosure(L, fn, 2);
+}
+
+// Sets each function of fns as a field of the table on top, a closure over
+// process p.
+void set_closures(lua_State* L, void* p, const luaL_Reg* fns) {
+  for (const luaL_Reg* r = fns; r->name; ++r) {
+    push_closure(L, p, r->func);
+    lua_setfield(L, -2, r->name);
+  }
 }
 
 }  // namespace
@@ -407,29 +430,15 @@ struct Primitives {
     };
     static const luaL_Reg registry[] = {
         {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};
-    bool made = false;
-    for (const auto& c : calls) {
-      if (std::strcmp(c.name, k) != 0) continue;
-      lua_pushlightuserdata(L, &p);
-      if (c.variant < 0) {
-        lua_pushcclosure(L, c.fn, 1);
-      } else {
-        lua_pushinteger(L, c.variant);
-        lua_pushcclosure(L, c.fn, 2);
-      }
-      made = true;
-      break;
-    }
-    if (made) {
+    const auto call = std::find_if(std::begin(calls), std::end(calls),
+                                   [k](const auto& c) { return std::strcmp(c.name, k) == 0; });
+    if (call != std::end(calls)) {
+      push_closure(L, &p, call->fn, call->variant);
     } else if (!std::strcmp(k, "receive")) {
       p.kernel_.push_receive(L);
     } else if (!std::strcmp(k, "registry")) {
       lua_createtable(L, 0, 3);
-      for (const luaL_Reg* r = registry; r->name; ++r) {
-        lua_pushlightuserdata(L, &p);
-        lua_pushcclosure(L, r->func, 1);
-        lua_setfield(L, -2, r->name);
-      }
+      set_closures(L, &p, registry);
     } else {
       p.kernel_.push_ext(L);
       lua_getfield(L, -1, "process");
@@ -742,28 +751,6 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
   return {};
 }
 
-namespace {
-
-// Sets each function of fns as a field of the table on top, a closure over
-// the process (upvalue 1).
-void set_closures(lua_State* L, LuaProcess* p, const luaL_Reg* fns) {
-  for (const luaL_Reg* r = fns; r->name; ++r) {
-    lua_pushlightuserdata(L, p);
-    lua_pushcclosure(L, r->func, 1);
-    lua_setfield(L, -2, r->name);
-  }
-}
-
-// Sets a closure over the process and a variant (upvalue 2) as field `name`.
-void set_variant(lua_State* L, LuaProcess* p, const char* name, lua_CFunction fn, int variant) {
-  lua_pushlightuserdata(L, p);
-  lua_pushinteger(L, variant);
-  lua_pushcclosure(L, fn, 2);
-  lua_setfield(L, -2, name);
-}
-
-}  // namespace
-
 void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
   auto* p = static_cast<LuaProcess*>(ctx);
   const std::string& bc = p->rt_.kernel_ext_bytecode();
@@ -780,7 +767,8 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
   };
   lua_createtable(L, 0, 8);
   set_closures(L, p, prims);
-  set_variant(L, p, "watch_monitor", Primitives::monitor, 1);  // process.watch's: also returns the ref
+  push_closure(L, p, Primitives::monitor, 1);  // process.watch's: also returns the ref
+  lua_setfield(L, -2, "watch_monitor");
 }
 
 void LuaProcess::push_process_api(lua_State* L) {

@@ -531,11 +531,17 @@ void TaskKernel::slow_inbox(lua_State* L) {
 }
 
 void TaskKernel::push_receive(lua_State* L) {
-  if (fast_path_ && luaL_loadbuffer(L, fast_path_->data(), fast_path_->size(), "=receive") != 0) lua_error(L);
-  if (fast_path_) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  if (!fast_path_) {
+    lua_pushlightuserdata(L, this);
+    lua_pushcclosure(L, l_receive, 1);
+    return;
+  }
+  // bindings/receive.lua's chunk, called with the inbox and the C receive.
+  if (luaL_loadbuffer(L, fast_path_->data(), fast_path_->size(), "=receive") != 0) lua_error(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushlightuserdata(L, this);
   lua_pushcclosure(L, l_receive, 1);
-  if (fast_path_) lua_call(L, 2, 1);
+  lua_call(L, 2, 1);
 }
 
 void TaskKernel::install_fast_receive(lua_State* L) {
