@@ -118,6 +118,12 @@ void set_closures(lua_State* L, void* p, const luaL_Reg* fns) {
 // upvalue is the LuaProcess.
 struct Primitives {
   static LuaProcess& self(lua_State* L) { return *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1))); }
+  // The process whose state L is (the allocator's userdata), from anywhere.
+  static LuaProcess& of(lua_State* L) {
+    void* ud = nullptr;
+    lua_getallocf(L, &ud);
+    return *static_cast<LuaProcess*>(ud);
+  }
 
   // A PID string, or a registered name, to a PID; else nil, err pushed.
   static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
@@ -392,9 +398,7 @@ struct Primitives {
   // once it fires, the process has run long enough to be worth compiling, so
   // the hook removes itself and opens jit, which switches the compiler on.
   static void jit_warmup_hook(lua_State* L, lua_Debug*) {
-    void* ud = nullptr;
-    lua_getallocf(L, &ud);
-    auto* p = static_cast<LuaProcess*>(ud);
+    auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
     lua_sethook(L, nullptr, 0, 0);
     // The runaway monitor may have armed its hook just before ours was
@@ -481,18 +485,43 @@ struct Primitives {
   static void open_lib(lua_State* L, const char* name) {
     const bool jit = !std::strcmp(name, "jit");
     if (jit && lua_gethook(L) == jit_warmup_hook) lua_sethook(L, nullptr, 0, 0);
+    run_opener(L, name, 0);
+    if (jit) jit_opened(L);
+  }
+
+  // Calls the standard library's opener. io and ffi make userdata with
+  // finalizers, and jit machine code that only lua_close frees: from then
+  // on the state must be closed (LuaProcess::Close).
+  static void run_opener(lua_State* L, const char* name, int nresults) {
+    if (!std::strcmp(name, "io") || !std::strcmp(name, "ffi") || !std::strcmp(name, "jit")) of(L).needs_close_ = true;
     lua_pushcfunction(L, opener(name));
     lua_pushstring(L, name);
-    lua_call(L, 1, 0);
-    if (jit) jit_opened(L);
+    lua_call(L, 1, nresults);
+  }
+
+  // Upvalue 1 called with the arguments, after marking the state as one to
+  // close with lua_close: for newproxy and the C module loaders, which can
+  // make userdata with finalizers.
+  static int needs_close(lua_State* L) {
+    of(L).needs_close_ = true;
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+  }
+
+  // Replaces t[key] (t at idx) by needs_close over it.
+  static void wrap_needs_close(lua_State* L, int idx, const char* key) {
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    lua_getfield(L, idx, key);
+    lua_pushcclosure(L, needs_close, 1);
+    lua_setfield(L, idx, key);
   }
 
   // With the compiler on, process.receive's Lua fast path pays (see
   // TaskKernel::push_receive).
   static void jit_opened(lua_State* L) {
-    void* ud = nullptr;
-    lua_getallocf(L, &ud);
-    auto& p = *static_cast<LuaProcess*>(ud);
+    auto& p = of(L);
     p.kernel_.enable_fast_receive(&p.rt_.receive_bytecode());
   }
 
@@ -605,23 +634,26 @@ struct Primitives {
     open_lib(L, "package");
     raw_global(L, "package");
     lua_getfield(L, -1, "loaders");
-    // Shift the loaders up by one and put ours at 1 (before preload).
+    // Shift the loaders up by one and put ours at 1 (before preload). The
+    // others run only for modules outside the script directory and stdlib,
+    // which may be native code (LUA_CPATH), as may loadlib's.
     int n = static_cast<int>(lua_objlen(L, -1));
     for (int i = n; i >= 1; --i) {
       lua_rawgeti(L, -1, i);
+      lua_pushcclosure(L, needs_close, 1);
       lua_rawseti(L, -2, i + 1);
     }
     lua_pushlightuserdata(L, &p);
     lua_pushcclosure(L, searcher, 1);
     lua_rawseti(L, -2, 1);
-    lua_pop(L, 2);
+    lua_pop(L, 1);
+    wrap_needs_close(L, -1, "loadlib");
+    lua_pop(L, 1);
   }
 
   static int load_std(lua_State* L) {
     const char* name = lua_tostring(L, lua_upvalueindex(1));
-    lua_pushcfunction(L, opener(name));
-    lua_pushstring(L, name);
-    lua_call(L, 1, 1);
+    run_opener(L, name, 1);
     if (lua_isnil(L, -1)) {
       lua_pop(L, 1);
       raw_global(L, name);
@@ -663,13 +695,11 @@ struct Primitives {
   }
 };
 
-LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {
-  rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
-}
+LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {}
 
 LuaProcess::~LuaProcess() {
   Close();
-  rt_.processes_.fetch_sub(1, std::memory_order_acq_rel);
+  if (counted_) rt_.processes_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
@@ -817,28 +847,20 @@ void LuaProcess::install_globals() {
   lua_pop(L, 1);
 }
 
-std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {
-  ctx_ = ctx;
-  self_ = ctx.self.to_string();
-  entry_ = entry;
+bool LuaProcess::Prepare() {
   L_ = lua_newstate(&LuaProcess::allocate, this);
-  if (!L_) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
-  lua_State* L = L_;
-  // No collection while the kernel is set up: everything it allocates stays
-  // alive, so a collection would only cost time (about 10% of a spawn).
-  lua_gc(L, LUA_GCSTOP, 0);
-  // Everything below runs protected: a memory error must not panic.
-  struct Setup {
-    LuaProcess* p;
-    std::string* input;
-    std::string err;
-  } setup{this, &input, {}};
-  int rc = lua_cpcall(L, [](lua_State* S) -> int {
-    auto* s = static_cast<Setup*>(lua_touserdata(S, 1));
-    LuaProcess& p = *s->p;
+  if (!L_) return false;
+  // No collection while the kernel is set up (and until Init has loaded the
+  // script's module): everything it allocates stays alive, so a collection
+  // would only cost time (about 10% of a spawn).
+  lua_gc(L_, LUA_GCSTOP, 0);
+  // Protected: a memory error must not panic.
+  int rc = lua_cpcall(L_, [](lua_State* S) -> int {
+    LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
     lua_settop(S, 0);
     lua_pushcfunction(S, luaopen_base);
     lua_call(S, 0, 0);
+    Primitives::wrap_needs_close(S, LUA_GLOBALSINDEX, "newproxy");
     // The JIT compiler comes on later (jit_warmup_hook), once the process
     // has shown it runs long enough to be worth it.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
@@ -848,6 +870,32 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
       *ref = luaL_ref(S, LUA_REGISTRYINDEX);
     }
     p.install_globals();
+    return 0;
+  }, this);
+  if (rc != 0) {
+    Close();
+    return false;
+  }
+  return true;
+}
+
+std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {
+  // Counted from here (a spare made ahead of time is not a process yet).
+  rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
+  counted_ = true;
+  ctx_ = ctx;
+  self_ = ctx.self.to_string();
+  entry_ = entry;
+  if (!L_ && !Prepare()) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
+  struct Setup {
+    LuaProcess* p;
+    std::string* input;
+    std::string err;
+  } setup{this, &input, {}};
+  int rc = lua_cpcall(L_, [](lua_State* S) -> int {
+    auto* s = static_cast<Setup*>(lua_touserdata(S, 1));
+    LuaProcess& p = *s->p;
+    lua_settop(S, 0);
     // The script's module may make garbage as it loads: collect again, the
     // next cycle once the heap has doubled (LuaJIT's -1).
     lua_gc(S, LUA_GCRESTART, -1);
@@ -864,10 +912,9 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     return 0;
   }, &setup);
   if (rc != 0) {
-    std::string e = mem_exceeded_ ? make_error(ErrorKind::Limit, "memory")
-                                  : make_error(ErrorKind::Invalid, std::string("process setup failed: ") +
-                                                                       (lua_tostring(L, -1) ? lua_tostring(L, -1) : "?"));
-    return e;
+    return mem_exceeded_ ? make_error(ErrorKind::Limit, "memory")
+                         : make_error(ErrorKind::Invalid, std::string("process setup failed: ") +
+                                                              (lua_tostring(L_, -1) ? lua_tostring(L_, -1) : "?"));
   }
   return setup.err;
 }
@@ -1042,18 +1089,21 @@ void LuaProcess::Abandon() {
 }
 
 void LuaProcess::Close() {
-  if (L_ && abandoned_) {
+  if (!L_) return;
+  if (abandoned_) {
     arena_.abandon();
-    L_ = nullptr;
-    rt_.forget_process(ctx_.self);
-  }
-  if (L_) {
-    arena_.begin_teardown();  // the chunks go back whole below
-    lua_close(L_);
+  } else {
+    // lua_close would only free memory, one object at a time (a sixth of a
+    // spawn's instructions), unless finalizers or machine code may exist;
+    // the arena frees it all at once.
+    if (needs_close_) {
+      arena_.begin_teardown();  // the chunks go back whole below
+      lua_close(L_);
+    }
     arena_.release();
-    L_ = nullptr;
-    rt_.forget_process(ctx_.self);
   }
+  L_ = nullptr;
+  if (counted_) rt_.forget_process(ctx_.self);
 }
 
 }  // namespace host::lua

@@ -2,12 +2,13 @@
 // state. Threads: one at a time (the worker stepping it, or the spawner
 // during Init).
 //
-// Init creates the state on its own arena (bindings/state_arena.hpp) behind
-// a counting allocator (the per-process memory figure and limit), opens only
-// the base library (the others open on first use; jit once the process has
-// run a while, see config::kJitWarmupInstructions), sets up the process
-// kernel (bindings/task_kernel.hpp; kernel_ext.lua comes on first use), loads
-// the entry module from the shared bytecode cache, and starts the entry
+// Prepare (called by Init, or ahead of time for a spare) creates the state
+// on its own arena (bindings/state_arena.hpp) behind a counting allocator
+// (the per-process memory figure and limit), opens only the base library
+// (the others open on first use; jit once the process has run a while, see
+// config::kJitWarmupInstructions) and sets up the process kernel
+// (bindings/task_kernel.hpp; kernel_ext.lua comes on first use). Init loads
+// the entry module from the shared bytecode cache and starts the entry
 // method as the main task. Step hands the kernel the events that arrived and
 // runs its ready tasks, in one protected call; their waits on timers come
 // back as sleep yields.
@@ -34,6 +35,11 @@ class LuaProcess final : public Process {
   explicit LuaProcess(LuaRuntime& runtime);
   ~LuaProcess() override;
 
+  // Creates the state, the base library, the kernel and the globals: all a
+  // process needs before its module, so that idle workers can make spare
+  // processes ahead of spawns (bindings/spare_processes.hpp). False when
+  // out of memory. Init calls it when it was not called before.
+  bool Prepare();
   std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;
@@ -69,6 +75,11 @@ class LuaProcess final : public Process {
   bool mem_exceeded_ = false;
   std::atomic<bool> interrupted_{false};  // set by the runaway monitor
   bool abandoned_ = false;
+  bool counted_ = false;  // in LuaRuntime::processes_ (from Init on)
+  // Set once the state may hold userdata with finalizers (io, ffi,
+  // newproxy, native modules) or machine code (jit): Close then runs
+  // lua_close; else it only releases the arena.
+  bool needs_close_ = false;
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs

@@ -31,6 +31,11 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=receive", k_receive_source, receive_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("process.receive does not compile: " + err);
+  scheduler_.set_idle_job([this] { return spares_.make_one(); });
+}
+
+LuaRuntime::~LuaRuntime() {
+  scheduler_.set_idle_job({});  // waits for a worker making a spare
 }
 
 void LuaRuntime::forget_process(const Pid& pid) {
@@ -53,7 +58,9 @@ SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args
   if (processes_.load(std::memory_order_acquire) >= options_.max_processes)
     return {{}, make_error(ErrorKind::Limit, "too many processes (" + std::to_string(options_.max_processes) +
                                                  " live; see --max-processes)")};
-  return scheduler_.spawn(std::make_unique<LuaProcess>(*this), entry, std::move(encoded_args), options);
+  std::unique_ptr<LuaProcess> process = spares_.take();
+  if (!process) process = std::make_unique<LuaProcess>(*this);
+  return scheduler_.spawn(std::move(process), entry, std::move(encoded_args), options);
 }
 
 void LuaRuntime::note_module_use(const Pid& pid, const std::string& module) {

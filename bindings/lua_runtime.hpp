@@ -15,6 +15,7 @@
 
 #include "bindings/module_cache.hpp"
 #include "bindings/name_registry.hpp"
+#include "bindings/spare_processes.hpp"
 #include "host/scheduler.hpp"
 
 namespace host::lua {
@@ -35,7 +36,10 @@ struct LuaOptions {
 
 class LuaRuntime {
  public:
+  // Makes spare processes on the scheduler's idle workers (its idle job)
+  // until destroyed.
   LuaRuntime(Scheduler& scheduler, LuaOptions options);
+  ~LuaRuntime();
   LuaRuntime(const LuaRuntime&) = delete;
 
   // Spawns a Lua process running `entry` ("module" or "module:method") with
@@ -46,6 +50,7 @@ class LuaRuntime {
   Scheduler& scheduler() { return scheduler_; }
   ModuleCache& modules() { return modules_; }
   NameRegistry& names() { return names_; }
+  SpareProcesses& spares() { return spares_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& receive_bytecode() const { return receive_bytecode_; }
@@ -71,6 +76,7 @@ class LuaRuntime {
   std::atomic<std::size_t> processes_{0};
   std::string kernel_ext_bytecode_;
   std::string receive_bytecode_;
+  SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_
   std::unordered_map<Pid, std::vector<std::string>> uses_;          // guarded by uses_mu_

@@ -9,15 +9,6 @@
 
 #include "host/config.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define ARENA_POISON(p, n) ((void)(p), (void)(n))
-#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
 namespace host::lua {
 
 namespace {
@@ -84,68 +75,22 @@ void give_chunk(void* c) {
 
 }  // namespace
 
-std::size_t StateArena::class_of(std::size_t n) {
-  if (n <= 256) return (n + 15) / 16 - (n ? 1 : 0);
-  return 15 + (n - 256 + 63) / 64;
-}
-
-std::size_t StateArena::class_size(std::size_t c) {
-  if (c < 16) return (c + 1) * 16;
-  return 256 + (c - 15) * 64;
-}
-
-void* StateArena::carve(std::size_t size) {
-  if (bump_ == nullptr || static_cast<std::size_t>(limit_ - bump_) < size) {
-    // The tail of the old chunk (less than one block) stays unused.
-    void* c = take_chunk();
-    if (!c) return nullptr;
-    ARENA_POISON(static_cast<char*>(c) + kHeader, kChunkBytes - kHeader);
-    *static_cast<void**>(c) = chunk_list_;
-    chunk_list_ = c;
-    ++chunks_;
-    bump_ = static_cast<char*>(c) + kHeader;
-    limit_ = static_cast<char*>(c) + kChunkBytes;
-  }
-  void* p = bump_;
-  bump_ += size;
-  return p;
-}
-
-void* StateArena::allocate(std::size_t n) {
-  if (n > kMaxSmall) return std::malloc(n);
-  std::size_t c = class_of(n);
-  std::size_t size = class_size(c);
-  void* p;
-  if (FreeBlock* b = free_lists_[c]) {
-    ARENA_UNPOISON(b, sizeof(FreeBlock));
-    free_lists_[c] = b->next;
-    p = b;
-  } else {
-    p = carve(size);
-    if (!p) return nullptr;
-  }
+void* StateArena::carve_from_new_chunk(std::size_t size) {
+  // The tail of the old chunk (less than one block) stays unused.
+  void* c = take_chunk();
+  if (!c) return nullptr;
+  ARENA_POISON(static_cast<char*>(c) + kHeader, kChunkBytes - kHeader);
+  *static_cast<void**>(c) = chunk_list_;
+  chunk_list_ = c;
+  ++chunks_;
+  char* p = static_cast<char*>(c) + kHeader;
+  bump_ = p + size;
+  limit_ = static_cast<char*>(c) + kChunkBytes;
   ARENA_UNPOISON(p, size);
   return p;
 }
 
-void StateArena::free(void* p, std::size_t n) {
-  if (!p) return;
-  if (n > kMaxSmall) {
-    std::free(p);
-    return;
-  }
-  if (tearing_down_) return;
-  std::size_t c = class_of(n);
-  auto* b = static_cast<FreeBlock*>(p);
-  b->next = free_lists_[c];
-  free_lists_[c] = b;
-  ARENA_POISON(p, class_size(c));
-}
-
-void* StateArena::reallocate(void* p, std::size_t old_size, std::size_t new_size) {
-  if (!p) return allocate(new_size);
-  if (old_size > kMaxSmall && new_size > kMaxSmall) return std::realloc(p, new_size);
-  if (old_size <= kMaxSmall && new_size <= kMaxSmall && class_of(old_size) == class_of(new_size)) return p;
+void* StateArena::move(void* p, std::size_t old_size, std::size_t new_size) {
   void* q = allocate(new_size);
   if (!q) return nullptr;
   std::memcpy(q, p, old_size < new_size ? old_size : new_size);
@@ -153,7 +98,48 @@ void* StateArena::reallocate(void* p, std::size_t old_size, std::size_t new_size
   return q;
 }
 
+void StateArena::link_large(LargeBlock* b) {
+  b->prev = nullptr;
+  b->next = large_;
+  if (large_) large_->prev = b;
+  large_ = b;
+}
+
+void StateArena::unlink_large(LargeBlock* b) {
+  if (b->prev) b->prev->next = b->next;
+  else large_ = b->next;
+  if (b->next) b->next->prev = b->prev;
+}
+
+void* StateArena::allocate_large(std::size_t n) {
+  auto* b = static_cast<LargeBlock*>(std::malloc(sizeof(LargeBlock) + n));
+  if (!b) return nullptr;
+  link_large(b);
+  return b + 1;
+}
+
+void StateArena::free_large(void* p) {
+  LargeBlock* b = static_cast<LargeBlock*>(p) - 1;
+  unlink_large(b);
+  std::free(b);
+}
+
+void* StateArena::reallocate_large(void* p, std::size_t n) {
+  LargeBlock* b = static_cast<LargeBlock*>(p) - 1;
+  unlink_large(b);
+  auto* q = static_cast<LargeBlock*>(std::realloc(b, sizeof(LargeBlock) + n));
+  link_large(q ? q : b);  // a failed realloc leaves the old block as it was
+  return q ? q + 1 : nullptr;
+}
+
+std::size_t StateArena::large_count() const {
+  std::size_t n = 0;
+  for (const LargeBlock* b = large_; b; b = b->next) ++n;
+  return n;
+}
+
 void StateArena::release() {
+  while (large_) free_large(large_ + 1);
   void* c = chunk_list_;
   while (c) {
     ARENA_UNPOISON(c, kHeader);

@@ -92,6 +92,19 @@ bool Scheduler::any_work_visible() const {
   return false;
 }
 
+void Scheduler::set_idle_job(std::function<bool()> job) {
+  std::unique_lock lock(idle_job_mu_);
+  has_idle_job_.store(static_cast<bool>(job), std::memory_order_release);
+  idle_job_ = std::move(job);
+}
+
+bool Scheduler::run_idle_job() {
+  if (!has_idle_job_.load(std::memory_order_acquire)) return false;
+  // A worker that finds the job being replaced parks instead of waiting.
+  std::shared_lock lock(idle_job_mu_, std::try_to_lock);
+  return lock.owns_lock() && idle_job_ && idle_job_();
+}
+
 SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string& method, std::string input,
                              const SpawnOptions& options) {
   if (stopping_workers_.load(std::memory_order_acquire))

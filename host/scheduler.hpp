@@ -57,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,6 +166,14 @@ class Scheduler {
   // Call once, before processes run.
   void watch_for_runaways(std::chrono::milliseconds limit);
 
+  // Work for idle cores. A worker that found no process to run, before it
+  // parks, calls `job` once and looks for processes again; it keeps
+  // alternating until `job` returns false (nothing left to do). So one unit
+  // of `job` is the longest a new process waits for an idle worker: keep it
+  // short (a few microseconds). Replacing or clearing it (an empty job)
+  // waits for the workers inside the old one, so its owner may go away.
+  void set_idle_job(std::function<bool()> job);
+
  private:
   friend class Worker;
   friend class RunawayMonitor;
@@ -183,6 +192,8 @@ class Scheduler {
   // Ends a process: PID stops answering, Close, hooks, monitors and links told.
   void finish(ProcessSlot* slot, bool failed, std::string result, std::string error);
   bool any_work_visible() const;
+  // One unit of the idle job; false when there is none or it had nothing to do.
+  bool run_idle_job();
   void dispatch(ProcessSlot* slot, StepOutput& out);
   std::string not_found(const Pid& pid) const;
   // The calling worker's cache of free PID slots; null on other threads.
@@ -198,6 +209,9 @@ class Scheduler {
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;
+  std::shared_mutex idle_job_mu_;     // shared while a worker runs the job
+  std::function<bool()> idle_job_;    // guarded by idle_job_mu_
+  std::atomic<bool> has_idle_job_{false};  // lets workers skip the lock when there is none
 
   std::atomic<std::size_t> live_{0};
   std::mutex live_mu_;                 // pairs with live_cv_ for wait_all_exited

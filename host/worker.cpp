@@ -77,6 +77,9 @@ void Worker::run() {
       execute(slot);
       continue;
     }
+    // Nothing to run: first the idle job, a unit at a time with a look for
+    // processes between units; spin and park once it has nothing to do.
+    if (rounds == 0 && !spinning && !helper_ && scheduler_.run_idle_job()) continue;
     if (!spinning && rounds < config::kYieldRounds) {
       if (idle.try_begin_spinning()) spinning = true;
       else rounds = config::kYieldRounds;  // enough others search: park

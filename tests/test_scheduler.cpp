@@ -1,6 +1,7 @@
 // Tests of the scheduler (host/scheduler.hpp) with native processes: the
 // process lifecycle, yields and their correlation, command dispatch errors,
-// the relay, links and monitors, terminate, cancel, and shutdown.
+// the relay, links and monitors, terminate, cancel, the idle job, and
+// shutdown.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -407,6 +408,53 @@ TEST_CASE("Continue re-queues a process behind others and lets it finish") {
                        .pid);
   for (auto& p : pids) REQUIRE(exits.wait(p));
   CHECK(exits.failures() == 0);
+}
+
+TEST_CASE("idle workers run the idle job between processes, and clearing it waits for them") {
+  Watchdog dog("idle job", 60s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  std::atomic<int> budget{50}, units{0}, inside{0};
+  s.set_idle_job([&] {
+    if (budget.fetch_sub(1) <= 0) return false;
+    inside.fetch_add(1);
+    std::this_thread::sleep_for(200us);
+    units.fetch_add(1);
+    inside.fetch_sub(1);
+    return true;
+  });
+  // With nothing to run, the workers use up the job's work, and no more.
+  for (int i = 0; i < 4000 && units.load() < 50; ++i) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(10ms);
+  CHECK(units.load() == 50);
+  // While the job always has work, processes still run: a worker looks for
+  // them between units, and a message to a waiting process wakes it.
+  budget = 1 << 30;
+  std::vector<Pid> pids;
+  for (int i = 0; i < 200; ++i) {
+    pids.push_back(s.spawn(make_fn([](FnProcess& p, auto, StepOutput& out) {
+                             if (p.steps == 20) return done(out);
+                             out.status = Status::Continue;
+                           }),
+                           "main", "")
+                       .pid);
+  }
+  auto w = s.spawn(waiter(), "main", "");
+  REQUIRE(w);
+  std::this_thread::sleep_for(5ms);
+  REQUIRE(s.send(w.pid, "stop", "bye").empty());
+  for (auto& p : pids) REQUIRE(exits.wait(p));
+  REQUIRE(exits.wait(w.pid));
+  CHECK(exits.get(w.pid).result == "bye");
+  CHECK(exits.failures() == 0);
+  // Clearing returns once no worker is inside the old job, and it never
+  // runs again.
+  s.set_idle_job({});
+  CHECK(inside.load() == 0);
+  const int after = units.load();
+  std::this_thread::sleep_for(20ms);
+  CHECK(units.load() == after);
+  CHECK(after > 50);
 }
 
 TEST_CASE("shutdown cancels, waits for the grace period, then closes the rest and reports pending yields") {

@@ -34,6 +34,27 @@ return { main = function()
       assert(process.spawn_monitored("fixtures.jit_probe:hot_receive"))
       T.eq(T.next_event("exit").result, true, "a hot process's receive is the Lua fast path")
     end },
+    { "finalizers run when a process ends: an unclosed file is flushed, a newproxy's __gc runs", function()
+      local path = os.tmpname()
+      assert(process.spawn_monitored("fixtures.finalizers:unclosed_file", path, "written by a finalizer"))
+      T.eq(T.next_event("exit").result, true)
+      local f = assert(io.open(path)); local text = f:read("*a"); f:close(); os.remove(path)
+      T.eq(text, "written by a finalizer", "io's finalizer closed the file")
+      assert(process.spawn_monitored("fixtures.finalizers:proxy", process.pid()))
+      T.eq(T.next_event("exit").result, true)
+      local m = process.receive(5)
+      T.eq(m and m.topic, "finalized"); T.eq(m and m.payload, "proxy")
+    end },
+    { "every process starts from fresh globals and libraries, spawned one by one or in a burst", function()
+      for round = 1, 3 do
+        assert(process.spawn_monitored("fixtures.finalizers:pollute"))
+        T.eq(T.next_event("exit").result, true)
+        local pids = {}
+        for i = 1, 50 do pids[i] = assert(process.spawn_monitored("fixtures.finalizers:check_fresh")) end
+        for _ = 1, 50 do T.eq(T.next_event("exit").result, true, "round " .. round) end
+        time.sleep(0.01)  -- idle workers make spare states meanwhile
+      end
+    end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
       local ev = T.next_event("exit")

@@ -1,0 +1,49 @@
+#include "bindings/spare_processes.hpp"
+
+#include <algorithm>
+
+#include "bindings/lua_process.hpp"
+
+namespace host::lua {
+
+SpareProcesses::SpareProcesses(LuaRuntime& runtime) : rt_(runtime) {}
+
+SpareProcesses::~SpareProcesses() = default;
+
+std::unique_ptr<LuaProcess> SpareProcesses::take() {
+  std::lock_guard lock(mu_);
+  if (spares_.empty()) {
+    target_ = std::min(std::max(target_ * 2, kFirstTarget), kMaxSpares);
+    return nullptr;
+  }
+  auto p = std::move(spares_.back());
+  spares_.pop_back();
+  return p;
+}
+
+bool SpareProcesses::make_one() {
+  {
+    std::lock_guard lock(mu_);
+    if (spares_.size() + making_ >= target_) return false;
+    ++making_;
+  }
+  auto p = std::make_unique<LuaProcess>(rt_);
+  const bool ok = p->Prepare();
+  std::lock_guard lock(mu_);
+  --making_;
+  if (!ok) return false;
+  spares_.push_back(std::move(p));
+  return true;
+}
+
+std::size_t SpareProcesses::count() {
+  std::lock_guard lock(mu_);
+  return spares_.size();
+}
+
+std::size_t SpareProcesses::target() {
+  std::lock_guard lock(mu_);
+  return target_;
+}
+
+}  // namespace host::lua

@@ -1,0 +1,54 @@
+// SpareProcesses: Lua processes made ahead of time by idle workers (state,
+// base library, kernel, globals: LuaProcess::Prepare), so that a spawn only
+// loads its module and starts its entry. Threads: any; a mutex guards the
+// list, and making a spare happens outside it.
+//
+// Why: a spawn used to make all of that on the spawner's thread, about half
+// of its cost. A process that spawns in a loop (fork-join, a process per
+// call) kept one core busy while the others waited for work; now the idle
+// cores make the states, between processes (Scheduler::set_idle_job).
+//
+// How many: none until a spawn finds the list empty. Each such miss doubles
+// the number kept, up to kMaxSpares, so a program that never spawns in a
+// burst holds at most a few. A spare holds about 20 KB.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace host::lua {
+
+class LuaProcess;
+class LuaRuntime;
+
+class SpareProcesses {
+ public:
+  static constexpr std::size_t kFirstTarget = 4;
+  static constexpr std::size_t kMaxSpares = 64;
+
+  explicit SpareProcesses(LuaRuntime& runtime);
+  ~SpareProcesses();
+  SpareProcesses(const SpareProcesses&) = delete;
+  SpareProcesses& operator=(const SpareProcesses&) = delete;
+
+  // A prepared process, or null when there is none (which raises the
+  // number kept).
+  std::unique_ptr<LuaProcess> take();
+  // Makes one spare if fewer than the target exist or are being made. False
+  // when there were enough (or memory ran out): the idle job's contract.
+  bool make_one();
+
+  std::size_t count();
+  std::size_t target();
+
+ private:
+  LuaRuntime& rt_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<LuaProcess>> spares_;  // guarded by mu_
+  std::size_t target_ = 0;                            // guarded by mu_
+  std::size_t making_ = 0;                            // guarded by mu_: being made outside the lock
+};
+
+}  // namespace host::lua
