@@ -738,7 +738,8 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
     luaL_traceback(S, S, lua_tostring(S, 1) ? lua_tostring(S, 1) : "(error object is not a string)", 1);
     return 1;
   });
-  if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), module.c_str()) != 0) {
+  if (!take_preloaded(L, *mod) &&
+      luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), module.c_str()) != 0) {
     std::string e = lua_tostring(L, -1);
     lua_settop(L, base);
     return make_error(ErrorKind::Invalid, "module '" + module + "' cannot load: " + e);
@@ -877,6 +878,41 @@ bool LuaProcess::Prepare() {
     return false;
   }
   return true;
+}
+
+// The registry key of the chunk Preload loaded.
+constexpr const char* kPreloadedKey = "host.preloaded";
+
+void LuaProcess::Preload(const std::string& module) {
+  std::string err;
+  auto mod = rt_.modules().get(module, &err);
+  if (!mod) return;
+  struct Load {
+    const Module* mod;
+    const char* name;
+    bool ok;
+  } load{mod.get(), module.c_str(), false};
+  lua_cpcall(L_, [](lua_State* S) -> int {
+    auto* l = static_cast<Load*>(lua_touserdata(S, 1));
+    if (luaL_loadbuffer(S, l->mod->bytecode.data(), l->mod->bytecode.size(), l->name) != 0) return 0;
+    lua_setfield(S, LUA_REGISTRYINDEX, kPreloadedKey);
+    l->ok = true;
+    return 0;
+  }, &load);
+  if (load.ok) preloaded_ = std::move(mod);
+  lua_settop(L_, 0);  // a memory error leaves its message
+}
+
+bool LuaProcess::take_preloaded(lua_State* L, const Module& mod) {
+  if (!preloaded_) return false;
+  // The same Module object is the same version of the same module.
+  const bool match = preloaded_.get() == &mod;
+  preloaded_.reset();
+  lua_getfield(L, LUA_REGISTRYINDEX, kPreloadedKey);
+  lua_pushnil(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, kPreloadedKey);
+  if (!match) lua_pop(L, 1);
+  return match;
 }
 
 std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {

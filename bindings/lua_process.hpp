@@ -40,6 +40,9 @@ class LuaProcess final : public Process {
   // processes ahead of spawns (bindings/spare_processes.hpp). False when
   // out of memory. Init calls it when it was not called before.
   bool Prepare();
+  // After Prepare: loads the newest version of `module` without running it,
+  // for Init to use if its entry is that version. Nothing when it fails.
+  void Preload(const std::string& module);
   std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;
@@ -57,6 +60,8 @@ class LuaProcess final : public Process {
   // function, loading the newest module version; or returns the error (SPEC
   // section 2) and pushes nothing.
   std::string push_entry(lua_State* L, const std::string& entry);
+  // Pushes the chunk Preload loaded if it is `mod`, and forgets it either way.
+  bool take_preloaded(lua_State* L, const Module& mod);
   void install_globals();
   // Pushes the `process` API table.
   void push_process_api(lua_State* L);
@@ -80,6 +85,7 @@ class LuaProcess final : public Process {
   // newproxy, native modules) or machine code (jit): Close then runs
   // lua_close; else it only releases the arena.
   bool needs_close_ = false;
+  std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs

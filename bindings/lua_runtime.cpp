@@ -58,7 +58,7 @@ SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args
   if (processes_.load(std::memory_order_acquire) >= options_.max_processes)
     return {{}, make_error(ErrorKind::Limit, "too many processes (" + std::to_string(options_.max_processes) +
                                                  " live; see --max-processes)")};
-  std::unique_ptr<LuaProcess> process = spares_.take();
+  std::unique_ptr<LuaProcess> process = spares_.take(split_entry(entry).first);
   if (!process) process = std::make_unique<LuaProcess>(*this);
   return scheduler_.spawn(std::move(process), entry, std::move(encoded_args), options);
 }

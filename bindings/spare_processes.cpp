@@ -10,8 +10,9 @@ SpareProcesses::SpareProcesses(LuaRuntime& runtime) : rt_(runtime) {}
 
 SpareProcesses::~SpareProcesses() = default;
 
-std::unique_ptr<LuaProcess> SpareProcesses::take() {
+std::unique_ptr<LuaProcess> SpareProcesses::take(const std::string& module) {
   std::lock_guard lock(mu_);
+  if (module_ != module) module_ = module;
   if (spares_.empty()) {
     target_ = std::min(std::max(target_ * 2, kFirstTarget), kMaxSpares);
     return nullptr;
@@ -22,13 +23,16 @@ std::unique_ptr<LuaProcess> SpareProcesses::take() {
 }
 
 bool SpareProcesses::make_one() {
+  std::string module;
   {
     std::lock_guard lock(mu_);
     if (spares_.size() + making_ >= target_) return false;
     ++making_;
+    module = module_;
   }
   auto p = std::make_unique<LuaProcess>(rt_);
   const bool ok = p->Prepare();
+  if (ok && !module.empty()) p->Preload(module);
   std::lock_guard lock(mu_);
   --making_;
   if (!ok) return false;

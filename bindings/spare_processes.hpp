@@ -1,6 +1,7 @@
 // SpareProcesses: Lua processes made ahead of time by idle workers (state,
-// base library, kernel, globals: LuaProcess::Prepare), so that a spawn only
-// loads its module and starts its entry. Threads: any; a mutex guards the
+// base library, kernel, globals: LuaProcess::Prepare), with the module the
+// last spawn asked for already loaded (not run: loading runs no script
+// code), so that a spawn only runs its module and starts its entry. Threads: any; a mutex guards the
 // list, and making a spare happens outside it.
 //
 // Why: a spawn used to make all of that on the spawner's thread, about half
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace host::lua {
@@ -34,8 +36,8 @@ class SpareProcesses {
   SpareProcesses& operator=(const SpareProcesses&) = delete;
 
   // A prepared process, or null when there is none (which raises the
-  // number kept).
-  std::unique_ptr<LuaProcess> take();
+  // number kept). `module` (the entry's) is what the next spares load.
+  std::unique_ptr<LuaProcess> take(const std::string& module);
   // Makes one spare if fewer than the target exist or are being made. False
   // when there were enough (or memory ran out): the idle job's contract.
   bool make_one();
@@ -49,6 +51,7 @@ class SpareProcesses {
   std::vector<std::unique_ptr<LuaProcess>> spares_;  // guarded by mu_
   std::size_t target_ = 0;                            // guarded by mu_
   std::size_t making_ = 0;                            // guarded by mu_: being made outside the lock
+  std::string module_;                                // guarded by mu_: the last spawn's module
 };
 
 }  // namespace host::lua

@@ -237,6 +237,38 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
+TEST_CASE("--watch: the first spawn after an edit runs the new version, though spare processes had loaded the old") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  require('worker')  -- so this process hears of its reload\n"
+          "  for _ = 1, 50 do assert(process.spawn_monitored('worker')) end\n"
+          "  for _ = 1, 50 do assert(process.events():receive(10).result == 'v1') end\n"
+          "  time.sleep(0.3)  -- idle workers make spares, which load worker v1\n"
+          "  log.info('READY')\n"
+          "  local ev = process.events():receive(20)\n"
+          "  assert(ev and ev.kind == 'reload', 'no reload event')\n"
+          "  for i = 1, 5 do\n"
+          "    assert(process.spawn_monitored('worker'))\n"
+          "    log.info('SPAWN %d GOT %s', i, tostring(process.events():receive(10).result))\n"
+          "  end\n"
+          "end\n");
+  d.write("worker.lua", "return function() return 'v1' end\n");
+  bool edited = false;
+  RunOptions o;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!edited && contains(err, "READY")) {
+      d.write("worker.lua", "return function() return 'v2' end\n");
+      edited = true;
+    }
+  };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(contains(r.err, "SPAWN 1 GOT v2"));
+  CHECK(contains(r.err, "SPAWN 5 GOT v2"));
+  CHECK_FALSE(contains(r.err, "GOT v1"));
+}
+
 TEST_CASE("upgrade keeps the PID and a message queued before it") {
   ScriptDir d;
   d.write("main.lua",

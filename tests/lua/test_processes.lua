@@ -54,6 +54,8 @@ return { main = function()
         for _ = 1, 50 do T.eq(T.next_event("exit").result, true, "round " .. round) end
         time.sleep(0.01)  -- idle workers make spare states meanwhile
       end
+      for i = 1, 4 do assert(process.spawn_monitored("fixtures.finalizers:burst", 100)) end
+      for _ = 1, 4 do T.eq(T.next_event("exit").result, 100, "concurrent bursts") end
     end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
