@@ -11,7 +11,7 @@
 //
 // How many: none until a spawn finds the list empty. Each such miss doubles
 // the number kept, up to kMaxSpares, so a program that never spawns in a
-// burst holds at most a few. A spare holds about 20 KB.
+// burst holds at most a few. A spare holds 20-40 KB (with its module).
 #pragma once
 
 #include <cstddef>
