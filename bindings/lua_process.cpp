@@ -512,7 +512,7 @@ struct Primitives {
 
   // Replaces t[key] (t at idx) by needs_close over it.
   static void wrap_needs_close(lua_State* L, int idx, const char* key) {
-    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;  // not a pseudo-index
     lua_getfield(L, idx, key);
     lua_pushcclosure(L, needs_close, 1);
     lua_setfield(L, idx, key);

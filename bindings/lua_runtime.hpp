@@ -50,7 +50,6 @@ class LuaRuntime {
   Scheduler& scheduler() { return scheduler_; }
   ModuleCache& modules() { return modules_; }
   NameRegistry& names() { return names_; }
-  SpareProcesses& spares() { return spares_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& receive_bytecode() const { return receive_bytecode_; }

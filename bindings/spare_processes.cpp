@@ -40,14 +40,4 @@ bool SpareProcesses::make_one() {
   return true;
 }
 
-std::size_t SpareProcesses::count() {
-  std::lock_guard lock(mu_);
-  return spares_.size();
-}
-
-std::size_t SpareProcesses::target() {
-  std::lock_guard lock(mu_);
-  return target_;
-}
-
 }  // namespace host::lua

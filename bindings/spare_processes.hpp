@@ -42,9 +42,6 @@ class SpareProcesses {
   // when there were enough (or memory ran out): the idle job's contract.
   bool make_one();
 
-  std::size_t count();
-  std::size_t target();
-
  private:
   LuaRuntime& rt_;
   std::mutex mu_;

@@ -82,6 +82,15 @@ void* lua_alloc(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   return arena->reallocate(ptr, ptr ? osize : 0, nsize);
 }
 
+// A state on the arena with the standard libraries, after running code.
+lua_State* state_that_ran(StateArena& arena, const char* code) {
+  lua_State* L = lua_newstate(lua_alloc, &arena);
+  REQUIRE(L != nullptr);
+  luaL_openlibs(L);
+  REQUIRE(luaL_dostring(L, code) == 0);
+  return L;
+}
+
 }  // namespace
 
 TEST_CASE("arena blocks keep their contents through allocation, free and reallocation") {
@@ -128,13 +137,10 @@ TEST_CASE("released chunks are reused by the next arena on the same thread") {
 TEST_CASE("a Lua state runs and closes on an arena, with teardown skipping small frees") {
   for (int round = 0; round < 3; ++round) {
     StateArena arena;
-    lua_State* L = lua_newstate(lua_alloc, &arena);
-    REQUIRE(L != nullptr);
-    luaL_openlibs(L);
-    REQUIRE(luaL_dostring(L,
-                          "local t = {} for i = 1, 20000 do t[i] = ('x'):rep(i % 300) .. i end "
-                          "local s = 0 for i = 1, #t do s = s + #t[i] end "
-                          "collectgarbage() assert(#t == 20000 and s > 0)") == 0);
+    lua_State* L = state_that_ran(arena,
+                                  "local t = {} for i = 1, 20000 do t[i] = ('x'):rep(i % 300) .. i end "
+                                  "local s = 0 for i = 1, #t do s = s + #t[i] end "
+                                  "collectgarbage() assert(#t == 20000 and s > 0)");
     arena.begin_teardown();
     lua_close(L);
     arena.release();
@@ -147,12 +153,9 @@ TEST_CASE("release frees the large blocks a state still holds, so a state can be
   // arena must then own every byte (the leak checker of the ASan build
   // fails this test otherwise).
   StateArena arena;
-  lua_State* L = lua_newstate(lua_alloc, &arena);
-  REQUIRE(L != nullptr);
-  luaL_openlibs(L);
-  REQUIRE(luaL_dostring(L,
-                        "big = {} for i = 1, 50 do big[i] = ('y'):rep(5000 + i) end "
-                        "grown = {} for i = 1, 3000 do grown[i] = i end") == 0);
+  state_that_ran(arena,
+                 "big = {} for i = 1, 50 do big[i] = ('y'):rep(5000 + i) end "
+                 "grown = {} for i = 1, 3000 do grown[i] = i end");
   CHECK(arena.large_count() > 50);  // the strings, the array part, the global state
   void* large = arena.allocate(10000);
   std::memset(large, 7, 10000);
