@@ -868,7 +868,7 @@ bool LuaProcess::Prepare() {
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
       lua_pushboolean(S, 0);
-      *ref = luaL_ref(S, LUA_REGISTRYINDEX);
+      *ref = p.kernel_.pin(S);
     }
     p.install_globals();
     return 0;

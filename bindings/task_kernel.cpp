@@ -140,30 +140,39 @@ std::string with_hint(const char* msg) {
 
 TaskKernel& TaskKernel::self(lua_State* L) { return *static_cast<TaskKernel*>(lua_touserdata(L, lua_upvalueindex(1))); }
 
+int TaskKernel::pin(lua_State* L) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, pinned_ + 1);
+  const bool free = lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!free) return luaL_ref(L, LUA_REGISTRYINDEX);  // someone numbered slots first
+  lua_rawseti(L, LUA_REGISTRYINDEX, ++pinned_);
+  return pinned_;
+}
+
 void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   loader_ = loader;
   loader_ctx_ = loader_ctx;
   lua_createtable(L, 0, 1);
-  tasks_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  tasks_ref_ = pin(L);
   // The inbox: a channel with a fifth field, the slow flag.
   new_channel(L);
   for (int i = kBuf; i <= kSendq; ++i) {
     lua_rawgeti(L, -1, i);
-    inbox_queue_refs_[i - 1] = luaL_ref(L, LUA_REGISTRYINDEX);
+    inbox_queue_refs_[i - 1] = pin(L);
   }
   lua_pushboolean(L, 0);
   lua_rawseti(L, -2, kSlow);
-  inbox_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  inbox_ref_ = pin(L);
   lua_getfield(L, LUA_GLOBALSINDEX, "xpcall");
-  xpcall_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  xpcall_ref_ = pin(L);
   lua_getfield(L, LUA_GLOBALSINDEX, "coroutine");
-  coroutine_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  coroutine_ref_ = pin(L);
   lua_pushcfunction(L, l_traceback);
-  traceback_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  traceback_ref_ = pin(L);
   static const char* const keys[] = {"from", "topic", "payload"};  // message()'s order
   for (int i = 0; i < 3; ++i) {
     lua_pushstring(L, keys[i]);
-    message_key_refs_[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    message_key_refs_[i] = pin(L);
   }
 }
 

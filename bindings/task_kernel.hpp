@@ -39,6 +39,14 @@ class TaskKernel {
   // keeps xpcall and the coroutine library for itself).
   void init(lua_State* L, ExtLoader loader, void* loader_ctx);
 
+  // Pops the value on top of L into the next of the registry slots 1, 2,
+  // ... and returns its number: for values kept for the state's life, set up
+  // before anything calls luaL_ref (init, then LuaProcess::Prepare).
+  // luaL_ref costs a search for the table's length each time (about 600
+  // instructions; a spawn made 14); a later luaL_ref, which takes a slot
+  // past the length, never takes one of these.
+  int pin(lua_State* L);
+
   // Starts the main task: the function and its nargs arguments on top of L.
   void start(lua_State* L, int nargs);
 
@@ -146,6 +154,7 @@ class TaskKernel {
   // its channel (listeners_ref_: kernel_ext's topic -> channel table).
   bool listening_ = false;
   int listeners_ref_ = -2;
+  int pinned_ = 0;  // registry slots 1..pinned_ are pin()'s
   const std::string* fast_path_ = nullptr;  // see push_receive
   bool fast_receive_installed_ = false;
   Outcome outcome_ = kWaiting;
