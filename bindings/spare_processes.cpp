@@ -35,7 +35,10 @@ bool SpareProcesses::make_one() {
   if (ok && !module.empty()) p->Preload(module);
   std::lock_guard lock(mu_);
   --making_;
-  if (!ok) return false;
+  if (!ok) {
+    target_ = 0;  // out of memory (or a tiny --mem-limit): none until the next miss
+    return false;
+  }
   spares_.push_back(std::move(p));
   return true;
 }
