@@ -166,8 +166,9 @@ class Scheduler {
   // Call once, before processes run.
   void watch_for_runaways(std::chrono::milliseconds limit);
 
-  // Work for idle cores. A worker that found no process to run, before it
-  // parks, calls `job` once and looks for processes again; it keeps
+  // Work for idle cores. A worker that runs out of processes to run (a
+  // parked one once it is woken and done), before it spins and parks, calls
+  // `job` once and looks for processes again; it keeps
   // alternating until `job` returns false (nothing left to do). So one unit
   // of `job` is the longest a new process waits for an idle worker: keep it
   // short (a few microseconds). Replacing or clearing it (an empty job)
