@@ -1,8 +1,9 @@
 // SpareProcesses: Lua processes made ahead of time by idle workers (state,
 // base library, kernel, globals: LuaProcess::Prepare), with the module the
 // last spawn asked for already loaded (not run: loading runs no script
-// code), so that a spawn only runs its module and starts its entry. Threads: any; a mutex guards the
-// list, and making a spare happens outside it.
+// code), so that a spawn only runs its module and starts its entry.
+// Threads: any; a mutex guards the list, and making a spare happens outside
+// it.
 //
 // Why: a spawn used to make all of that on the spawner's thread, about half
 // of its cost. A process that spawns in a loop (fork-join, a process per
