@@ -59,6 +59,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -130,7 +131,7 @@ class Scheduler {
   // The relay. Each returns "" on success, or an error naming the cause
   // ("not_found: no process <0.4.2>"). Events from one thread to one process
   // arrive in the order sent.
-  std::string send(const Pid& to, std::string topic, std::string payload, const Pid& from = {});
+  std::string send(const Pid& to, std::string_view topic, std::string payload, const Pid& from = {});
   std::string deliver(const Pid& to, Event event);
   std::string cancel(const Pid& to, std::string reason, const Pid& from = {});
   // Forced stop: the process is not stepped again; monitors see "terminated".
