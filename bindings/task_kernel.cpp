@@ -700,8 +700,23 @@ int TaskKernel::l_receive(lua_State* L) {
     lua_concat(L, 2);
     return lua_error(L);
   }
-  // The kernel registers the waiter once the yield reached it (after_resume).
   lua_settop(L, 0);
+  if (!timed && L == k.current_ && !k.slow_inbox_) {
+    // The task itself waits, not a coroutine inside it: the yield reaches
+    // the kernel's resume for certain, so it waits from here, as a plain
+    // block (no after_resume). The inbox's receive queue holds waiters only
+    // once kernel_ext put one there.
+    k.push_inbox_queue(L, kRecvq);
+    QueueRef recvq(L, 1);
+    lua_settop(L, 0);
+    if (recvq.size() == 0) {
+      k.parked_.push_back(L);
+      lua_pushlightuserdata(L, &kBlock);
+      return lua_yield(L, 1);
+    }
+  }
+  // Else the kernel registers the waiter once the yield reached it
+  // (after_resume): a user's coroutine may catch it on the way.
   lua_pushlightuserdata(L, &kReceive);
   if (!timed) return lua_yield(L, 1);
   lua_pushnumber(L, secs);
