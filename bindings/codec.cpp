@@ -9,6 +9,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/string_cache.hpp"
 #include "host/error.hpp"
 
 namespace host::lua {
@@ -98,25 +99,26 @@ class Encoder {
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
     ancestors_[depth_++] = self;
     const std::size_t n = lua_objlen(L_, idx);
-    // Count the hash part: every key that is not an array index 1..n.
-    std::size_t m = 0;
-    lua_pushnil(L_);
-    while (lua_next(L_, idx)) {
-      lua_pop(L_, 1);
-      if (!in_array(-1, n)) ++m;
-    }
     out_.push_back(kTable);
     put_varint(out_, n);
-    put_varint(out_, m);
+    // The hash part's count goes before its entries but is known only after
+    // them (one pass of lua_next, not a counting pass too): a one-byte
+    // placeholder, widened below in the rare table of 128 keys or more.
+    const std::size_t count_at = out_.size();
+    out_.push_back(0);
     for (std::size_t i = 1; i <= n; ++i) {
       lua_rawgeti(L_, idx, static_cast<int>(i));
       bool ok = value(lua_gettop(L_));
       lua_pop(L_, 1);
       if (!ok) {
-        reversed_path_.push_back("[" + std::to_string(i) + "]");
+        std::string key = "[";  // not "[" + ...: g++ 12 warns falsely (-Wrestrict) on that
+        key += std::to_string(i);
+        key += ']';
+        reversed_path_.push_back(std::move(key));
         return false;
       }
     }
+    std::size_t m = 0;
     lua_pushnil(L_);
     while (lua_next(L_, idx)) {
       if (in_array(-2, n)) {
@@ -130,6 +132,15 @@ class Encoder {
         return false;
       }
       lua_pop(L_, 1);
+      ++m;
+    }
+    if (m < 0x80) {
+      out_[count_at] = static_cast<char>(m);
+    } else {
+      std::string entries = out_.substr(count_at + 1);
+      out_.resize(count_at);
+      put_varint(out_, m);
+      out_ += entries;
     }
     --depth_;
     return true;
@@ -180,7 +191,8 @@ class Encoder {
 
 class Decoder {
  public:
-  Decoder(lua_State* L, std::string_view in) : L_(L), p_(in.data()), end_(in.data() + in.size()) {}
+  Decoder(lua_State* L, std::string_view in, StringCache* strings)
+      : L_(L), strings_(strings), p_(in.data()), end_(in.data() + in.size()) {}
 
   bool value(int depth) {
     if (p_ >= end_) return fail("truncated");
@@ -207,7 +219,8 @@ class Decoder {
         std::uint64_t n;
         if (!varint(n)) return false;
         if (n > static_cast<std::uint64_t>(end_ - p_)) return fail("truncated string");
-        lua_pushlstring(L_, p_, n);
+        if (strings_) strings_->push(L_, std::string_view(p_, n));
+        else lua_pushlstring(L_, p_, n);
         p_ += n;
         return true;
       }
@@ -259,6 +272,7 @@ class Decoder {
   }
 
   lua_State* L_;
+  StringCache* strings_;
   const char* p_;
   const char* end_;
   std::string error_;
@@ -279,9 +293,9 @@ std::string encode_values(lua_State* L, int first, int n, std::string& out, cons
   return {};
 }
 
-int decode_values(lua_State* L, std::string_view bytes, std::string* error) {
+int decode_values(lua_State* L, std::string_view bytes, std::string* error, StringCache* strings) {
   const int top = lua_gettop(L);
-  Decoder dec(L, bytes);
+  Decoder dec(L, bytes, strings);
   std::uint64_t n = 0;
   auto fail = [&](const std::string& why) {
     lua_settop(L, top);

@@ -25,7 +25,10 @@ inline constexpr int kMaxDepth = 256;
 // leaves out unchanged.
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root = "value");
 
+class StringCache;
+
 // Pushes the values encoded in bytes; returns how many, or -1 with *error set.
-int decode_values(lua_State* L, std::string_view bytes, std::string* error);
+// Short strings come from `strings` when given (see StringCache).
+int decode_values(lua_State* L, std::string_view bytes, std::string* error, StringCache* strings = nullptr);
 
 }  // namespace host::lua

@@ -73,8 +73,8 @@ void push_pid(lua_State* L, const Pid& pid) {
 
 // Pushes exactly one value decoded from bytes (nil when they hold none, the
 // first when several); on bad bytes pushes nothing and returns false.
-bool push_one_value(lua_State* L, const std::string& bytes, std::string* err) {
-  int n = decode_values(L, bytes, err);
+bool push_one_value(lua_State* L, const std::string& bytes, std::string* err, StringCache* strings = nullptr) {
+  int n = decode_values(L, bytes, err, strings);
   if (n < 0) return false;
   if (n == 0) lua_pushnil(L);
   else if (n > 1) lua_pop(L, n - 1);
@@ -198,7 +198,7 @@ struct Primitives {
       std::string bytes;
       std::string err = encode_values(L, 3, 1, bytes, "value");
       if (!err.empty()) return push_fail(L, err);
-      return ok_or_fail(L, p.rt_.scheduler().send(to, std::string(topic, tn), std::move(bytes), p.ctx_.self));
+      return ok_or_fail(L, p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self));
     });
   }
 
@@ -870,6 +870,7 @@ bool LuaProcess::Prepare() {
       lua_pushboolean(S, 0);
       *ref = p.kernel_.pin(S);
     }
+    p.received_strings_.init(S, [&p](lua_State* S) { return p.kernel_.pin(S); });
     p.install_globals();
     return 0;
   }, this);
@@ -988,9 +989,9 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
     switch (ev.kind) {
       case EventKind::Message: {
         push_sender(L, ev.from);
-        lua_pushlstring(L, ev.topic.data(), ev.topic.size());
+        received_strings_.push(L, ev.topic);
         std::string err;
-        if (!push_one_value(L, ev.payload, &err)) {
+        if (!push_one_value(L, ev.payload, &err, &received_strings_)) {
           log::logger().error("message from {} on topic '{}' dropped: {}", ev.from.to_string(), ev.topic, err);
           lua_pop(L, 2);
           continue;

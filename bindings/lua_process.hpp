@@ -23,6 +23,7 @@
 
 #include "bindings/lua_runtime.hpp"
 #include "bindings/state_arena.hpp"
+#include "bindings/string_cache.hpp"
 #include "bindings/task_kernel.hpp"
 #include "host/process.hpp"
 
@@ -104,6 +105,8 @@ class LuaProcess final : public Process {
   int last_dest_ref_ = -2;
   Pid last_from_;
   int last_from_ref_ = -2;
+  // Topics and short strings of the messages it receives.
+  StringCache received_strings_;
 };
 
 }  // namespace host::lua

@@ -9,6 +9,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/string_cache.hpp"
 
 using host::lua::decode_values;
 using host::lua::encode_values;
@@ -49,6 +50,50 @@ TEST_CASE("values round-trip through the codec exactly") {
                         "assert(v4 ~= v4 and v5 == 1/0 and 1/v6 == -1/0 and v7 == 2^53 and v8 == -2^63 and v9 == 0.1) "
                         "assert(v10 == 'a\\0b' and tbl[2] == 2 and tbl.x.y == 'z') "
                         "local d = 0 local t = deep while t.n do t = t.n d = d + 1 end assert(d == 200)") == 0);
+}
+
+TEST_CASE("a table with 128 or more keys besides its array part round-trips") {
+  // The hash part's count is written after its entries: past 127 it takes
+  // two bytes, in front of entries already written.
+  State s;
+  for (int keys : {127, 128, 300, 20000}) {
+    CAPTURE(keys);
+    lua_pushinteger(s.L, keys);
+    lua_setglobal(s.L, "KEYS");
+    std::string bytes = s.encode(
+        "local t = {'a', 'b'} for i = 1, KEYS do t['k' .. i] = i end t[10] = 'ten' return t, 'after'");
+    REQUIRE(decode_values(s.L, bytes, nullptr) == 2);
+    lua_setglobal(s.L, "after");
+    lua_setglobal(s.L, "t");
+    REQUIRE(luaL_dostring(s.L,
+                          "assert(after == 'after' and t[1] == 'a' and t[2] == 'b' and t[10] == 'ten') "
+                          "local n = 0 for k, v in pairs(t) do n = n + 1 end assert(n == KEYS + 3) "
+                          "for i = 1, KEYS do assert(t['k' .. i] == i) end") == 0);
+  }
+}
+
+TEST_CASE("decoding through a string cache gives the same strings, past its slots and length") {
+  State s;
+  host::lua::StringCache cache;
+  cache.init(s.L, [](lua_State* L) { return luaL_ref(L, LUA_REGISTRYINDEX); });
+  // More distinct strings than slots, the empty string, the longest cached
+  // length and one more, a NUL inside, as values and as keys.
+  std::string bytes = s.encode(
+      "local w = {'', 'a', 'a\\0b', 'ping', 'pong', 'n', string.rep('x', 15), string.rep('x', 16)} "
+      "for i = 1, 20 do w[#w + 1] = 'w' .. i end "
+      "local keyed = {} for i, v in ipairs(w) do keyed[v] = i end "
+      "return w, keyed");
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    REQUIRE(decode_values(s.L, bytes, nullptr, &cache) == 2);
+    lua_setglobal(s.L, "keyed");
+    lua_setglobal(s.L, "w");
+    REQUIRE(luaL_dostring(s.L,
+                          "local want = {'', 'a', 'a\\0b', 'ping', 'pong', 'n', string.rep('x', 15), string.rep('x', 16)} "
+                          "for i = 1, 20 do want[#want + 1] = 'w' .. i end "
+                          "assert(#w == #want) "
+                          "for i, v in ipairs(want) do assert(w[i] == v, i) assert(keyed[v] == i, v) end") == 0);
+  }
 }
 
 TEST_CASE("unsendable values are refused with the path of the offending value") {
