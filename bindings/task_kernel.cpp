@@ -286,28 +286,36 @@ void TaskKernel::message(lua_State* L) {
       lua_settop(L, base);
       return;
     }
-    push_inbox_queue(L, kRecvq);
-    QueueRef recvq(L, msg + 1);
-    if (recvq.size() == 0) {
+    // Until kernel_ext loads, the receive queue stays empty: after_resume
+    // queues a receive there only behind another one.
+    bool waiter = false;
+    if (ext_loaded()) {
+      push_inbox_queue(L, kRecvq);
+      QueueRef recvq(L, msg + 1);
+      waiter = recvq.size() > 0;
+      if (waiter) {
+        recvq.peek();
+        if (lua_type(L, -1) == LUA_TTHREAD) {  // a plain receive
+          lua_State* co = lua_tothread(L, -1);
+          recvq.shift();  // the same waiter
+          lua_settop(L, msg);
+          lua_pushvalue(L, msg);
+          lua_pushboolean(L, 1);
+          wake(L, co, 2);
+          lua_settop(L, base);
+          return;
+        }
+      }
+      lua_settop(L, msg);
+    }
+    if (!waiter) {
       push_inbox_queue(L, kBuf);
-      QueueRef buf(L, msg + 2);
+      QueueRef buf(L, msg + 1);
       lua_pushvalue(L, msg);
       buf.push();
       lua_settop(L, base);
       return;
     }
-    recvq.peek();
-    if (lua_type(L, -1) == LUA_TTHREAD) {  // a plain receive
-      lua_State* co = lua_tothread(L, -1);
-      recvq.shift();  // the same waiter
-      lua_settop(L, msg);
-      lua_pushvalue(L, msg);
-      lua_pushboolean(L, 1);
-      wake(L, co, 2);
-      lua_settop(L, base);
-      return;
-    }
-    lua_settop(L, msg);
   }
   push_ext(L);
   lua_getfield(L, -1, "deliver");
