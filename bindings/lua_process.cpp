@@ -870,6 +870,8 @@ bool LuaProcess::Prepare() {
       lua_pushboolean(S, 0);
       *ref = p.kernel_.pin(S);
     }
+    lua_pushcfunction(S, step_body);
+    p.step_fn_ref_ = p.kernel_.pin(S);
     p.received_strings_.init(S, [&p](lua_State* S) { return p.kernel_.pin(S); });
     p.install_globals();
     return 0;
@@ -1047,47 +1049,56 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   }
 }
 
+namespace {
+// What Step hands its protected body.
+struct StepCall {
+  LuaProcess* p;
+  std::span<Event> events;
+  StepOutput* out;
+};
+}  // namespace
+
+int LuaProcess::step_body(lua_State* S) {
+  auto* c = static_cast<StepCall*>(lua_touserdata(S, 1));
+  LuaProcess& p = *c->p;
+  StepOutput& out = *c->out;
+  lua_settop(S, 0);
+  p.deliver_events(S, c->events);
+  switch (p.kernel_.run(S)) {
+    case TaskKernel::kWaiting:
+      out.status = p.pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+      break;
+    case TaskKernel::kContinue:
+      out.status = Status::Continue;
+      break;
+    case TaskKernel::kDone: {
+      std::string err = encode_values(S, lua_gettop(S), 1, out.result, "result");
+      if (!err.empty()) {
+        out.status = Status::Failed;
+        out.error = err;
+      } else {
+        out.status = Status::Done;
+      }
+      break;
+    }
+    case TaskKernel::kFailed:
+      out.status = Status::Failed;
+      out.error = p.kernel_.failure();
+      break;
+  }
+  return 0;
+}
+
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
   lua_settop(L, 0);
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors.
-  struct StepCall {
-    LuaProcess* p;
-    std::span<Event> events;
-    StepOutput* out;
-  } call{this, events, &out};
-  int rc = lua_cpcall(L, [](lua_State* S) -> int {
-    auto* c = static_cast<StepCall*>(lua_touserdata(S, 1));
-    LuaProcess& p = *c->p;
-    StepOutput& out = *c->out;
-    lua_settop(S, 0);
-    p.deliver_events(S, c->events);
-    switch (p.kernel_.run(S)) {
-      case TaskKernel::kWaiting:
-        out.status = p.pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
-        break;
-      case TaskKernel::kContinue:
-        out.status = Status::Continue;
-        break;
-      case TaskKernel::kDone: {
-        std::string err = encode_values(S, lua_gettop(S), 1, out.result, "result");
-        if (!err.empty()) {
-          out.status = Status::Failed;
-          out.error = err;
-        } else {
-          out.status = Status::Done;
-        }
-        break;
-      }
-      case TaskKernel::kFailed:
-        out.status = Status::Failed;
-        out.error = p.kernel_.failure();
-        break;
-    }
-    return 0;
-  }, &call);
+  StepCall call{this, events, &out};
+  lua_rawgeti(L, LUA_REGISTRYINDEX, step_fn_ref_);
+  lua_pushlightuserdata(L, &call);
+  int rc = lua_pcall(L, 1, 0, 0);
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;
     out.error = make_error(ErrorKind::Limit, "time");

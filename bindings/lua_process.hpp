@@ -68,6 +68,10 @@ class LuaProcess final : public Process {
   void push_process_api(lua_State* L);
   // TaskKernel's ExtLoader: kernel_ext.lua's chunk and its primitives.
   static void push_ext_chunk(lua_State* L, void* self);
+  // Step's protected body: the events, then the ready tasks. Called through
+  // lua_pcall from a registry slot (step_fn_ref_): lua_cpcall would make a
+  // new C function object every step.
+  static int step_body(lua_State* L);
   void deliver_events(lua_State* L, std::span<Event> events);
   void flush_commands(StepOutput& out);
   void forget_monitor(const Pid& target, std::uint64_t ref);
@@ -105,6 +109,7 @@ class LuaProcess final : public Process {
   int last_dest_ref_ = -2;
   Pid last_from_;
   int last_from_ref_ = -2;
+  int step_fn_ref_ = -2;
   // Topics and short strings of the messages it receives.
   StringCache received_strings_;
 };
