@@ -17,12 +17,18 @@ namespace {
 
 enum Tag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
 
-void put_varint(std::string& out, std::uint64_t v) {
+void put_long_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>((v & 0x7F) | 0x80));
     v >>= 7;
   }
   out.push_back(static_cast<char>(v));
+}
+
+// Most counts, lengths and integers sent take one byte: that case inline.
+inline void put_varint(std::string& out, std::uint64_t v) {
+  if (v < 0x80) out.push_back(static_cast<char>(v));
+  else put_long_varint(out, v);
 }
 
 bool is_identifier(const char* s, std::size_t n) {
