@@ -872,7 +872,6 @@ bool LuaProcess::Prepare() {
     }
     lua_pushcfunction(S, step_body);
     p.step_fn_ref_ = p.kernel_.pin(S);
-    p.received_strings_.init(S, [&p](lua_State* S) { return p.kernel_.pin(S); });
     p.install_globals();
     return 0;
   }, this);

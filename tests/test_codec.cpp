@@ -75,7 +75,6 @@ TEST_CASE("a table with 128 or more keys besides its array part round-trips") {
 TEST_CASE("decoding through a string cache gives the same strings, past its slots and length") {
   State s;
   host::lua::StringCache cache;
-  cache.init(s.L, [](lua_State* L) { return luaL_ref(L, LUA_REGISTRYINDEX); });
   // More distinct strings than slots, the empty string, the longest cached
   // length and one more, a NUL inside, as values and as keys.
   std::string bytes = s.encode(
