@@ -712,19 +712,23 @@ int TaskKernel::l_receive(lua_State* L) {
   if (!timed && L == k.current_ && !k.slow_inbox_) {
     // The task itself waits, not a coroutine inside it: the yield reaches
     // the kernel's resume for certain, so it waits from here, as a plain
-    // block (no after_resume). The inbox's receive queue holds waiters only
-    // once kernel_ext put one there.
-    k.push_inbox_queue(L, kRecvq);
-    QueueRef recvq(L, 1);
-    lua_settop(L, 0);
-    if (recvq.size() == 0) {
+    // block (no after_resume), unless others wait in the inbox's receive
+    // queue, which only happens once kernel_ext has loaded (see message).
+    bool others_wait = false;
+    if (k.ext_loaded()) {
+      k.push_inbox_queue(L, kRecvq);
+      others_wait = QueueRef(L, 1).size() > 0;
+      lua_settop(L, 0);
+    }
+    if (!others_wait) {
       k.parked_.push_back(L);
       lua_pushlightuserdata(L, &kBlock);
       return lua_yield(L, 1);
     }
   }
   // Else the kernel registers the waiter once the yield reached it
-  // (after_resume): a user's coroutine may catch it on the way.
+  // (after_resume): a user's coroutine may catch it on the way, and a
+  // waiter behind others goes into the receive queue.
   lua_pushlightuserdata(L, &kReceive);
   if (!timed) return lua_yield(L, 1);
   lua_pushnumber(L, secs);
