@@ -177,19 +177,18 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   return true;
 }
 
-std::string Scheduler::deliver(const Pid& to, Event event) {
+std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
 std::string Scheduler::send(const Pid& to, std::string_view topic, std::string payload, const Pid& from) {
-  // Built here and moved once, into the queue: the message path's only copy
-  // of the topic.
+  // The message path's only copy of the topic.
   Event ev;
   ev.kind = EventKind::Message;
   ev.from = from;
   ev.topic.assign(topic);
   ev.payload = std::move(payload);
-  return post(to, &ev, [](ProcessSlot&) {}) ? std::string() : not_found(to);
+  return deliver(to, std::move(ev));
 }
 
 std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from) {

@@ -132,7 +132,8 @@ class Scheduler {
   // ("not_found: no process <0.4.2>"). Events from one thread to one process
   // arrive in the order sent.
   std::string send(const Pid& to, std::string_view topic, std::string payload, const Pid& from = {});
-  std::string deliver(const Pid& to, Event event);
+  // Moves the event once, into the process's queue.
+  std::string deliver(const Pid& to, Event&& event);
   std::string cancel(const Pid& to, std::string reason, const Pid& from = {});
   // Forced stop: the process is not stepped again; monitors see "terminated".
   std::string terminate(const Pid& to);
