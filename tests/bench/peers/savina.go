@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -335,6 +336,11 @@ func main() {
 		os.Exit(2)
 	}
 	name := os.Args[1]
+	if name == "version" {
+		// The Go release this binary was built with, for compare.sh's header.
+		fmt.Println(runtime.Version())
+		return
+	}
 	quick := len(os.Args) > 2 && os.Args[2] == "--quick"
 	var d time.Duration
 	switch name {
