@@ -19,8 +19,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 
 namespace host {
 
@@ -51,11 +49,18 @@ class IdleWorkers {
   void cancel_park() { parked_.fetch_sub(1, std::memory_order_seq_cst); }
   // Sleeps until woken by a token or by stop(); returns false once stopped.
   bool commit_park() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return tokens_ > 0 || stopped_; });
-    if (tokens_ > 0) --tokens_;
+    int t = tokens_.load(std::memory_order_acquire);
+    for (;;) {
+      if (t & kStopped) break;
+      if (t == 0) {
+        tokens_.wait(0, std::memory_order_acquire);  // a futex wait; returns once the word changed
+        t = tokens_.load(std::memory_order_acquire);
+        continue;
+      }
+      if (tokens_.compare_exchange_weak(t, t - 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+    }
     parked_.fetch_sub(1, std::memory_order_seq_cst);
-    return !stopped_;
+    return !(t & kStopped);
   }
 
   // Called after work was made available (pushed to any queue).
@@ -67,29 +72,27 @@ class IdleWorkers {
   }
 
   void wake_one() {
-    {
-      std::lock_guard lock(mu_);
-      if (tokens_ >= workers_ + kMaxExtraThreads) return;
-      ++tokens_;
-    }
-    cv_.notify_one();
+    int t = tokens_.load(std::memory_order_relaxed);
+    do {
+      if (t & kStopped || t >= workers_ + kMaxExtraThreads) return;
+    } while (!tokens_.compare_exchange_weak(t, t + 1, std::memory_order_release, std::memory_order_relaxed));
+    tokens_.notify_one();
   }
 
   // Wakes every parked worker (helpers that must re-check whether to retire).
   void wake_all() {
-    {
-      std::lock_guard lock(mu_);
-      tokens_ = std::max(tokens_, parked_.load(std::memory_order_relaxed));
-    }
-    cv_.notify_all();
+    int t = tokens_.load(std::memory_order_relaxed);
+    int want;
+    do {
+      if (t & kStopped) return;
+      want = std::max(t, parked_.load(std::memory_order_relaxed));
+    } while (!tokens_.compare_exchange_weak(t, want, std::memory_order_release, std::memory_order_relaxed));
+    tokens_.notify_all();
   }
 
   void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopped_ = true;
-    }
-    cv_.notify_all();
+    tokens_.fetch_or(kStopped, std::memory_order_release);
+    tokens_.notify_all();
   }
 
   int spinning() const { return spinning_.load(std::memory_order_relaxed); }
@@ -99,10 +102,12 @@ class IdleWorkers {
   const int workers_;
   alignas(64) std::atomic<int> spinning_{0};
   std::atomic<int> parked_{0};  // workers between prepare_park and the end of commit/cancel
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int tokens_ = 0;       // guarded by mu_: wakeups not yet consumed
-  bool stopped_ = false; // guarded by mu_
+  // Wakeups not yet consumed, and kStopped once stop() ran. Parked workers
+  // sleep on this word itself (a futex, through std::atomic::wait): a wake
+  // is one atomic add and one futex call, with no lock that the parking
+  // workers contend for.
+  static constexpr int kStopped = 1 << 30;
+  alignas(64) std::atomic<int> tokens_{0};
 };
 
 }  // namespace host

@@ -1,0 +1,150 @@
+// The idle protocol of host/idle_workers.hpp on its own: consumer threads
+// follow the worker's spin / prepare_park / recheck / commit_park steps
+// against producer threads that add work and notify, so a lost wakeup shows
+// as work left undone (the watchdog fails the test instead of hanging), and
+// stop() and wake_all() must release every parked thread. Runs under TSan.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "host/idle_workers.hpp"
+#include "tests/watchdog.hpp"
+
+using namespace host;
+using namespace host::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Work items are a counter: producers add, consumers take one at a time.
+bool take(std::atomic<long>& available) {
+  long n = available.load(std::memory_order_acquire);
+  while (n > 0)
+    if (available.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
+// A consumer that runs the worker loop's idle protocol until stop().
+void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>& done) {
+  bool spinning = false;
+  for (int rounds = 0;;) {
+    if (take(available)) {
+      if (spinning) {
+        spinning = false;
+        if (idle.end_spinning()) idle.notify_work_available();
+      }
+      done.fetch_add(1, std::memory_order_acq_rel);
+      rounds = 0;
+      continue;
+    }
+    if (!spinning && rounds == 0 && idle.try_begin_spinning()) spinning = true;
+    if (spinning && rounds++ < 8) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (spinning) {
+      spinning = false;
+      (void)idle.end_spinning();
+    }
+    idle.prepare_park();
+    if (available.load(std::memory_order_seq_cst) > 0) {
+      idle.cancel_park();
+      rounds = 0;
+      continue;
+    }
+    if (!idle.commit_park()) return;
+    rounds = 0;
+  }
+}
+
+// Waits until n threads have stayed parked for a while: each has used up
+// any wake token left over and sleeps.
+void wait_until_parked(IdleWorkers& idle, int n) {
+  for (int settled = 0; settled < 3;) {
+    std::this_thread::sleep_for(200us);
+    settled = idle.parked() >= n ? settled + 1 : 0;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("idle workers: no wakeup is lost while producers race parking consumers") {
+  Watchdog dog("idle workers: every item consumed", 120s);
+  constexpr int kConsumers = 4, kProducers = 3, kRounds = 100;
+  constexpr long kItems = 300;  // per producer and round
+  IdleWorkers idle(kConsumers);
+  std::atomic<long> available{0}, done{0};
+  std::vector<std::thread> consumers;
+  for (int i = 0; i < kConsumers; ++i) consumers.emplace_back([&] { consume(idle, available, done); });
+  for (int round = 1; round <= kRounds; ++round) {
+    // Every round starts with all consumers asleep and no wake token left,
+    // so the round's first notify must wake one: a lost wake hangs here.
+    wait_until_parked(idle, kConsumers);
+    std::vector<std::thread> producers;
+    for (int p = 0; p < kProducers; ++p)
+      producers.emplace_back([&, p] {
+        for (long i = 0; i < kItems; ++i) {
+          available.fetch_add(1, std::memory_order_seq_cst);
+          idle.notify_work_available();
+          // Bursts and pauses, so consumers park and wake within a round too.
+          if ((i + p) % 61 == 0) std::this_thread::sleep_for(20us);
+        }
+      });
+    for (auto& t : producers) t.join();
+    while (done.load(std::memory_order_acquire) < round * kProducers * kItems) std::this_thread::sleep_for(100us);
+  }
+  wait_until_parked(idle, kConsumers);
+  idle.stop();
+  for (auto& t : consumers) t.join();
+  CHECK(done.load() == kRounds * kProducers * kItems);
+  CHECK(available.load() == 0);
+  CHECK(idle.parked() == 0);
+  CHECK(idle.spinning() == 0);
+}
+
+TEST_CASE("idle workers: stop releases every parked thread, and commit_park reports it") {
+  Watchdog dog("idle workers: stop", 60s);
+  constexpr int kThreads = 6;
+  IdleWorkers idle(kThreads);
+  std::atomic<int> stopped{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&] {
+      idle.prepare_park();
+      if (!idle.commit_park()) stopped.fetch_add(1);
+    });
+  wait_until_parked(idle, kThreads);
+  idle.stop();
+  for (auto& t : threads) t.join();
+  CHECK(stopped.load() == kThreads);
+  // After stop, parking returns at once and wakes are ignored.
+  idle.wake_one();
+  idle.prepare_park();
+  CHECK_FALSE(idle.commit_park());
+}
+
+TEST_CASE("idle workers: wake_all releases every parked thread, wake_one exactly one") {
+  Watchdog dog("idle workers: wake_all", 60s);
+  constexpr int kThreads = 5;
+  IdleWorkers idle(kThreads);
+  std::atomic<int> woken{0};
+  auto park_once = [&] {
+    idle.prepare_park();
+    if (idle.commit_park()) woken.fetch_add(1);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(park_once);
+  wait_until_parked(idle, kThreads);
+  idle.wake_one();
+  while (woken.load() < 1) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);
+  CHECK(woken.load() == 1);  // one token wakes one thread
+  CHECK(idle.parked() == kThreads - 1);
+  idle.wake_all();
+  for (auto& t : threads) t.join();
+  CHECK(woken.load() == kThreads);
+  CHECK(idle.parked() == 0);
+  idle.stop();
+}
