@@ -13,7 +13,7 @@ function B.spawn_seq(quick)
   local n = quick and 2000 or 20000
   local t0 = time.now()
   for i = 1, n do
-    assert(process.spawn_monitored("nodes:noop", i))
+    assert(process.spawn_monitored("nodes.noop", i))
     local ev = process.events():receive()
     assert(ev.result == i, "wrong result")
   end
@@ -25,7 +25,7 @@ function B.spawn_conc(quick)
   local n = quick and 10000 or 100000
   local t0 = time.now()
   for i = 1, n do
-    assert(process.spawn_monitored("nodes:noop", i))
+    assert(process.spawn_monitored("nodes.noop", i))
     if i % 1000 == 0 then time.sleep(0) end  -- a long spawn loop must yield (--time-limit)
   end
   local sum = 0
@@ -43,7 +43,7 @@ function B.idle_memory(quick, h)
   local t0 = time.now()
   local pids = {}
   for i = 1, n do
-    pids[i] = assert(process.spawn("nodes:idle"))
+    pids[i] = assert(process.spawn("nodes.idle"))
     if i % 1000 == 0 then time.sleep(0) end
   end
   -- Ask the last one for its heap: by the time it answers, all have started.
@@ -60,7 +60,7 @@ end
 
 function B.pingpong(quick)
   local n = quick and 20000 or 200000
-  local pong = assert(process.spawn("nodes:pong"))
+  local pong = assert(process.spawn("nodes.pong"))
   local t0 = time.now()
   local msg = { n = 0 }
   for i = 1, n do
@@ -76,7 +76,7 @@ end
 
 function B.send_1k(quick)
   local n = quick and 20000 or 200000
-  local sink = assert(process.spawn("nodes:sink", process.pid(), n))
+  local sink = assert(process.spawn("nodes.sink", process.pid(), n))
   local payload = string.rep("x", 1024)
   local t0 = time.now()
   for _ = 1, n do process.send(sink, "data", payload) end
@@ -88,7 +88,7 @@ end
 
 function B.counting(quick)
   local n = quick and 20000 or 200000
-  local counter = assert(process.spawn("nodes:counter"))
+  local counter = assert(process.spawn("nodes.counter"))
   local t0 = time.now()
   for _ = 1, n do process.send(counter, "inc", nil) end
   process.send(counter, "total", nil)
@@ -100,10 +100,10 @@ end
 
 local function threadring(size, hops)
   local me = process.pid()
-  local first = assert(process.spawn("nodes:ring_node", me))
+  local first = assert(process.spawn("nodes.ring", me))
   local prev, nodes = first, { first }
   for i = 2, size do
-    local p = assert(process.spawn("nodes:ring_node", me))
+    local p = assert(process.spawn("nodes.ring", me))
     process.send(prev, "next", p)
     prev, nodes[i] = p, p
   end
@@ -130,7 +130,7 @@ function B.fj_create(quick)
   local n = quick and 2000 or 20000
   local t0 = time.now()
   for i = 1, n do
-    local pid = assert(process.spawn_monitored("nodes:once"))
+    local pid = assert(process.spawn_monitored("nodes.once"))
     process.send(pid, "go", i)
     if i % 1000 == 0 then time.sleep(0) end
   end
@@ -147,7 +147,7 @@ function B.fj_throughput(quick)
   local actors, n = 40, quick and 2000 or 20000
   local me = process.pid()
   local pids = {}
-  for i = 1, actors do pids[i] = assert(process.spawn("nodes:fj_worker", me, n)) end
+  for i = 1, actors do pids[i] = assert(process.spawn("nodes.fj_worker", me, n)) end
   local t0 = time.now()
   for _ = 1, n do
     for i = 1, actors do process.send(pids[i], "work", nil) end
@@ -164,7 +164,7 @@ function B.big(quick)
   local workers, n = 100, quick and 500 or 5000
   local me = process.pid()
   local pids = {}
-  for i = 1, workers do pids[i] = assert(process.spawn("nodes:big_worker", me, n, i)) end
+  for i = 1, workers do pids[i] = assert(process.spawn("nodes.big_worker", me, n, i)) end
   local t0 = time.now()
   for i = 1, workers do process.send(pids[i], "peers", pids) end
   local pings = 0
@@ -179,7 +179,7 @@ end
 function B.chameneos(quick)
   local creatures, meetings = 10, quick and 20000 or 200000
   local t0 = time.now()
-  assert(process.spawn("nodes:mall", process.pid(), creatures, meetings))
+  assert(process.spawn("nodes.chameneos:mall", process.pid(), creatures, meetings))
   local m = process.receive()
   local s = elapsed(t0)
   assert(m.payload == 2 * meetings, "meetings counted wrong: " .. tostring(m.payload))
@@ -191,7 +191,7 @@ function B.fib(quick)
   local n = quick and 14 or 17
   local want = ({ [14] = 377, [17] = 1597 })[n]
   local t0 = time.now()
-  assert(process.spawn("nodes:fib", n, process.pid()))
+  assert(process.spawn("nodes.fib", n, process.pid()))
   local m = process.receive()
   local s = elapsed(t0)
   assert(m.payload == want, "fib(" .. n .. ") = " .. tostring(m.payload))

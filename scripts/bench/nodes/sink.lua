@@ -1,0 +1,10 @@
+-- send_1k: counts the bytes of N messages, then reports.
+local M = {}
+
+function M.main(report_to, n)
+  local bytes = 0
+  for _ = 1, n do bytes = bytes + #process.receive().payload end
+  process.send(report_to, "done", bytes)
+end
+
+return M
