@@ -866,6 +866,7 @@ bool LuaProcess::Prepare() {
     // has shown it runs long enough to be worth it.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
+    p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
     for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
       lua_pushboolean(S, 0);
       *ref = p.kernel_.pin(S);

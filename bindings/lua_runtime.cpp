@@ -9,9 +9,11 @@
 
 namespace host::lua {
 
-// Generated from bindings/kernel_ext.lua and bindings/receive.lua.
+// Generated from bindings/kernel_ext.lua, bindings/receive.lua and
+// bindings/message.lua.
 extern const char* const k_kernel_ext_source;
 extern const char* const k_receive_source;
+extern const char* const k_message_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -31,6 +33,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=receive", k_receive_source, receive_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("process.receive does not compile: " + err);
+  err = ModuleCache::compile("=message", k_message_source, message_bytecode_, /*strip=*/true);
+  if (!err.empty()) throw std::runtime_error("the message constructor does not compile: " + err);
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }
 

@@ -53,6 +53,7 @@ class LuaRuntime {
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& receive_bytecode() const { return receive_bytecode_; }
+  const std::string& message_bytecode() const { return message_bytecode_; }
 
   // Which modules each live process loaded, for reload events (only with
   // track_module_uses).
@@ -75,6 +76,7 @@ class LuaRuntime {
   std::atomic<std::size_t> processes_{0};
   std::string kernel_ext_bytecode_;
   std::string receive_bytecode_;
+  std::string message_bytecode_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_

@@ -250,13 +250,29 @@ void TaskKernel::push_inbox_queue(lua_State* L, int which) {
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   const int topic = base + 2;
-  // { topic =, from =, payload = } with the keys made once (lua_setfield
-  // would hash and look up each key's string every time).
-  lua_createtable(L, 0, 3);
-  for (int i = 0; i < 3; ++i) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);
-    lua_pushvalue(L, base + 1 + i);
-    lua_rawset(L, -3);
+  // { from =, topic =, payload = }: from a process's kMessagesBeforeCtor-th
+  // message on, by bindings/message.lua's constructor (loading it costs
+  // about what 10 messages save, so a process that gets a few messages
+  // never pays for it); until then through the C API, with the keys made
+  // once (lua_setfield would hash and look up each key every time).
+  if (message_ctor_ref_ == -2 && message_chunk_ && ++messages_ >= kMessagesBeforeCtor) {
+    if (luaL_loadbuffer(L, message_chunk_->data(), message_chunk_->size(), "=message") != 0) lua_error(L);
+    lua_call(L, 0, 1);
+    message_ctor_ref_ = pin(L);
+  }
+  if (message_ctor_ref_ != -2) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
+    lua_pushvalue(L, base + 1);
+    lua_pushvalue(L, base + 2);
+    lua_pushvalue(L, base + 3);
+    lua_call(L, 3, 1);
+  } else {
+    lua_createtable(L, 0, 3);
+    for (int i = 0; i < 3; ++i) {
+      lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);
+      lua_pushvalue(L, base + 1 + i);
+      lua_rawset(L, -3);
+    }
   }
   const int msg = base + 4;
   if (listening_) {

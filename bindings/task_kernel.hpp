@@ -73,6 +73,8 @@ class TaskKernel {
   // then replaces itself in the process table the next time it is called.
   void push_receive(lua_State* L);
   void enable_fast_receive(const std::string* fast_path) { fast_path_ = fast_path; }
+  // The bytecode of bindings/message.lua (see message()).
+  void set_message_chunk(const std::string* chunk) { message_chunk_ = chunk; }
   // The extension table (loading it on first use).
   void push_ext(lua_State* L);
 
@@ -138,6 +140,12 @@ class TaskKernel {
   int traceback_ref_ = -2;
   int coroutine_ref_ = -2;
   int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload"
+  // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
+  // at the kMessagesBeforeCtor-th message; messages_ counts until then.
+  static constexpr int kMessagesBeforeCtor = 16;
+  int message_ctor_ref_ = -2;
+  const std::string* message_chunk_ = nullptr;
+  int messages_ = 0;
   lua_State* current_ = nullptr;
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,

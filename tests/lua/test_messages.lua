@@ -38,6 +38,22 @@ return { main = function()
       T.eq(m.topic, "hello"); T.eq(m.from, echo); T.eq(m.payload.a, 1)
       process.send(echo, "stop", nil)
     end },
+    { "envelopes look the same from a process's first message to its hundredth", function()
+      -- The kernel builds the first few envelopes through the C API and the
+      -- rest with a Lua constructor (bindings/message.lua): no difference
+      -- may show.
+      local n = 100
+      local pid = assert(process.spawn("fixtures.envelopes", process.pid(), n))
+      local payloads = { n = 5, nil, false, 0, "s", { 1 } }
+      for i = 1, n do process.send(pid, "t" .. i, payloads[(i - 1) % payloads.n + 1]) end
+      local seen = assert(process.receive(5)).payload
+      local types = { "nil", "boolean", "number", "string", "table" }
+      for i = 1, n do
+        local p = (i - 1) % 5 + 1
+        local keys = p == 1 and "from,topic" or "from,payload,topic"
+        T.eq(seen[i], keys .. "|t" .. i .. "|" .. types[p] .. "|nil|true", "envelope " .. i)
+      end
+    end },
     { "numbers cross exactly: NaN, inf, -0.0, 2^53, floats", function()
       local v = roundtrip({ 0/0, math.huge, -math.huge, -0.0, 2^53, 2^53 + 2, 0.1, -123456789, 1e308, 5e-324 })
       T.ok(v[1] ~= v[1], "NaN")
