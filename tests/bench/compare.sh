@@ -41,7 +41,7 @@ for b in "${benches[@]}"; do
 done
 
 echo "host vs Erlang/OTP vs Go: median of $runs alternating runs${quick:+ (quick parameters)}${workers:+, $workers scheduler threads each}"
-echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+describe_machine
 echo "versions: $(build/host --version); Erlang/OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().'); $(build/savina-go version)"
 echo
 printf '| %-15s | %10s | %10s | %10s | %12s | %9s |\n' benchmark "host s" "erlang s" "go s" "host/erlang" "host/go"

@@ -40,4 +40,9 @@ run_one() {
   [ -z "$mem" ] || echo "${mem##* }" >> "$file.mem"
 }
 
+# The machine line both tables start with.
+describe_machine() {
+  echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+}
+
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

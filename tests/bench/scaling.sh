@@ -46,7 +46,7 @@ for b in "${benches[@]}"; do
 done
 
 echo "seconds by scheduler threads: median of $runs runs${quick:+ (quick parameters)}, speedup over 1 thread in brackets"
-echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+describe_machine
 echo
 header="| benchmark       | impl   |"
 rule="|-----------------|--------|"
