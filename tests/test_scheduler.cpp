@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -263,6 +264,42 @@ TEST_CASE("sends to finished, never-allocated and foreign PIDs return not_found"
   CHECK(s.send(Pid{0, 0xFFFFFFFFu, 1}, "t", "v").rfind("not_found", 0) == 0);
   CHECK(s.send(Pid{5, r.pid.index, r.pid.generation}, "t", "v").rfind("not_found", 0) == 0);
   CHECK(s.send(Pid{}, "t", "v").rfind("not_found", 0) == 0);
+}
+
+TEST_CASE("a process readied by a worker that stays in its step runs on another worker meanwhile") {
+  // A lone process in a busy worker's deque is left to that worker for a
+  // few microseconds (config::kLoneStealDelay), never for good: each round,
+  // a readies b and then waits in its step until b has run.
+  Watchdog dog("lone process steal", 120s);
+  Scheduler s({.workers = 2});
+  s.watch_for_runaways(30s);  // its handoff wakes a parked worker
+  ExitLog exits(s);
+  for (int round = 0; round < 50; ++round) {
+    CAPTURE(round);
+    auto ran = std::make_shared<std::atomic<bool>>(false);
+    auto b = s.spawn(make_fn([ran](FnProcess&, std::span<Event> events, StepOutput& out) {
+                       for (auto& e : events)
+                         if (e.kind == EventKind::Message) {
+                           ran->store(true);
+                           return done(out, "ran");
+                         }
+                       out.status = Status::Idle;
+                     }),
+                     "b", "");
+    REQUIRE(b);
+    auto a = s.spawn(make_fn([ran, to = b.pid](FnProcess& p, std::span<Event>, StepOutput& out) {
+                       if (!p.ctx().scheduler->send(to, "go", "", p.ctx().self).empty()) return fail(out, "send failed");
+                       const auto deadline = std::chrono::steady_clock::now() + 20s;
+                       while (!ran->load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+                       if (!ran->load()) return fail(out, "b did not run while a stayed in its step");
+                       done(out, "ok");
+                     }),
+                     "a", "");
+    REQUIRE(a);
+    REQUIRE(exits.wait(a.pid));
+    CHECK(exits.get(a.pid).result == "ok");
+    REQUIRE(exits.wait(b.pid));
+  }
 }
 
 TEST_CASE("messages carry sender and topic and arrive in the order sent") {
