@@ -855,6 +855,7 @@ bool LuaProcess::Prepare() {
   // script's module): everything it allocates stays alive, so a collection
   // would only cost time (about 10% of a spawn).
   lua_gc(L_, LUA_GCSTOP, 0);
+  lua_gc(L_, LUA_GCSETPAUSE, config::kLuaGcPause);
   // Protected: a memory error must not panic.
   int rc = lua_cpcall(L_, [](lua_State* S) -> int {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
@@ -1063,8 +1064,25 @@ int LuaProcess::step_body(lua_State* S) {
   LuaProcess& p = *c->p;
   StepOutput& out = *c->out;
   lua_settop(S, 0);
-  p.deliver_events(S, c->events);
-  switch (p.kernel_.run(S)) {
+  // The events go to the kernel in batches, the tasks running after each:
+  // a task in a receive loop drains one batch before the next becomes Lua
+  // values, so a flood of messages (a producer's whole step) never exists
+  // as Lua tables all at once. All at once, the inbox would hold every one
+  // of them and each collection would mark them all: Counting's 200k
+  // messages took about three times as long that way.
+  std::span<Event> events = c->events;
+  TaskKernel::Outcome outcome;
+  for (;;) {
+    const std::size_t n = std::min(events.size(), config::kDeliverBatch);
+    p.deliver_events(S, events.first(n));
+    events = events.subspan(n);
+    outcome = p.kernel_.run(S);
+    if (events.empty() || outcome != TaskKernel::kWaiting) break;
+  }
+  // Tasks that yielded run again next step, behind other processes; the
+  // rest of the events wait for them in the inbox.
+  if (outcome == TaskKernel::kContinue) p.deliver_events(S, events);
+  switch (outcome) {
     case TaskKernel::kWaiting:
       out.status = p.pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
       break;

@@ -177,6 +177,15 @@ return { main = function()
       local ev = T.next_event("exit", 30)
       T.eq(ev.error, nil, "stress error"); T.eq(ev.result, "ok")
     end },
+    { "a flood sent in one step arrives whole and in order, received three ways", function()
+      -- More messages than a step hands the kernel at once (config::kDeliverBatch),
+      -- so the receiver's ways of receiving change between and within batches.
+      local n = 5000
+      local r = assert(process.spawn_monitored("fixtures.flood_receiver", n))
+      for i = 1, n do assert(process.send(r, "n", i)) end
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
+    end },
     { "10k processes: each sender's messages arrive once and in order", function()
       local senders, per = 10000, 5
       for s = 1, senders do assert(process.spawn("fixtures.relay", process.pid(), per, s)) end
