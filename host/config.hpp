@@ -32,6 +32,12 @@ inline constexpr std::chrono::microseconds kLoneStealDelay{3};
 // to this many rounds (about 50 us here) before it parks.
 inline constexpr int kLoneWaitRounds = kYieldRounds + 64;
 
+// A step that has sent this many messages to processes already queued
+// (a producer feeding a consumer it readied) wakes a parked worker, once a
+// step, to take the consumer (host/worker.hpp, fed_queued_process). A
+// ping-pong pair never gets there: each step sends one message.
+inline constexpr std::uint32_t kFeedsBeforeWake = 64;
+
 // Initial capacity of a worker deque; it grows by doubling.
 inline constexpr std::int64_t kDequeInitialCapacity = 256;
 

@@ -64,10 +64,11 @@ class ProcessState {
   // Worker, when the process finished. No transition leaves Complete.
   void mark_complete() { word_.store(static_cast<std::uint32_t>(RunState::Complete), std::memory_order_release); }
 
-  enum class Wake { None, Schedule };
+  enum class Wake { None, Schedule, Queued };
 
   // Any thread, after pushing an event to the process's queue. Schedule: the
-  // process went Blocked/Idle -> Ready and the caller must queue it.
+  // process went Blocked/Idle -> Ready and the caller must queue it. Queued:
+  // it was Ready already, waiting in a queue for a worker.
   [[nodiscard]] Wake on_event_arrived() {
     std::uint32_t s = word_.load(std::memory_order_acquire);
     for (;;) {
@@ -82,7 +83,9 @@ class ProcessState {
         case RunState::Idle:
           next = static_cast<std::uint32_t>(RunState::Ready);
           break;
-        default:  // Ready: it will drain the event when it runs. Complete: dropped.
+        case RunState::Ready:  // it will drain the event when it runs
+          return Wake::Queued;
+        default:  // Complete: dropped
           return Wake::None;
       }
       if (word_.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire))

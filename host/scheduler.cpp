@@ -170,10 +170,13 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   if (!lock) return false;
   under_lock(*slot);
   if (event) slot->pending.push_back(std::move(*event));
-  bool wake = slot->state.on_event_arrived() == ProcessState::Wake::Schedule;
+  const ProcessState::Wake wake = slot->state.on_event_arrived();
   lock.unlock();
   // Ready now, and in no queue: nothing can run or finish it until we queue it.
-  if (wake) schedule(slot);
+  if (wake == ProcessState::Wake::Schedule) schedule(slot);
+  if (wake == ProcessState::Wake::Queued) {
+    if (Worker* w = Worker::current(); w && &w->scheduler() == this) w->fed_queued_process();
+  }
   return true;
 }
 

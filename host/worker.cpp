@@ -162,6 +162,10 @@ ProcessSlot* Worker::steal_work() {
   return nullptr;
 }
 
+void Worker::fed_queued_process() {
+  if (++fed_ == config::kFeedsBeforeWake) scheduler_.idle_.notify_work_available();
+}
+
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;
   if (!slot->state.begin_running()) {
@@ -179,6 +183,7 @@ void Worker::execute(ProcessSlot* slot) {
     events_.swap(slot->pending);
   }
   out_.reset();
+  fed_ = 0;
   running_.store(slot, std::memory_order_relaxed);
   epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {

@@ -39,6 +39,12 @@ class Worker {
   WorkDeque<ProcessSlot*>& deque() { return deque_; }
   // Owner thread only.
   void push_local(ProcessSlot* slot) { deque_.push(slot); }
+  // Owner thread only: the running step sent to a process that waits in a
+  // queue. A step that keeps feeding one (a producer) wakes a parked worker
+  // once (config::kFeedsBeforeWake): schedule() wakes none for a lone
+  // process, which would otherwise wait for the producer's step to end
+  // while a core idles.
+  void fed_queued_process();
   PidTable::LocalFree& free_slots() { return free_slots_; }
 
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
@@ -73,6 +79,7 @@ class Worker {
   std::atomic<int> tid_{0};
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
+  std::uint32_t fed_ = 0;  // fed_queued_process calls in this step
   PidTable::LocalFree free_slots_;
   std::uint64_t rng_;
   std::vector<Event> events_;  // swapped with a slot's pending queue each step

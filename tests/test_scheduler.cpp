@@ -302,6 +302,45 @@ TEST_CASE("a process readied by a worker that stays in its step runs on another 
   }
 }
 
+TEST_CASE("a consumer fed by a producer that stays in its step runs on a parked worker meanwhile") {
+  // The producer readies the consumer into its own worker's deque, where a
+  // lone process wakes no parked worker; its further sends do
+  // (config::kFeedsBeforeWake). No runaway monitor here to hand off.
+  Watchdog dog("producer wakes a worker", 120s);
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  for (int round = 0; round < 10; ++round) {
+    CAPTURE(round);
+    auto got = std::make_shared<std::atomic<int>>(0);
+    auto consumer = s.spawn(make_fn([got](FnProcess&, std::span<Event> events, StepOutput& out) {
+                              for (auto& e : events) {
+                                if (e.kind != EventKind::Message) continue;
+                                if (e.topic == "stop") return done(out);
+                                got->fetch_add(1);
+                              }
+                              out.status = Status::Idle;
+                            }),
+                            "consumer", "");
+    REQUIRE(consumer);
+    std::this_thread::sleep_for(50ms);  // it waits for messages, and both workers park
+    auto producer = s.spawn(make_fn([got, to = consumer.pid](FnProcess& p, std::span<Event>, StepOutput& out) {
+                              for (int i = 0; i < 2 * static_cast<int>(config::kFeedsBeforeWake); ++i)
+                                if (!p.ctx().scheduler->send(to, "n", "", p.ctx().self).empty()) return fail(out, "send");
+                              const auto deadline = std::chrono::steady_clock::now() + 20s;
+                              while (got->load() == 0 && std::chrono::steady_clock::now() < deadline)
+                                std::this_thread::yield();
+                              if (got->load() == 0) return fail(out, "the consumer did not run while the producer stayed in its step");
+                              done(out, "ok");
+                            }),
+                            "producer", "");
+    REQUIRE(producer);
+    REQUIRE(exits.wait(producer.pid));
+    CHECK(exits.get(producer.pid).result == "ok");
+    CHECK(s.send(consumer.pid, "stop", "", Pid{}).empty());
+    REQUIRE(exits.wait(consumer.pid));
+  }
+}
+
 TEST_CASE("messages carry sender and topic and arrive in the order sent") {
   Watchdog dog("message order", 30s);
   Scheduler s({.workers = 2});
