@@ -21,17 +21,6 @@ inline constexpr std::uint32_t kGlobalFairnessTick = 61;
 inline constexpr int kSpinRounds = 4;
 inline constexpr int kYieldRounds = 16;
 
-// A thief takes a worker's only queued process only once it has sat there
-// untouched this long. A lone process is most often the one its worker just
-// readied (the reply of a ping-pong pair, the consumer of a producer), which
-// that worker runs as soon as its step ends: stolen at once, a pair would
-// bounce between cores and a consumer would take one message a step. Go's
-// thieves wait 3 us before they take a P's runnext for the same reason.
-inline constexpr std::chrono::microseconds kLoneStealDelay{3};
-// A spinner that waits for a lone process to be old enough to take yields up
-// to this many rounds (about 50 us here) before it parks.
-inline constexpr int kLoneWaitRounds = kYieldRounds + 64;
-
 // A step that has sent this many messages to processes already queued
 // (a producer feeding a consumer it readied) wakes a parked worker, once a
 // step, to take the consumer (host/worker.hpp, fed_queued_process). A

@@ -106,22 +106,25 @@ class WorkDeque {
   // one claiming CAS. Returns how many moved (0: empty, or lost every race).
   std::int64_t steal_half_into(WorkDeque& dst, int attempts = 4) {
     for (int attempt = 0; attempt < attempts; ++attempt) {
-      std::int64_t n = steal_half_from(dst, top_.load(std::memory_order_acquire));
-      if (n >= 0) return n;
+      std::uint64_t tp = top_.load(std::memory_order_acquire);
+      std::int64_t b = bottom_.load(std::memory_order_acquire);
+      std::int64_t t = top_index(b, tp);
+      std::int64_t size = b - t;
+      if (size <= 0) return 0;
+      std::int64_t n = size - size / 2;
+      Buffer* src = buffer_.load(std::memory_order_acquire);
+      // Copy into dst's slots past its bottom: invisible to dst's thieves
+      // until the bottom store below, and simply overwritten if we lose.
+      std::int64_t db = dst.bottom_.load(std::memory_order_relaxed);
+      Buffer* out = dst.reserve(db, n);
+      for (std::int64_t i = 0; i < n; ++i) out->put(db + i, src->get(t + i));
+      if (top_.compare_exchange_strong(tp, pack(t + n, version(tp) + 1), std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+        dst.bottom_.store(db + n, std::memory_order_release);  // publish to dst's thieves
+        return n;
+      }
     }
     return 0;
-  }
-
-  // The top word (index and version): it changes with every pop and steal,
-  // never with a push. For steal_half_if_unchanged.
-  std::uint64_t top_word() const { return top_.load(std::memory_order_acquire); }
-
-  // As steal_half_into, but only if nothing was popped or stolen since
-  // top_word() returned `seen`: a thief that waited to see whether the owner
-  // takes its item itself takes it only if the owner did not.
-  std::int64_t steal_half_if_unchanged(WorkDeque& dst, std::uint64_t seen) {
-    std::int64_t n = steal_half_from(dst, seen);
-    return n < 0 ? 0 : n;
   }
 
   // Any thread; a racy estimate, exact when quiescent.
@@ -144,27 +147,6 @@ class WorkDeque {
     const std::int64_t mask;
     std::unique_ptr<std::atomic<T>[]> slots;
   };
-
-  // One attempt of a steal-half whose top word is `tp`: how many moved, 0
-  // when empty, -1 when top is no longer tp.
-  std::int64_t steal_half_from(WorkDeque& dst, std::uint64_t tp) {
-    std::int64_t b = bottom_.load(std::memory_order_acquire);
-    std::int64_t t = top_index(b, tp);
-    std::int64_t size = b - t;
-    if (size <= 0) return 0;
-    std::int64_t n = size - size / 2;
-    Buffer* src = buffer_.load(std::memory_order_acquire);
-    // Copy into dst's slots past its bottom: invisible to dst's thieves
-    // until the bottom store below, and simply overwritten if we lose.
-    std::int64_t db = dst.bottom_.load(std::memory_order_relaxed);
-    Buffer* out = dst.reserve(db, n);
-    for (std::int64_t i = 0; i < n; ++i) out->put(db + i, src->get(t + i));
-    if (!top_.compare_exchange_strong(tp, pack(t + n, version(tp) + 1), std::memory_order_acq_rel,
-                                      std::memory_order_relaxed))
-      return -1;
-    dst.bottom_.store(db + n, std::memory_order_release);  // publish to dst's thieves
-    return n;
-  }
 
   static std::uint64_t pack(std::int64_t index, std::uint32_t ver) {
     return (std::uint64_t{ver} << 32) | static_cast<std::uint32_t>(index);

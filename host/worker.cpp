@@ -89,10 +89,7 @@ void Worker::run() {
       ++rounds;
       continue;
     }
-    // A spinner that waits to take a lone process (steal_work) parks later,
-    // but not never: a ping-pong pair keeps a fresh lone process in its
-    // worker's deque all the time.
-    if (rounds < config::kYieldRounds || (spinning && lone_waiting_ && rounds < config::kLoneWaitRounds)) {
+    if (rounds < config::kYieldRounds) {
       std::this_thread::yield();
       ++rounds;
       continue;
@@ -131,31 +128,12 @@ ProcessSlot* Worker::find_work() {
 ProcessSlot* Worker::steal_work() {
   auto& workers = scheduler_.workers_;
   const std::size_t n = workers.size();
-  lone_waiting_ = false;
   if (n < 2) return nullptr;
-  if (lone_seen_.size() != n) lone_seen_.assign(n, LoneSeen{});
   std::size_t start = next_random() % n;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t v = (start + i) % n;
-    Worker& victim = *workers[v];
+    Worker& victim = *workers[(start + i) % n];
     if (&victim == this) continue;
-    std::int64_t stolen;
-    if (victim.deque_.size_approx() == 1) {
-      // Its owner most likely runs it next (config::kLoneStealDelay): take
-      // it only once it has waited there, untouched, that long.
-      const std::uint64_t top = victim.deque_.top_word();
-      const auto now = std::chrono::steady_clock::now();
-      LoneSeen& seen = lone_seen_[v];
-      if (seen.top != top) seen = LoneSeen{top, now};
-      if (now - seen.since < config::kLoneStealDelay) {
-        lone_waiting_ = true;
-        continue;
-      }
-      stolen = victim.deque_.steal_half_if_unchanged(deque_, top);
-    } else {
-      stolen = victim.deque_.steal_half_into(deque_);
-    }
-    if (stolen > 0) {
+    if (victim.deque_.steal_half_into(deque_) > 0) {
       if (auto got = deque_.pop()) return *got;
     }
   }

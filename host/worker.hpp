@@ -6,7 +6,6 @@
 #include <pthread.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -83,14 +82,6 @@ class Worker {
   PidTable::LocalFree free_slots_;
   std::uint64_t rng_;
   std::vector<Event> events_;  // swapped with a slot's pending queue each step
-  // Lone processes seen in other workers' deques (config::kLoneStealDelay):
-  // per worker, the deque's top word when first seen and since when.
-  struct LoneSeen {
-    std::uint64_t top = 0;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::vector<LoneSeen> lone_seen_;
-  bool lone_waiting_ = false;  // the last steal_work left one to take later
   StepOutput out_;
 };
 

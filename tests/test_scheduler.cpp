@@ -5,7 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -267,9 +266,10 @@ TEST_CASE("sends to finished, never-allocated and foreign PIDs return not_found"
 }
 
 TEST_CASE("a process readied by a worker that stays in its step runs on another worker meanwhile") {
-  // A lone process in a busy worker's deque is left to that worker for a
-  // few microseconds (config::kLoneStealDelay), never for good: each round,
-  // a readies b and then waits in its step until b has run.
+  // schedule() wakes no parked worker for a lone process in the deque of
+  // the worker that readied it; a spinning worker steals it, or the runaway
+  // monitor's handoff wakes one. Each round, a readies b and then waits in
+  // its step until b has run.
   Watchdog dog("lone process steal", 120s);
   Scheduler s({.workers = 2});
   s.watch_for_runaways(30s);  // its handoff wakes a parked worker
