@@ -141,7 +141,7 @@ ProcessSlot* Worker::steal_work() {
 }
 
 void Worker::fed_queued_process() {
-  if (++fed_ == config::kFeedsBeforeWake) scheduler_.idle_.notify_work_available();
+  if (++fed_ % config::kFeedsBeforeWake == 0) scheduler_.idle_.notify_work_available();
 }
 
 void Worker::execute(ProcessSlot* slot) {

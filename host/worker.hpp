@@ -39,10 +39,12 @@ class Worker {
   // Owner thread only.
   void push_local(ProcessSlot* slot) { deque_.push(slot); }
   // Owner thread only: the running step sent to a process that waits in a
-  // queue. A step that keeps feeding one (a producer) wakes a parked worker
-  // once (config::kFeedsBeforeWake): schedule() wakes none for a lone
-  // process, which would otherwise wait for the producer's step to end
-  // while a core idles.
+  // queue. A step that keeps feeding queued processes (a producer) wakes a
+  // parked worker every config::kFeedsBeforeWake of them: schedule() wakes
+  // none for a lone process, which would otherwise wait for the producer's
+  // step to end while a core idles. Not once a step: the worker that takes
+  // the consumer may park again when the consumer catches up, and the
+  // consumer is readied into the producer's deque once more.
   void fed_queued_process();
   PidTable::LocalFree& free_slots() { return free_slots_; }
 
