@@ -185,13 +185,17 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
 }
 
 std::string Scheduler::send(const Pid& to, std::string_view topic, std::string payload, const Pid& from) {
-  // The message path's only copy of the topic.
-  Event ev;
-  ev.kind = EventKind::Message;
-  ev.from = from;
-  ev.topic.assign(topic);
-  ev.payload = std::move(payload);
-  return deliver(to, std::move(ev));
+  // Built in place in the queue, under the lock: no Event to construct,
+  // move and destroy around it (three strings each). The message path's
+  // only copy of the topic.
+  const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
+    Event& ev = slot.pending.emplace_back();
+    ev.kind = EventKind::Message;
+    ev.from = from;
+    ev.topic.assign(topic);
+    ev.payload = std::move(payload);
+  });
+  return alive ? std::string() : not_found(to);
 }
 
 std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from) {
