@@ -247,6 +247,18 @@ void TaskKernel::push_inbox_queue(lua_State* L, int which) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_queue_refs_[which - 1]);
 }
 
+bool TaskKernel::inbox_recvq_empty(lua_State* L) {
+  // Only kernel_ext's receives (and the ones queued behind them) wait there.
+  if (!ext_loaded()) return true;
+  push_inbox_queue(L, kRecvq);
+  lua_rawgeti(L, -1, kTail);
+  // An emptied queue always starts again at kFirst (QueueRef::shift and
+  // clear, kernel_ext's qshift and qclear), so its tail alone tells.
+  const bool empty = lua_tointeger(L, -1) == kFirst - 1;
+  lua_pop(L, 2);
+  return empty;
+}
+
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   const int topic = base + 2;
@@ -260,21 +272,35 @@ void TaskKernel::message(lua_State* L) {
     lua_call(L, 0, 1);
     message_ctor_ref_ = pin(L);
   }
+  // A listener's topic goes to its channel (kernel_ext's topic -> channel
+  // table): the channel stays at base + 5.
+  bool to_listener = false;
+  if (listening_) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, listeners_ref_);
+    lua_pushvalue(L, topic);
+    lua_rawget(L, -2);
+    to_listener = !lua_isnil(L, -1);
+    if (!to_listener) lua_settop(L, base + 3);
+  }
+  // The usual case of a flood: nobody waits and nothing else may take the
+  // message (no listener for it, the inbox on its fast paths, no receiver
+  // in its queue), so it goes to the end of the inbox's buffer, which the
+  // constructor does itself.
+  if (message_ctor_ref_ != -2 && !to_listener && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
+    lua_pushvalue(L, base + 1);
+    lua_pushvalue(L, base + 2);
+    lua_pushvalue(L, base + 3);
+    push_inbox_queue(L, kBuf);
+    lua_call(L, 4, 0);
+    lua_settop(L, base);
+    return;
+  }
   if (message_ctor_ref_ != -2) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
     lua_pushvalue(L, base + 1);
     lua_pushvalue(L, base + 2);
     lua_pushvalue(L, base + 3);
-    // The usual case of a flood: nobody waits and nothing else may take the
-    // message (no listeners, no kernel_ext receives, the inbox on its fast
-    // paths), so it goes to the end of the inbox's buffer, which the
-    // constructor does itself.
-    if (!listening_ && !slow_inbox_ && parked_.empty() && !ext_loaded()) {
-      push_inbox_queue(L, kBuf);
-      lua_call(L, 4, 0);
-      lua_settop(L, base);
-      return;
-    }
     lua_call(L, 3, 1);
   } else {
     lua_createtable(L, 0, 3);
@@ -284,22 +310,15 @@ void TaskKernel::message(lua_State* L) {
       lua_rawset(L, -3);
     }
   }
-  const int msg = base + 4;
-  if (listening_) {
-    // A listener's topic goes to its channel.
-    lua_rawgeti(L, LUA_REGISTRYINDEX, listeners_ref_);
-    lua_pushvalue(L, topic);
-    lua_rawget(L, -2);
-    if (!lua_isnil(L, -1)) {
-      push_ext(L);
-      lua_getfield(L, -1, "deliver");
-      lua_pushvalue(L, msg + 2);
-      lua_pushvalue(L, msg);
-      lua_call(L, 2, 0);
-      lua_settop(L, base);
-      return;
-    }
-    lua_settop(L, msg);
+  const int msg = lua_gettop(L);
+  if (to_listener) {
+    push_ext(L);
+    lua_getfield(L, -1, "deliver");
+    lua_pushvalue(L, base + 5);
+    lua_pushvalue(L, msg);
+    lua_call(L, 2, 0);
+    lua_settop(L, base);
+    return;
   }
   if (!slow_inbox_) {
     // The common cases here: a task waits in process.receive (hand the
@@ -740,13 +759,7 @@ int TaskKernel::l_receive(lua_State* L) {
     // the kernel's resume for certain, so it waits from here, as a plain
     // block (no after_resume), unless others wait in the inbox's receive
     // queue, which only happens once kernel_ext has loaded (see message).
-    bool others_wait = false;
-    if (k.ext_loaded()) {
-      k.push_inbox_queue(L, kRecvq);
-      others_wait = QueueRef(L, 1).size() > 0;
-      lua_settop(L, 0);
-    }
-    if (!others_wait) {
+    if (k.inbox_recvq_empty(L)) {
       k.parked_.push_back(L);
       lua_pushlightuserdata(L, &kBlock);
       return lua_yield(L, 1);

@@ -117,6 +117,8 @@ class TaskKernel {
   void restart(lua_State* L, lua_State* co);
   // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq).
   void push_inbox_queue(lua_State* L, int which);
+  // Whether no task waits in the inbox's receive queue (kernel_ext's).
+  bool inbox_recvq_empty(lua_State* L);
   // Pushes the events channel, made on first use.
   void push_events(lua_State* L);
   // From now on kernel_ext.lua handles the inbox's messages and senders:
