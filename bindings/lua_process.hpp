@@ -73,6 +73,9 @@ class LuaProcess final : public Process {
   // new C function object every step.
   static int step_body(lua_State* L);
   void deliver_events(lua_State* L, std::span<Event> events);
+  // Pushes a message event's from, topic and value; false (logged, nothing
+  // pushed) when its value cannot be decoded.
+  bool push_message(lua_State* L, const Event& ev);
   void flush_commands(StepOutput& out);
   void forget_monitor(const Pid& target, std::uint64_t ref);
   void push_sender(lua_State* L, const Pid& from);

@@ -9,7 +9,7 @@
 -- With buf (the inbox's buffer: { head, tail, messages... }, as in
 -- task_kernel.cpp's QueueRef) it appends the message there instead of
 -- returning it: the kernel's choice when nobody waits for it.
-return function(from, topic, payload, buf)
+local function new(from, topic, payload, buf)
   local m = { from = false, topic = false, payload = false }
   m.from, m.topic, m.payload = from, topic, payload
   if buf then
@@ -20,3 +20,21 @@ return function(from, topic, payload, buf)
   end
   return m
 end
+
+-- Appends n messages, given as from, topic, payload after n, to buf: the
+-- kernel's call for a run of messages that nobody waits for
+-- (TaskKernel::queue_messages), one call from C for the run instead of one
+-- a message.
+local function append(buf, n, ...)
+  local v = { ... }
+  local tail = buf[2]
+  for i = 1, 3 * n, 3 do
+    local m = { from = false, topic = false, payload = false }
+    m.from, m.topic, m.payload = v[i], v[i + 1], v[i + 2]
+    tail = tail + 1
+    buf[tail] = m
+  end
+  buf[2] = tail
+end
+
+return new, append

@@ -259,6 +259,26 @@ bool TaskKernel::inbox_recvq_empty(lua_State* L) {
   return empty;
 }
 
+bool TaskKernel::queues_directly(lua_State* L) {
+  return message_append_ref_ != -2 && !listening_ && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L);
+}
+
+void TaskKernel::begin_queue(lua_State* L, int n) {
+  luaL_checkstack(L, 3 * n + 8, "queued messages");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
+  push_inbox_queue(L, kBuf);
+}
+
+void TaskKernel::end_queue(lua_State* L, int base, int n) {
+  if (n == 0) {
+    lua_settop(L, base);
+    return;
+  }
+  lua_pushinteger(L, n);
+  lua_insert(L, base + 3);  // append(buf, n, from, topic, payload, ...)
+  lua_call(L, 3 * n + 2, 0);
+}
+
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   const int topic = base + 2;
@@ -269,7 +289,8 @@ void TaskKernel::message(lua_State* L) {
   // once (lua_setfield would hash and look up each key every time).
   if (message_ctor_ref_ == -2 && message_chunk_ && ++messages_ >= kMessagesBeforeCtor) {
     if (luaL_loadbuffer(L, message_chunk_->data(), message_chunk_->size(), "=message") != 0) lua_error(L);
-    lua_call(L, 0, 1);
+    lua_call(L, 0, 2);
+    message_append_ref_ = pin(L);
     message_ctor_ref_ = pin(L);
   }
   // A listener's topic goes to its channel (kernel_ext's topic -> channel

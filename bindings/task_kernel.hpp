@@ -52,6 +52,14 @@ class TaskKernel {
 
   // A message event: from, topic and value on top of L (popped).
   void message(lua_State* L);
+  // Whether a message now would go straight to the end of the inbox's
+  // buffer (nobody waits, no listeners, the constructor loaded): then a run
+  // of messages may be handed over at once. With the stack's top at base,
+  // begin_queue(L, n) pushes what end_queue(L, base, k) calls, with k <= n
+  // messages (from, topic, value each) pushed in between.
+  bool queues_directly(lua_State* L);
+  void begin_queue(lua_State* L, int n);
+  void end_queue(lua_State* L, int base, int n);
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }
   // (popped) for events(), or for the process.watch channel of watch_ref
   // (an exit's monitor ref). Queued here until kernel_ext.lua loads, so a
@@ -146,6 +154,7 @@ class TaskKernel {
   // at the kMessagesBeforeCtor-th message; messages_ counts until then.
   static constexpr int kMessagesBeforeCtor = 16;
   int message_ctor_ref_ = -2;
+  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue
   const std::string* message_chunk_ = nullptr;
   int messages_ = 0;
   lua_State* current_ = nullptr;
