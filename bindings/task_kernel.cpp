@@ -259,9 +259,11 @@ bool TaskKernel::inbox_recvq_empty(lua_State* L) {
   return empty;
 }
 
-bool TaskKernel::queues_directly(lua_State* L) {
-  return message_append_ref_ != -2 && !listening_ && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L);
+bool TaskKernel::inbox_takes_directly(lua_State* L) {
+  return message_ctor_ref_ != -2 && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L);
 }
+
+bool TaskKernel::queues_directly(lua_State* L) { return !listening_ && inbox_takes_directly(L); }
 
 void TaskKernel::begin_queue(lua_State* L, int n) {
   luaL_checkstack(L, 3 * n + 8, "queued messages");
@@ -307,7 +309,7 @@ void TaskKernel::message(lua_State* L) {
   // message (no listener for it, the inbox on its fast paths, no receiver
   // in its queue), so it goes to the end of the inbox's buffer, which the
   // constructor does itself.
-  if (message_ctor_ref_ != -2 && !to_listener && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L)) {
+  if (!to_listener && inbox_takes_directly(L)) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
     lua_pushvalue(L, base + 1);
     lua_pushvalue(L, base + 2);

@@ -127,6 +127,10 @@ class TaskKernel {
   void push_inbox_queue(lua_State* L, int which);
   // Whether no task waits in the inbox's receive queue (kernel_ext's).
   bool inbox_recvq_empty(lua_State* L);
+  // Whether a message for the inbox would go straight to the end of its
+  // buffer, by the constructor: nobody waits for it and the inbox is on its
+  // fast paths. The one rule for message() and queues_directly().
+  bool inbox_takes_directly(lua_State* L);
   // Pushes the events channel, made on first use.
   void push_events(lua_State* L);
   // From now on kernel_ext.lua handles the inbox's messages and senders:
@@ -154,7 +158,7 @@ class TaskKernel {
   // at the kMessagesBeforeCtor-th message; messages_ counts until then.
   static constexpr int kMessagesBeforeCtor = 16;
   int message_ctor_ref_ = -2;
-  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue
+  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue (set with it)
   const std::string* message_chunk_ = nullptr;
   int messages_ = 0;
   lua_State* current_ = nullptr;
