@@ -985,8 +985,6 @@ void LuaProcess::flush_commands(StepOutput& out) {
   pending_sleeps_.clear();
 }
 
-// Hands each event to the kernel. A message whose payload cannot be decoded
-// is logged and skipped.
 namespace {
 [[gnu::cold, gnu::noinline]] void log_dropped(const Event& ev, const std::string& err) {
   log::logger().error("message from {} on topic '{}' dropped: {}", ev.from.to_string(), ev.topic, err);
@@ -1004,6 +1002,8 @@ inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
   return false;
 }
 
+// Hands each event to the kernel. A message whose payload cannot be decoded
+// is logged and skipped.
 void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   std::size_t end = 0;  // where the run of messages from i ends
   for (std::size_t i = 0; i < events.size(); ++i) {
