@@ -50,9 +50,14 @@ void Scheduler::watch_for_runaways(std::chrono::milliseconds limit) {
   if (!runaway_monitor_) runaway_monitor_ = std::make_unique<RunawayMonitor>(*this, limit);
 }
 
-PidTable::LocalFree* Scheduler::local_free_slots() {
+Worker* Scheduler::own_worker() {
   Worker* w = Worker::current();
-  return w && &w->scheduler() == this ? &w->free_slots() : nullptr;
+  return w && &w->scheduler() == this ? w : nullptr;
+}
+
+PidTable::LocalFree* Scheduler::local_free_slots() {
+  Worker* w = own_worker();
+  return w ? &w->free_slots() : nullptr;
 }
 
 std::string Scheduler::not_found(const Pid& pid) const {
@@ -68,8 +73,7 @@ std::unique_lock<std::mutex> Scheduler::lock_live(const Pid& pid, ProcessSlot*& 
 }
 
 void Scheduler::schedule(ProcessSlot* slot) {
-  Worker* w = Worker::current();
-  if (w && &w->scheduler() == this) {
+  if (Worker* w = own_worker()) {
     w->push_local(slot);
     // The worker runs what it readied next; only wake a thief when it has
     // more queued than that one (a ping-pong pair would otherwise wake a
@@ -175,7 +179,7 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   // Ready now, and in no queue: nothing can run or finish it until we queue it.
   if (wake == ProcessState::Wake::Schedule) schedule(slot);
   if (wake == ProcessState::Wake::Queued) {
-    if (Worker* w = Worker::current(); w && &w->scheduler() == this) w->fed_queued_process();
+    if (Worker* w = own_worker()) w->fed_queued_process();
   }
   return true;
 }

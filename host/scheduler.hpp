@@ -201,6 +201,9 @@ class Scheduler {
   std::string not_found(const Pid& pid) const;
   // The calling worker's cache of free PID slots; null on other threads.
   PidTable::LocalFree* local_free_slots();
+  // The worker running on this thread if it is one of this scheduler's,
+  // else null (another thread, or a worker of another scheduler).
+  Worker* own_worker();
 
   PidTable table_;
   CommandRegistry commands_;
