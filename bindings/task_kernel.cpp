@@ -281,6 +281,11 @@ void TaskKernel::end_queue(lua_State* L, int base, int n) {
   lua_call(L, 3 * n + 2, 0);
 }
 
+void TaskKernel::push_ctor_call(lua_State* L, int base) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
+  for (int i = 1; i <= 3; ++i) lua_pushvalue(L, base + i);
+}
+
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   const int topic = base + 2;
@@ -310,20 +315,14 @@ void TaskKernel::message(lua_State* L) {
   // in its queue), so it goes to the end of the inbox's buffer, which the
   // constructor does itself.
   if (!to_listener && inbox_takes_directly(L)) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
-    lua_pushvalue(L, base + 1);
-    lua_pushvalue(L, base + 2);
-    lua_pushvalue(L, base + 3);
+    push_ctor_call(L, base);
     push_inbox_queue(L, kBuf);
     lua_call(L, 4, 0);
     lua_settop(L, base);
     return;
   }
   if (message_ctor_ref_ != -2) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
-    lua_pushvalue(L, base + 1);
-    lua_pushvalue(L, base + 2);
-    lua_pushvalue(L, base + 3);
+    push_ctor_call(L, base);
     lua_call(L, 3, 1);
   } else {
     lua_createtable(L, 0, 3);

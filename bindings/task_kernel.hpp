@@ -131,6 +131,9 @@ class TaskKernel {
   // buffer, by the constructor: nobody waits for it and the inbox is on its
   // fast paths. The one rule for message() and queues_directly().
   bool inbox_takes_directly(lua_State* L);
+  // Pushes the constructor and the message's from, topic and value (at
+  // base + 1..3) for a call.
+  void push_ctor_call(lua_State* L, int base);
   // Pushes the events channel, made on first use.
   void push_events(lua_State* L);
   // From now on kernel_ext.lua handles the inbox's messages and senders:
