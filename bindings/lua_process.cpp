@@ -279,7 +279,7 @@ struct Primitives {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       std::string reason = "canceled";
       if (!lua_isnoneornil(L, 2)) {
-        raw_global(L, "tostring");
+        base_global(L, "tostring");
         lua_pushvalue(L, 2);
         lua_call(L, 1, 1);
         std::size_t n = 0;
@@ -378,7 +378,7 @@ struct Primitives {
   static int print(lua_State* L) {
     int n = lua_gettop(L);
     std::string line;
-    raw_global(L, "tostring");
+    base_global(L, "tostring");
     for (int i = 1; i <= n; ++i) {
       lua_pushvalue(L, -1);
       lua_pushvalue(L, i);
@@ -456,6 +456,13 @@ struct Primitives {
     return 1;
   }
 
+  // Pushes the base library's global name (raw: the process may have
+  // replaced it), opening the library first if need be.
+  static void base_global(lua_State* L, const char* name) {
+    open_base(L, of(L));
+    raw_global(L, name);
+  }
+
   // __index of _G: opens a standard library, or builds an API table, the
   // first time a script names it, so an idle process pays only for what it
   // used.
@@ -479,7 +486,45 @@ struct Primitives {
       push_api(L, p, k);
       return 1;
     }
-    return 0;
+    // Any other name the process lacks may be the base library's (print's
+    // tostring, pairs, _G, ...): open it and look again.
+    if (p.base_open_) return 0;
+    open_base(L, p);
+    lua_pushvalue(L, 2);
+    lua_rawget(L, 1);
+    return 1;
+  }
+
+  // Opens LuaJIT's base library (about 45 functions, a third of a spawn's
+  // instructions and 4.7 KB of an idle process) the first time a process
+  // names a global it lacks. It must not replace what the process already
+  // has: the globals defined before it (ours, such as print and the API
+  // tables, and the script's own) are put back afterwards, and coroutine
+  // stays the kernel's, while LuaJIT's own library goes to the kernel.
+  static void open_base(lua_State* L, LuaProcess& p) {
+    if (p.base_open_) return;
+    p.base_open_ = true;
+    const int base = lua_gettop(L);
+    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    lua_getfield(L, -1, "coroutine");  // base + 2: the kernel's wrapper, if built
+    int saved = 0;
+    lua_pushnil(L);
+    while (lua_next(L, LUA_GLOBALSINDEX)) {
+      luaL_checkstack(L, 3, "opening the base library");
+      lua_pushvalue(L, -2);
+      ++saved;
+    }
+    lua_pushcfunction(L, luaopen_base);
+    lua_call(L, 0, 0);
+    raw_global(L, "coroutine");
+    p.kernel_.set_coroutine_lib(L);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_GLOBALSINDEX, "coroutine");  // rawset: _G has no __newindex
+    lua_pushvalue(L, base + 2);
+    lua_setfield(L, base + 1, "coroutine");
+    wrap_needs_close(L, LUA_GLOBALSINDEX, "newproxy");
+    for (int i = 0; i < saved; ++i) lua_rawset(L, LUA_GLOBALSINDEX);
+    lua_settop(L, base);
   }
 
   static void open_lib(lua_State* L, const char* name) {
@@ -570,7 +615,7 @@ struct Primitives {
       lua_insert(L, 1);
       lua_call(L, n, 1);
     } else {
-      raw_global(L, "tostring");
+      base_global(L, "tostring");
       lua_insert(L, 1);
       lua_settop(L, 2);
       lua_call(L, 1, 1);
@@ -673,6 +718,14 @@ struct Primitives {
     if (opener(name.c_str()) && name != "package") {  // package is already loaded when require runs
       lua_pushstring(L, name.c_str());
       lua_pushcclosure(L, load_std, 1);
+      return 1;
+    }
+    if (name == "_G") {  // as in plain LuaJIT, where the base library is always open
+      open_base(L, p);
+      lua_pushcfunction(L, [](lua_State* S) -> int {
+        lua_pushvalue(S, LUA_GLOBALSINDEX);
+        return 1;
+      });
       return 1;
     }
     if (is_api(name.c_str())) {
@@ -784,6 +837,9 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
 
 void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
   auto* p = static_cast<LuaProcess*>(ctx);
+  // kernel_ext.lua keeps base functions as upvalues, and wraps LuaJIT's
+  // coroutine library, which comes with the base library.
+  Primitives::open_base(L, *p);
   const std::string& bc = p->rt_.kernel_ext_bytecode();
   if (luaL_loadbuffer(L, bc.data(), bc.size(), "=kernel_ext") != 0) lua_error(L);
   // H: the primitives kernel_ext.lua uses.
@@ -816,13 +872,8 @@ void LuaProcess::push_process_api(lua_State* L) {
 void LuaProcess::install_globals() {
   lua_State* L = L_;
   // coroutine becomes the kernel's wrapper (blocking calls reach the
-  // scheduler) on first use, through lazy_global or require.
-  lua_pushnil(L);
-  lua_setfield(L, LUA_GLOBALSINDEX, "coroutine");
-  luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
-  lua_pushnil(L);
-  lua_setfield(L, -2, "coroutine");
-  lua_pop(L, 1);
+  // scheduler) on first use, through lazy_global or require; the base
+  // library's functions come on first use too (open_base).
   lua_pushlightuserdata(L, this);
   lua_pushcclosure(L, Primitives::print, 1);
   lua_setfield(L, LUA_GLOBALSINDEX, "print");
@@ -860,9 +911,7 @@ bool LuaProcess::Prepare() {
   int rc = lua_cpcall(L_, [](lua_State* S) -> int {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
     lua_settop(S, 0);
-    lua_pushcfunction(S, luaopen_base);
-    lua_call(S, 0, 0);
-    Primitives::wrap_needs_close(S, LUA_GLOBALSINDEX, "newproxy");
+    // No library is open yet, not even the base library (open_base).
     // The JIT compiler comes on later (jit_warmup_hook), once the process
     // has shown it runs long enough to be worth it.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);

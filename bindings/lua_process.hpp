@@ -4,9 +4,9 @@
 //
 // Prepare (called by Init, or ahead of time for a spare) creates the state
 // on its own arena (bindings/state_arena.hpp) behind a counting allocator
-// (the per-process memory figure and limit), opens only the base library
-// (the others open on first use; jit once the process has run a while, see
-// config::kJitWarmupInstructions) and sets up the process kernel
+// (the per-process memory figure and limit), opens no library (each opens
+// on first use, the base library too; jit once the process has run a
+// while, see config::kJitWarmupInstructions) and sets up the process kernel
 // (bindings/task_kernel.hpp; kernel_ext.lua comes on first use). Init loads
 // the entry module from the shared bytecode cache and starts the entry
 // method as the main task. Step hands the kernel the events that arrived and
@@ -93,6 +93,7 @@ class LuaProcess final : public Process {
   // newproxy, native modules) or machine code (jit): Close then runs
   // lua_close; else it only releases the arena.
   bool needs_close_ = false;
+  bool base_open_ = false;  // the base library (Primitives::open_base)
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   ProcessContext ctx_;
   std::string self_;    // this PID as a string

@@ -2,6 +2,7 @@
 #include "bindings/task_kernel.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 
@@ -136,6 +137,35 @@ std::string with_hint(const char* msg) {
   return s;
 }
 
+// The error that ended task co (lua_resume returned rc) as text: for a
+// runtime error, with the traceback of co's stack, which LuaJIT leaves in
+// place when a coroutine dies. LuaJIT has forgotten the line of the frame
+// on top by then; when that frame is Lua code, the line comes from the
+// error's "chunk:line:" prefix, as an error handler run in place (xpcall)
+// would have shown it.
+std::string failure_text(lua_State* L, lua_State* co, int rc) {
+  push_error_text(co, -1);
+  std::string msg = with_hint(lua_tostring(co, -1));
+  lua_pop(co, 1);
+  if (rc != LUA_ERRRUN) return msg;  // out of memory: no stack to speak of
+  luaL_traceback(L, co, msg.c_str(), 0);
+  std::size_t n = 0;
+  const char* tb = lua_tolstring(L, -1, &n);
+  std::string text(tb, n);
+  lua_pop(L, 1);
+  lua_Debug ar;
+  if (lua_getstack(co, 0, &ar) && lua_getinfo(co, "Sl", &ar) && ar.currentline < 0 && *ar.what != 'C') {
+    const std::string src = ar.short_src;
+    const std::string frame = msg + "\nstack traceback:\n\t" + src + ":";
+    if (text.compare(0, frame.size(), frame) == 0 && msg.compare(0, src.size() + 1, src + ":") == 0) {
+      std::size_t digits = src.size() + 1, end = digits;
+      while (end < msg.size() && std::isdigit(static_cast<unsigned char>(msg[end]))) ++end;
+      if (end > digits && end < msg.size() && msg[end] == ':') text.insert(frame.size(), msg, digits, end - digits + 1);
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 TaskKernel& TaskKernel::self(lua_State* L) { return *static_cast<TaskKernel*>(lua_touserdata(L, lua_upvalueindex(1))); }
@@ -163,12 +193,8 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   lua_pushboolean(L, 0);
   lua_rawseti(L, -2, kSlow);
   inbox_ref_ = pin(L);
-  lua_getfield(L, LUA_GLOBALSINDEX, "xpcall");
-  xpcall_ref_ = pin(L);
-  lua_getfield(L, LUA_GLOBALSINDEX, "coroutine");
+  lua_pushboolean(L, 0);  // until set_coroutine_lib
   coroutine_ref_ = pin(L);
-  lua_pushcfunction(L, l_traceback);
-  traceback_ref_ = pin(L);
   static const char* const keys[] = {"from", "topic", "payload"};  // message()'s order
   for (int i = 0; i < 3; ++i) {
     lua_pushstring(L, keys[i]);
@@ -176,16 +202,18 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   }
 }
 
+void TaskKernel::set_coroutine_lib(lua_State* L) { lua_rawseti(L, LUA_REGISTRYINDEX, coroutine_ref_); }
+
 void TaskKernel::new_task(lua_State* L, int idx, int nargs) {
   idx = abs_index(L, idx);
   lua_State* co = lua_newthread(L);
-  // The task's body is xpcall(fn, traceback, args...): a fast function, so
-  // its tasks yield from anywhere a plain coroutine can.
-  lua_checkstack(co, nargs + 3);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, xpcall_ref_);
+  // The task's body is fn itself, not xpcall(fn, handler): xpcall comes with
+  // the base library, which a process opens only if its code names a base
+  // function. A failed task's traceback is read from its dead coroutine
+  // (failure_text).
+  lua_checkstack(co, nargs + 2);
   lua_pushvalue(L, idx);
   lua_xmove(L, co, 1);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, traceback_ref_);
   for (int i = 1; i <= nargs; ++i) {
     lua_pushvalue(L, idx + i);
     lua_xmove(L, co, 1);
@@ -521,25 +549,20 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
     return;
   }
   if (rc != 0) {
-    // An error escaped the task's xpcall: only memory errors and errors in
-    // the error handler do.
-    fail(with_hint(lua_tostring(co, -1)));
+    fail(failure_text(L, co, rc));
     finish(L, co);
     return;
   }
-  // Finished: xpcall's flag, then the function's results (or the error
-  // with its traceback).
-  if (!lua_toboolean(co, 1)) {
-    fail(lua_tostring(co, 2) ? lua_tostring(co, 2) : "(error object is not a string)");
-  } else if (co == main_ && outcome_ == kWaiting) {
+  // Finished: the function's results.
+  if (co == main_ && outcome_ == kWaiting) {
     // `return nil, err` from the entry fails the process with err.
-    if (lua_gettop(co) >= 3 && lua_isnil(co, 2) && !lua_isnil(co, 3)) {
-      push_error_text(co, 3);
+    if (lua_gettop(co) >= 2 && lua_isnil(co, 1) && !lua_isnil(co, 2)) {
+      push_error_text(co, 2);
       fail(lua_tostring(co, -1));
     } else {
       outcome_ = kDone;
-      if (lua_gettop(co) >= 2) {
-        lua_pushvalue(co, 2);
+      if (lua_gettop(co) >= 1) {
+        lua_pushvalue(co, 1);
         lua_xmove(co, L, 1);
       } else {
         lua_pushnil(L);
@@ -795,12 +818,4 @@ int TaskKernel::l_receive(lua_State* L) {
   lua_pushnumber(L, secs);
   return lua_yield(L, 2);
 }
-// The tasks' error handler: the error as text, with a traceback.
-int TaskKernel::l_traceback(lua_State* L) {
-  push_error_text(L, 1);
-  std::string msg = with_hint(lua_tostring(L, -1));
-  luaL_traceback(L, L, msg.c_str(), 1);
-  return 1;
-}
-
 }  // namespace host::lua

@@ -35,9 +35,14 @@ class TaskKernel {
   // Pushes the extension chunk (kernel_ext.lua) and H, its C primitives.
   using ExtLoader = void (*)(lua_State* L, void* ctx);
 
-  // Sets up the kernel in a fresh state whose base library is open (it
-  // keeps xpcall and the coroutine library for itself).
+  // Sets up the kernel in a fresh state; it needs no library open.
   void init(lua_State* L, ExtLoader loader, void* loader_ctx);
+
+  // Pops LuaJIT's own coroutine library, which kernel_ext.lua wraps (the
+  // global coroutine is the wrapper): the loader gives it before it pushes
+  // the chunk, since the base library that makes it opens lazily
+  // (LuaProcess::open_base).
+  void set_coroutine_lib(lua_State* L);
 
   // Pops the value on top of L into the next of the registry slots 1, 2,
   // ... and returns its number: for values kept for the state's life, set up
@@ -108,7 +113,6 @@ class TaskKernel {
   static int l_slow_inbox(lua_State* L);
   static int l_set_trap_links(lua_State* L);
   static int l_receive(lua_State* L);
-  static int l_traceback(lua_State* L);
   static TaskKernel& self(lua_State* L);
 
   // Creates a task for the function at idx and the nargs values above it
@@ -153,8 +157,6 @@ class TaskKernel {
   bool trap_links_ = false;  // process.set_options{trap_links = true}
   int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (never replaced)
   int ext_ref_ = -2;
-  int xpcall_ref_ = -2;
-  int traceback_ref_ = -2;
   int coroutine_ref_ = -2;
   int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload"
   // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded

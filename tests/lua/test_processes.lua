@@ -57,11 +57,29 @@ return { main = function()
       for i = 1, 4 do assert(process.spawn_monitored("fixtures.finalizers:burst", 100)) end
       for _ = 1, 4 do T.eq(T.next_event("exit").result, 100, "concurrent bursts") end
     end },
+    { "the base library opens on first use and keeps the globals a process set before", function()
+      assert(process.spawn_monitored("fixtures.lazy_base:untouched"))
+      local r = T.next_event("exit").result
+      T.eq(r.before, true, "not opened by starting the process"); T.eq(r.required, true, "require('_G')")
+      for _, coroutine_first in ipairs({ false, true }) do
+        assert(process.spawn_monitored("fixtures.lazy_base:keeps_own", coroutine_first))
+        local r = T.next_event("exit").result
+        local what = coroutine_first and "kernel coroutine built first" or "base opened first"
+        if coroutine_first then T.eq(r.spawn_before, true, what) end
+        T.eq(r.assert, "mine", what); T.eq(r.tostring, "my tostring", what); T.eq(r.type, "number", what)
+        T.eq(r.pairs, true, what); T.eq(r.G, true, what); T.eq(r.spawn, true, what); T.eq(r.print, true, what)
+      end
+    end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
       local ev = T.next_event("exit")
       T.eq(ev.from, pid); T.eq(ev.result, nil)
-      T.match(ev.error, "crash%.lua:3: crashed on purpose"); T.match(ev.error, "stack traceback")
+      T.match(ev.error, "crash%.lua:4: crashed on purpose"); T.match(ev.error, "stack traceback")
+      -- A runtime error's traceback names the line of the frame that failed.
+      assert(process.spawn_monitored("fixtures.crash", "index"))
+      ev = T.next_event("exit")
+      T.match(ev.error, "^[^\n]*crash%.lua:13: attempt to index field 'missing'")
+      T.match(ev.error, "stack traceback:\n\t[^\n]*crash%.lua:13: in function [^\n]*\n\t[^\n]*crash%.lua:9: in ")
     end },
     { "error() with a table and returning nil, err are failures", function()
       assert(process.spawn_monitored("fixtures.crash", "table_error"))
