@@ -183,6 +183,9 @@ class TaskKernel {
   bool listening_ = false;
   int listeners_ref_ = -2;
   int pinned_ = 0;  // registry slots 1..pinned_ are pin()'s
+  // The registry's array part from the start (init): the pins and the first
+  // luaL_refs of a process.
+  static constexpr int kRegistrySlots = 16;
   const std::string* fast_path_ = nullptr;  // see push_receive
   bool fast_receive_installed_ = false;
   Outcome outcome_ = kWaiting;
