@@ -516,6 +516,9 @@ struct Primitives {
     }
     lua_pushcfunction(L, luaopen_base);
     lua_call(L, 0, 0);
+    // print is ours (install_globals), or gone if the script removed it.
+    lua_pushnil(L);
+    lua_setfield(L, LUA_GLOBALSINDEX, "print");
     raw_global(L, "coroutine");
     p.kernel_.set_coroutine_lib(L);
     lua_pushnil(L);

@@ -69,6 +69,8 @@ return { main = function()
         T.eq(r.assert, "mine", what); T.eq(r.tostring, "my tostring", what); T.eq(r.type, "number", what)
         T.eq(r.pairs, true, what); T.eq(r.G, true, what); T.eq(r.spawn, true, what); T.eq(r.print, true, what)
       end
+      assert(process.spawn_monitored("fixtures.lazy_base:drops_print"))
+      T.eq(T.next_event("exit").result.print, true, "a removed print stays removed")
     end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
