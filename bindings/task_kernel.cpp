@@ -144,9 +144,11 @@ std::string with_hint(const char* msg) {
 // error's "chunk:line:" prefix, as an error handler run in place (xpcall)
 // would have shown it.
 std::string failure_text(lua_State* L, lua_State* co, int rc) {
-  push_error_text(co, -1);
-  std::string msg = with_hint(lua_tostring(co, -1));
-  lua_pop(co, 1);
+  // The value's __tostring runs on L: co is dead.
+  lua_xmove(co, L, 1);
+  push_error_text(L, -1);
+  std::string msg = with_hint(lua_tostring(L, -1));
+  lua_pop(L, 2);
   if (rc != LUA_ERRRUN) return msg;  // out of memory: no stack to speak of
   luaL_traceback(L, co, msg.c_str(), 0);
   std::size_t n = 0;

@@ -80,12 +80,14 @@ return { main = function()
       -- A runtime error's traceback names the line of the frame that failed.
       assert(process.spawn_monitored("fixtures.crash", "index"))
       ev = T.next_event("exit")
-      T.match(ev.error, "^[^\n]*crash%.lua:13: attempt to index field 'missing'")
-      T.match(ev.error, "stack traceback:\n\t[^\n]*crash%.lua:13: in function [^\n]*\n\t[^\n]*crash%.lua:9: in ")
+      T.match(ev.error, "^[^\n]*crash%.lua:14: attempt to index field 'missing'")
+      T.match(ev.error, "stack traceback:\n\t[^\n]*crash%.lua:14: in function [^\n]*\n\t[^\n]*crash%.lua:9: in ")
     end },
     { "error() with a table and returning nil, err are failures", function()
       assert(process.spawn_monitored("fixtures.crash", "table_error"))
       T.match(T.next_event("exit").error, "error object: table")
+      assert(process.spawn_monitored("fixtures.crash", "tostring_error"))
+      T.match(T.next_event("exit").error, "^told by __tostring\nstack traceback:")
       assert(process.spawn_monitored("fixtures.crash", "nil_err"))
       T.eq(T.next_event("exit").error, "returned an error")
     end },
