@@ -617,7 +617,7 @@ struct Primitives {
       lua_replace(L, -2);
       lua_insert(L, 1);
       lua_call(L, n, 1);
-    } else {
+    } else if (lua_type(L, 1) != LUA_TSTRING) {  // a string is its own text: no base library for it
       base_global(L, "tostring");
       lua_insert(L, 1);
       lua_settop(L, 2);
