@@ -1,5 +1,5 @@
 // SpareProcesses: Lua processes made ahead of time by idle workers (state,
-// base library, kernel, globals: LuaProcess::Prepare), with the module the
+// kernel, globals: LuaProcess::Prepare), with the module the
 // last spawn asked for already loaded (not run: loading runs no script
 // code), so that a spawn only runs its module and starts its entry.
 // Threads: any; a mutex guards the list, and making a spare happens outside
