@@ -763,7 +763,7 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   if (nsize == 0) {
     if (ptr) {
       self->used_ -= osize;
-      self->arena_.free(ptr, osize);
+      if (ptr != self->global_state_) self->arena_.free(ptr, osize);  // it goes with the arena
     }
     return nullptr;
   }
@@ -771,6 +771,16 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   if (nsize > old && self->used_ + (nsize - old) > self->limit_) {
     self->mem_exceeded_ = true;
     return nullptr;  // LuaJIT raises a memory error in the running code
+  }
+  // lua_newstate's first allocation is its global state, which lives as long
+  // as the state: in the arena's chunk, beside what the state allocates next.
+  if (!self->L_ && !self->global_state_ && !ptr) {
+    void* g = self->arena_.allocate_for_life(nsize);
+    if (g) {
+      self->global_state_ = g;
+      self->used_ += nsize;
+    }
+    return g;
   }
   void* out = self->arena_.reallocate(ptr, old, nsize);
   if (out) self->used_ = self->used_ - old + nsize;
@@ -1247,6 +1257,7 @@ void LuaProcess::Close() {
     arena_.release();
   }
   L_ = nullptr;
+  global_state_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
 }
 

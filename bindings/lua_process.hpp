@@ -83,6 +83,7 @@ class LuaProcess final : public Process {
   LuaRuntime& rt_;
   StateArena arena_;  // declared before L_'s users: it outlives the state
   lua_State* L_ = nullptr;
+  void* global_state_ = nullptr;  // LuaJIT's, in the arena for the state's life (allocate)
   std::size_t used_ = 0;
   std::size_t limit_;
   bool mem_exceeded_ = false;

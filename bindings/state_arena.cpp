@@ -111,6 +111,16 @@ void StateArena::unlink_large(LargeBlock* b) {
   if (b->next) b->next->prev = b->prev;
 }
 
+void* StateArena::allocate_for_life(std::size_t n) {
+  const std::size_t size = (n + 15) & ~std::size_t{15};
+  if (size > kChunkBytes - kHeader) return allocate_large(n);
+  if (static_cast<std::size_t>(limit_ - bump_) < size) return carve_from_new_chunk(size);
+  void* p = bump_;
+  bump_ += size;
+  ARENA_UNPOISON(p, size);
+  return p;
+}
+
 void* StateArena::allocate_large(std::size_t n) {
   auto* b = static_cast<LargeBlock*>(std::malloc(sizeof(LargeBlock) + n));
   if (!b) return nullptr;

@@ -61,6 +61,13 @@ class StateArena {
     return p;
   }
 
+  // A block that lives as long as the arena (LuaJIT's global state: the
+  // state's first allocation, 6.3 KB, freed only when the state closes).
+  // Carved from a chunk like the small blocks rather than malloc'd beside
+  // them, so it shares the chunk's pages; never free()d alone, release()
+  // takes it with its chunk. nullptr when out of memory.
+  void* allocate_for_life(std::size_t n);
+
   void free(void* p, std::size_t n) {
     if (!p) return;
     if (n > kMaxSmall) return free_large(p);
