@@ -196,7 +196,7 @@ std::string Scheduler::send(const Pid& to, std::string_view topic, std::string p
     Event& ev = slot.pending.emplace_back();
     ev.kind = EventKind::Message;
     ev.from = from;
-    ev.topic.assign(topic);
+    ev.topic.append(topic);  // into the empty string: a plain copy, where assign takes the general replace
     ev.payload = std::move(payload);
   });
   return alive ? std::string() : not_found(to);
