@@ -23,8 +23,8 @@ end
 
 -- Appends n messages, given as from, topic, payload after n, to buf: the
 -- kernel's call for a run of messages that nobody waits for
--- (TaskKernel::queue_messages), one call from C for the run instead of one
--- a message.
+-- (TaskKernel::begin_queue and end_queue), one call from C for the run
+-- instead of one a message.
 local function append(buf, n, ...)
   local v = { ... }
   local tail = buf[2]
