@@ -394,9 +394,10 @@ struct Primitives {
     return 0;
   }
 
-  // The count hook a process starts with (config::kJitWarmupInstructions):
-  // once it fires, the process has run long enough to be worth compiling, so
-  // the hook removes itself and opens jit, which switches the compiler on.
+  // The count hook of the JIT probe (config::kJitProbeSteps, armed by
+  // LuaProcess::probe_jit): once it fires, the process has run long enough
+  // to be worth compiling, so the hook removes itself and opens jit, which
+  // switches the compiler on.
   static void jit_warmup_hook(lua_State* L, lua_Debug*) {
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
@@ -570,6 +571,7 @@ struct Primitives {
   // TaskKernel::push_receive).
   static void jit_opened(lua_State* L) {
     auto& p = of(L);
+    p.jit_on_ = true;
     p.kernel_.enable_fast_receive(&p.rt_.receive_bytecode());
   }
 
@@ -926,7 +928,8 @@ bool LuaProcess::Prepare() {
     lua_settop(S, 0);
     // No library is open yet, not even the base library (open_base).
     // The JIT compiler comes on later (jit_warmup_hook), once the process
-    // has shown it runs long enough to be worth it.
+    // has shown it runs long enough to be worth it; probe_jit disarms the
+    // hook after the first steps.
     lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
@@ -1195,9 +1198,24 @@ int LuaProcess::step_body(lua_State* S) {
   return 0;
 }
 
+// Arms the JIT probe's count hook for this step or disarms it (see
+// config::kJitProbeSteps): armed from Prepare through the first steps, then
+// on one step in kJitSampleSteps.
+void LuaProcess::probe_jit() {
+  const std::uint32_t step = steps_++;
+  const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
+  if (arm == jit_probe_armed_) return;
+  jit_probe_armed_ = arm;
+  if (arm) lua_sethook(L_, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitSampleInstructions);
+  else lua_sethook(L_, nullptr, 0, 0);
+  // The runaway monitor may have armed its own hook just before: arm it again.
+  if (interrupted_.load(std::memory_order_acquire)) Interrupt();
+}
+
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
   lua_settop(L, 0);
+  if (!jit_on_) probe_jit();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors.

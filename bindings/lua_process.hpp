@@ -5,8 +5,8 @@
 // Prepare (called by Init, or ahead of time for a spare) creates the state
 // on its own arena (bindings/state_arena.hpp) behind a counting allocator
 // (the per-process memory figure and limit), opens no library (each opens
-// on first use, the base library too; jit once the process has run a
-// while, see config::kJitWarmupInstructions) and sets up the process kernel
+// on first use, the base library too; jit once the process has shown it
+// computes, see config::kJitProbeSteps) and sets up the process kernel
 // (bindings/task_kernel.hpp; kernel_ext.lua comes on first use). Init loads
 // the entry module from the shared bytecode cache and starts the entry
 // method as the main task. Step hands the kernel the events that arrived and
@@ -77,6 +77,7 @@ class LuaProcess final : public Process {
   // pushed) when its value cannot be decoded.
   bool push_message(lua_State* L, const Event& ev);
   void flush_commands(StepOutput& out);
+  void probe_jit();
   void forget_monitor(const Pid& target, std::uint64_t ref);
   void push_sender(lua_State* L, const Pid& from);
 
@@ -95,6 +96,9 @@ class LuaProcess final : public Process {
   // lua_close; else it only releases the arena.
   bool needs_close_ = false;
   bool base_open_ = false;  // the base library (Primitives::open_base)
+  bool jit_on_ = false;     // the JIT compiler (Primitives::jit_opened)
+  bool jit_probe_armed_ = true;  // the JIT probe's count hook (probe_jit)
+  std::uint32_t steps_ = 0;      // steps taken, while the compiler is off
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   ProcessContext ctx_;
   std::string self_;    // this PID as a string
