@@ -1141,27 +1141,16 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   }
 }
 
-namespace {
-// What Step hands its protected body.
-struct StepCall {
-  LuaProcess* p;
-  std::span<Event> events;
-  StepOutput* out;
-};
-}  // namespace
-
 int LuaProcess::step_body(lua_State* S) {
-  auto* c = static_cast<StepCall*>(lua_touserdata(S, 1));
-  LuaProcess& p = *c->p;
-  StepOutput& out = *c->out;
-  lua_settop(S, 0);
+  LuaProcess& p = Primitives::of(S);
+  StepOutput& out = *p.step_out_;
   // The events go to the kernel in batches, the tasks running after each:
   // a task in a receive loop drains one batch before the next becomes Lua
   // values, so a flood of messages (a producer's whole step) never exists
   // as Lua tables all at once. All at once, the inbox would hold every one
   // of them and each collection would mark them all: Counting's 200k
   // messages in one step took a third longer that way, and 64 MB, not 38.
-  std::span<Event> events = c->events;
+  std::span<Event> events = p.step_events_;
   TaskKernel::Outcome outcome;
   for (;;) {
     const std::size_t n = std::min(events.size(), config::kDeliverBatch);
@@ -1219,10 +1208,12 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors.
-  StepCall call{this, events, &out};
+  // step_body finds its arguments here (the allocator's userdata leads to
+  // this process), not in a light userdata to push and read back.
+  step_events_ = events;
+  step_out_ = &out;
   lua_rawgeti(L, LUA_REGISTRYINDEX, step_fn_ref_);
-  lua_pushlightuserdata(L, &call);
-  int rc = lua_pcall(L, 1, 0, 0);
+  int rc = lua_pcall(L, 0, 0, 0);
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;
     out.error = make_error(ErrorKind::Limit, "time");

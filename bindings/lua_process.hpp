@@ -70,7 +70,8 @@ class LuaProcess final : public Process {
   static void push_ext_chunk(lua_State* L, void* self);
   // Step's protected body: the events, then the ready tasks. Called through
   // lua_pcall from a registry slot (step_fn_ref_): lua_cpcall would make a
-  // new C function object every step.
+  // new C function object every step. Its arguments are step_events_ and
+  // step_out_.
   static int step_body(lua_State* L);
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
@@ -119,6 +120,8 @@ class LuaProcess final : public Process {
   Pid last_from_;
   int last_from_ref_ = -2;
   int step_fn_ref_ = -2;
+  std::span<Event> step_events_;  // Step's arguments, for step_body
+  StepOutput* step_out_ = nullptr;
   // Topics and short strings of the messages it receives.
   StringCache received_strings_;
 };

@@ -504,12 +504,16 @@ TaskKernel::Outcome TaskKernel::run(lua_State* L) {
   while (outcome_ == kWaiting && !ready_.empty()) {
     lua_State* co = ready_.pop();
     current_ = co;
+    parking_ = false;
     int n = lua_gettop(co) - (lua_status(co) == LUA_YIELD ? 0 : 1);
     int rc = lua_resume(co, n);
     current_ = nullptr;
     // A plain block, the common case: the task waits, nothing else to do.
-    if (rc == LUA_YIELD && lua_touserdata(co, 1) == &kBlock) lua_settop(co, 0);
-    else after_resume(L, co, rc);
+    if (rc == LUA_YIELD && (parking_ || lua_touserdata(co, 1) == &kBlock)) {
+      lua_settop(co, 0);
+    } else {
+      after_resume(L, co, rc);
+    }
     if (outcome_ == kDone) return kDone;  // the result after_resume pushed
     lua_settop(L, base);
   }
@@ -815,8 +819,8 @@ int TaskKernel::l_receive(lua_State* L) {
     // queue, which only happens once kernel_ext has loaded (see message).
     if (k.inbox_recvq_empty(L)) {
       k.parked_.push_back(L);
-      lua_pushlightuserdata(L, &kBlock);
-      return lua_yield(L, 1);
+      k.parking_ = true;
+      return lua_yield(L, 0);
     }
   }
   // Else the kernel registers the waiter once the yield reached it

@@ -167,6 +167,10 @@ class TaskKernel {
   const std::string* message_chunk_ = nullptr;
   int messages_ = 0;
   lua_State* current_ = nullptr;
+  // Set by process.receive right before the task itself parks and yields
+  // nothing: run() sees the plain block without a sentinel to push and
+  // read back (a light userdata each way).
+  bool parking_ = false;
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,
   // oldest first: older than every waiter in recvq, so a message goes to
