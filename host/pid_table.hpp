@@ -18,6 +18,7 @@
 #include "host/pid.hpp"
 #include "host/process.hpp"
 #include "host/process_state.hpp"
+#include "host/spin_lock.hpp"
 
 namespace host {
 
@@ -33,7 +34,7 @@ struct ProcessSlot {
   std::uint32_t index = 0;     // immutable
   ProcessState state;          // see process_state.hpp
 
-  std::mutex mu;
+  SpinLock mu;
   // --- guarded by mu ---
   std::uint32_t generation = 1;  // of the current occupant when alive, else of the next
   bool alive = false;

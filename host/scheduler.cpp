@@ -64,7 +64,7 @@ std::string Scheduler::not_found(const Pid& pid) const {
   return make_error(ErrorKind::NotFound, "no process " + pid.to_string());
 }
 
-std::unique_lock<std::mutex> Scheduler::lock_live(const Pid& pid, ProcessSlot*& slot) {
+std::unique_lock<SpinLock> Scheduler::lock_live(const Pid& pid, ProcessSlot*& slot) {
   slot = table_.find(pid);
   if (!slot) return {};
   std::unique_lock lock(slot->mu);

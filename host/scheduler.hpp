@@ -183,7 +183,7 @@ class Scheduler {
 
   // Locks the slot a PID names if it is that process and alive. On success
   // the returned lock holds slot->mu.
-  std::unique_lock<std::mutex> lock_live(const Pid& pid, ProcessSlot*& slot);
+  std::unique_lock<SpinLock> lock_live(const Pid& pid, ProcessSlot*& slot);
   // The relay's one wake protocol: if `to` is alive, runs under_lock(slot)
   // and pushes *event (when not null) under its lock, moves it to Ready if it
   // waited, and queues it after unlocking. False when `to` is gone.

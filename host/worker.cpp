@@ -9,19 +9,12 @@
 #include "host/config.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
+#include "host/spin_lock.hpp"
 
 namespace host {
 namespace {
 
 thread_local Worker* tls_worker = nullptr;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 
