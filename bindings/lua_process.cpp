@@ -89,23 +89,22 @@ const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
   return lua_tolstring(L, idx, len);
 }
 
-// Pushes fn as a closure over process p (upvalue 1) and, where variant is
-// not negative, a variant it reads as upvalue 2.
-void push_closure(lua_State* L, void* p, lua_CFunction fn, int variant = -1) {
-  lua_pushlightuserdata(L, p);
+// Pushes fn and, where variant is not negative, makes it a closure over
+// the variant (upvalue 1). Each function finds its process with
+// Primitives::of.
+void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
   if (variant < 0) {
-    lua_pushcclosure(L, fn, 1);
+    lua_pushcfunction(L, fn);
     return;
   }
   lua_pushinteger(L, variant);
-  lua_pushcclosure(L, fn, 2);
+  lua_pushcclosure(L, fn, 1);
 }
 
-// Sets each function of fns as a field of the table on top, a closure over
-// process p.
-void set_closures(lua_State* L, void* p, const luaL_Reg* fns) {
+// Sets each function of fns as a field of the table on top.
+void set_functions(lua_State* L, const luaL_Reg* fns) {
   for (const luaL_Reg* r = fns; r->name; ++r) {
-    push_closure(L, p, r->func);
+    lua_pushcfunction(L, r->func);
     lua_setfield(L, -2, r->name);
   }
 }
@@ -114,11 +113,12 @@ void set_closures(lua_State* L, void* p, const luaL_Reg* fns) {
 
 // The C functions behind the process API (made lazily by process_field),
 // log and time.now, the globals' and the package searcher's hooks, and H,
-// the table of primitives kernel_ext.lua gets. Most are closures whose first
-// upvalue is the LuaProcess.
+// the table of primitives kernel_ext.lua gets. Each finds its LuaProcess
+// with of(L).
 struct Primitives {
-  static LuaProcess& self(lua_State* L) { return *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1))); }
-  // The process whose state L is (the allocator's userdata), from anywhere.
+  // The process whose state L is (the allocator's userdata), from anywhere:
+  // a field read, where the closures' first upvalue (the same process)
+  // takes an upvalue lookup and a light userdata's decoding.
   static LuaProcess& of(lua_State* L) {
     void* ud = nullptr;
     lua_getallocf(L, &ud);
@@ -161,7 +161,7 @@ struct Primitives {
   // target cannot be resolved, returns nil, err instead.
   template <typename F>
   static int on_target(lua_State* L, F&& fn) {
-    auto& p = self(L);
+    auto& p = of(L);
     Pid to;
     int nret;
     if (!resolve(L, p, 1, to, nret)) return nret;
@@ -175,13 +175,13 @@ struct Primitives {
   }
 
   static int pid(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     lua_pushlstring(L, p.self_.data(), p.self_.size());
     return 1;
   }
 
   static int memory(lua_State* L) {
-    lua_pushnumber(L, static_cast<lua_Number>(self(L).used_));
+    lua_pushnumber(L, static_cast<lua_Number>(of(L).used_));
     return 1;
   }
 
@@ -202,10 +202,10 @@ struct Primitives {
     });
   }
 
-  // process.spawn, spawn_linked, spawn_monitored: the mode is upvalue 2.
+  // process.spawn, spawn_linked, spawn_monitored: the mode is upvalue 1.
   static int spawn(lua_State* L) {
-    auto& p = self(L);
-    auto mode = static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
+    auto& p = of(L);
+    auto mode = static_cast<int>(lua_tointeger(L, lua_upvalueindex(1)));
     std::string entry = check_string(L, 1);
     int nargs = lua_gettop(L) - 1;
     std::string bytes;
@@ -236,7 +236,7 @@ struct Primitives {
     });
   }
 
-  // process.monitor(pid) -> true; with a true upvalue 2 (H.watch_monitor,
+  // process.monitor(pid) -> true; with a true upvalue 1 (H.watch_monitor,
   // for process.watch) -> true, ref.
   static int monitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
@@ -245,7 +245,7 @@ struct Primitives {
       if (!err.empty()) return push_fail(L, err);
       p.monitors_[to].push_back(ref);
       lua_pushboolean(L, 1);
-      if (!lua_toboolean(L, lua_upvalueindex(2))) return 1;
+      if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
       lua_pushnumber(L, static_cast<lua_Number>(ref));
       return 2;
     });
@@ -298,7 +298,7 @@ struct Primitives {
   }
 
   static int register_name(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     std::string name = check_string(L, 1);
     Pid who = p.ctx_.self;
     if (!lua_isnoneornil(L, 2)) {
@@ -316,7 +316,7 @@ struct Primitives {
   }
 
   static int lookup(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     std::string name = check_string(L, 1);
     auto pid = p.rt_.names().lookup(name);
     if (!pid) return push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + name + "'"));
@@ -326,12 +326,12 @@ struct Primitives {
   }
 
   static int unregister(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     return ok_or_fail(L, p.rt_.names().unregister(check_string(L, 1)));
   }
 
   static int sleep_cmd(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     auto tag = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
     double secs = luaL_checknumber(L, 2);
     double ns = secs * 1e9;
@@ -341,7 +341,7 @@ struct Primitives {
   }
 
   static int cancel_cmd(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     p.pending_cancels_.push_back(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
     return 0;
   }
@@ -356,7 +356,7 @@ struct Primitives {
   // H.load_entry([entry]) -> fn | nil, err: the newest code of an entry
   // (default: the process's own), for process.upgrade.
   static int load_entry(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     std::string entry = lua_isnoneornil(L, 1) ? p.entry_ : std::string(luaL_checkstring(L, 1));
     lua_settop(L, 0);
     // The new code must require the newest versions too.
@@ -416,7 +416,7 @@ struct Primitives {
   // kernel's C receive), and kernel_ext.lua's calls (inbox, events, listen,
   // watch, upgrade, ...).
   static int process_field(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
     const char* k = lua_tostring(L, 2);
     // variant: upvalue 2 of the closure, or none (-1).
@@ -438,12 +438,12 @@ struct Primitives {
     const auto call = std::find_if(std::begin(calls), std::end(calls),
                                    [k](const auto& c) { return std::strcmp(c.name, k) == 0; });
     if (call != std::end(calls)) {
-      push_closure(L, &p, call->fn, call->variant);
+      push_closure(L, call->fn, call->variant);
     } else if (!std::strcmp(k, "receive")) {
       p.kernel_.push_receive(L);
     } else if (!std::strcmp(k, "registry")) {
       lua_createtable(L, 0, 3);
-      set_closures(L, &p, registry);
+      set_functions(L, registry);
     } else {
       p.kernel_.push_ext(L);
       lua_getfield(L, -1, "process");
@@ -468,17 +468,17 @@ struct Primitives {
   // first time a script names it, so an idle process pays only for what it
   // used.
   static int lazy_global(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
     const char* k = lua_tostring(L, 2);
     if (!std::strcmp(k, "require")) {
-      open_package(L, p);
+      open_package(L);
       raw_global(L, "require");
       return 1;
     }
     // ffi is only require'd, as in plain LuaJIT.
     if (opener(k) && std::strcmp(k, "ffi") != 0) {
-      if (!std::strcmp(k, "package")) open_package(L, p);
+      if (!std::strcmp(k, "package")) open_package(L);
       else open_lib(L, k);
       lua_rawget(L, 1);
       return 1;
@@ -583,7 +583,7 @@ struct Primitives {
     } else if (!std::strcmp(name, "log")) {
       push_log_api(L);
     } else if (!std::strcmp(name, "time")) {
-      push_time_api(L, p);
+      push_time_api(L);
     } else {
       push_ext_api(L, p, name);
     }
@@ -645,14 +645,13 @@ struct Primitives {
 
   // time: now is C; the first other name (sleep, after, ticker,
   // parse_duration) brings in kernel_ext's calls.
-  static void push_time_api(lua_State* L, LuaProcess& p) {
+  static void push_time_api(lua_State* L) {
     lua_createtable(L, 0, 5);
     lua_pushcfunction(L, now);
     lua_setfield(L, -2, "now");
     lua_createtable(L, 0, 1);
-    lua_pushlightuserdata(L, &p);
-    lua_pushcclosure(L, [](lua_State* S) -> int {
-      auto& p = self(S);
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      auto& p = of(S);
       // Copy kernel_ext's time calls in once, then look again.
       push_ext_api(S, p, "time");
       lua_pushnil(S);
@@ -667,7 +666,7 @@ struct Primitives {
       lua_pushvalue(S, 2);
       lua_rawget(S, 1);
       return 1;
-    }, 1);
+    });
     lua_setfield(L, -2, "__index");
     lua_setmetatable(L, -2);
   }
@@ -676,7 +675,7 @@ struct Primitives {
   // directory and stdlib/ come from the shared bytecode cache; the host's
   // API and LuaJIT's libraries by name; then LuaJIT's own searchers, whose
   // path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
-  static void open_package(lua_State* L, LuaProcess& p) {
+  static void open_package(lua_State* L) {
     raw_global(L, "package");
     bool opened = lua_istable(L, -1);
     lua_pop(L, 1);
@@ -693,8 +692,7 @@ struct Primitives {
       lua_pushcclosure(L, needs_close, 1);
       lua_rawseti(L, -2, i + 1);
     }
-    lua_pushlightuserdata(L, &p);
-    lua_pushcclosure(L, searcher, 1);
+    lua_pushcfunction(L, searcher);
     lua_rawseti(L, -2, 1);
     lua_pop(L, 1);
     wrap_needs_close(L, -1, "loadlib");
@@ -712,13 +710,12 @@ struct Primitives {
   }
 
   static int load_api(lua_State* L) {
-    auto& p = *static_cast<LuaProcess*>(lua_touserdata(L, lua_upvalueindex(1)));
-    push_api(L, p, lua_tostring(L, lua_upvalueindex(2)));
+    push_api(L, of(L), lua_tostring(L, lua_upvalueindex(1)));
     return 1;
   }
 
   static int searcher(lua_State* L) {
-    auto& p = self(L);
+    auto& p = of(L);
     std::string name = luaL_checkstring(L, 1);
     if (opener(name.c_str()) && name != "package") {  // package is already loaded when require runs
       lua_pushstring(L, name.c_str());
@@ -734,9 +731,8 @@ struct Primitives {
       return 1;
     }
     if (is_api(name.c_str())) {
-      lua_pushlightuserdata(L, &p);
       lua_pushstring(L, name.c_str());
-      lua_pushcclosure(L, load_api, 2);
+      lua_pushcclosure(L, load_api, 1);
       return 1;
     }
     if (p.rt_.modules().locate(name).empty()) {
@@ -868,8 +864,8 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
       {nullptr, nullptr},
   };
   lua_createtable(L, 0, 8);
-  set_closures(L, p, prims);
-  push_closure(L, p, Primitives::monitor, 1);  // process.watch's: also returns the ref
+  set_functions(L, prims);
+  push_closure(L, Primitives::monitor, 1);  // process.watch's: also returns the ref
   lua_setfield(L, -2, "watch_monitor");
 }
 
@@ -878,8 +874,7 @@ void LuaProcess::push_process_api(lua_State* L) {
   // (Primitives::process_field), so a process pays only for what it uses.
   lua_createtable(L, 0, 4);
   lua_createtable(L, 0, 1);
-  lua_pushlightuserdata(L, this);
-  lua_pushcclosure(L, Primitives::process_field, 1);
+  lua_pushcfunction(L, Primitives::process_field);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, -2);
 }
@@ -889,13 +884,11 @@ void LuaProcess::install_globals() {
   // coroutine becomes the kernel's wrapper (blocking calls reach the
   // scheduler) on first use, through lazy_global or require; the base
   // library's functions come on first use too (open_base).
-  lua_pushlightuserdata(L, this);
-  lua_pushcclosure(L, Primitives::print, 1);
+  lua_pushcfunction(L, Primitives::print);
   lua_setfield(L, LUA_GLOBALSINDEX, "print");
   // _G's __index opens libraries and API tables on first use.
   lua_createtable(L, 0, 1);
-  lua_pushlightuserdata(L, this);
-  lua_pushcclosure(L, Primitives::lazy_global, 1);
+  lua_pushcfunction(L, Primitives::lazy_global);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, LUA_GLOBALSINDEX);
   // Strings get their methods once the string library opens; until then a
@@ -1226,7 +1219,8 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
   lua_settop(L, 0);
-  if (out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue)
+  if ((out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue) &&
+      (!pending_sleeps_.empty() || !pending_cancels_.empty()))
     flush_commands(out);
 }
 
