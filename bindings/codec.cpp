@@ -45,9 +45,10 @@ class Encoder {
  public:
   Encoder(lua_State* L, std::string& out) : L_(L), out_(out) {}
 
-  // Encodes the value at absolute index idx.
-  bool value(int idx) {
-    switch (lua_type(L_, idx)) {
+  // Encodes the value at absolute index idx (of type `type` when the
+  // caller knows it).
+  bool value(int idx, int type = LUA_TNONE) {
+    switch (type == LUA_TNONE ? lua_type(L_, idx) : type) {
       case LUA_TNIL: out_.push_back(kNil); return true;
       case LUA_TBOOLEAN: out_.push_back(lua_toboolean(L_, idx) ? kTrue : kFalse); return true;
       case LUA_TNUMBER: number(lua_tonumber(L_, idx)); return true;
@@ -127,12 +128,13 @@ class Encoder {
     std::size_t m = 0;
     lua_pushnil(L_);
     while (lua_next(L_, idx)) {
-      if (in_array(-2, n)) {
+      const int top = lua_gettop(L_);
+      const int key_type = lua_type(L_, top - 1);
+      if (key_type == LUA_TNUMBER && in_array(top - 1, n)) {
         lua_pop(L_, 1);
         continue;
       }
-      int top = lua_gettop(L_);
-      if (!value(top - 1) || !value(top)) {
+      if (!value(top - 1, key_type) || !value(top)) {
         reversed_path_.push_back(key_text(top - 1));
         lua_pop(L_, 2);
         return false;
@@ -152,8 +154,8 @@ class Encoder {
     return true;
   }
 
+  // Whether the number key at key_idx lies in the array part 1..n.
   bool in_array(int key_idx, std::size_t n) {
-    if (lua_type(L_, key_idx) != LUA_TNUMBER) return false;
     double k = lua_tonumber(L_, key_idx);
     return k >= 1 && k <= static_cast<double>(n) && std::floor(k) == k;
   }
@@ -202,7 +204,9 @@ class Decoder {
 
   bool value(int depth) {
     if (p_ >= end_) return fail("truncated");
-    switch (static_cast<std::uint8_t>(*p_++)) {
+    const auto tag = static_cast<std::uint8_t>(*p_++);
+    bad_key_ = tag == kNil;
+    switch (tag) {
       case kNil: lua_pushnil(L_); return true;
       case kFalse: lua_pushboolean(L_, 0); return true;
       case kTrue: lua_pushboolean(L_, 1); return true;
@@ -218,6 +222,7 @@ class Decoder {
         double d;
         std::memcpy(&d, p_, 8);
         p_ += 8;
+        bad_key_ = std::isnan(d);
         lua_pushnumber(L_, d);
         return true;
       }
@@ -246,11 +251,11 @@ class Decoder {
         }
         for (std::uint64_t i = 0; i < m; ++i) {
           if (!value(depth + 1)) return false;
-          if (lua_isnil(L_, -1) || (lua_type(L_, -1) == LUA_TNUMBER && std::isnan(lua_tonumber(L_, -1))))
-            return fail("table key is nil or NaN");
+          if (bad_key_) return fail("table key is nil or NaN");
           if (!value(depth + 1)) return false;
           lua_rawset(L_, -3);
         }
+        bad_key_ = false;  // a table is a valid key, whatever it holds
         return true;
       }
       default: return fail("unknown tag");
@@ -281,6 +286,7 @@ class Decoder {
   StringCache* strings_;
   const char* p_;
   const char* end_;
+  bool bad_key_ = false;  // the last value decoded was nil or NaN: no table key
   std::string error_;
 };
 

@@ -110,6 +110,34 @@ TEST_CASE("unsendable values are refused with the path of the offending value") 
   CHECK(err.rfind("invalid: cannot send a table nested deeper than", 0) == 0);
 }
 
+TEST_CASE("a decoded table key that is nil or NaN is refused; a table key holding nil is not") {
+  State s;
+  // One value, a table: no array part, one entry whose key is the first
+  // value after the counts. Tags: 0 nil, 4 double, 5 string, 6 table.
+  const std::string nan_bits("\x00\x00\x00\x00\x00\x00\xf8\x7f", 8);
+  const std::string one = std::string("\x01\x06\x00\x01", 4);
+  for (const std::string& key : {std::string(1, '\x00'), "\x04" + nan_bits}) {
+    std::string err;
+    const int top = lua_gettop(s.L);
+    CHECK(decode_values(s.L, one + key + "\x05\x01v", &err) == -1);
+    CHECK(err == "invalid: corrupt value: table key is nil or NaN");
+    CHECK(lua_gettop(s.L) == top);
+  }
+  // A table key whose array part ends in a nil ({1, nil} as a key; 1
+  // zigzags to 2).
+  std::string err;
+  std::string key_table = std::string("\x06\x02\x00\x03\x02\x00", 6);
+  REQUIRE(decode_values(s.L, one + key_table + "\x05\x01v", &err) == 1);
+  CHECK(err.empty());
+  lua_pushnil(s.L);
+  REQUIRE(lua_next(s.L, -2));
+  CHECK(lua_istable(s.L, -2));
+  lua_settop(s.L, 0);
+  // A NaN value (not a key) is a value like any other.
+  CHECK(decode_values(s.L, std::string("\x01\x04", 2) + nan_bits, &err) == 1);
+  lua_settop(s.L, 0);
+}
+
 TEST_CASE("every truncation of a valid encoding is an error, never a crash") {
   State s;
   std::string bytes = s.encode("return {1, 'two', {three = 3.5, [4] = {true, false}}, 'x'}, 2^40, 'tail'");
