@@ -304,6 +304,7 @@ bool TaskKernel::queues_directly(lua_State* L) { return !listening_ && inbox_tak
 
 void TaskKernel::begin_queue(lua_State* L, int n) {
   luaL_checkstack(L, 3 * n + 8, "queued messages");
+  inbox_queued_ = true;
   lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
   push_inbox_queue(L, kBuf);
 }
@@ -352,6 +353,7 @@ void TaskKernel::message(lua_State* L) {
   // in its queue), so it goes to the end of the inbox's buffer, which the
   // constructor does itself.
   if (!to_listener && inbox_takes_directly(L)) {
+    inbox_queued_ = true;
     push_ctor_call(L, base);
     push_inbox_queue(L, kBuf);
     lua_call(L, 4, 0);
@@ -413,6 +415,7 @@ void TaskKernel::message(lua_State* L) {
       lua_settop(L, msg);
     }
     if (!waiter) {
+      inbox_queued_ = true;
       push_inbox_queue(L, kBuf);
       QueueRef buf(L, msg + 1);
       lua_pushvalue(L, msg);
@@ -421,6 +424,7 @@ void TaskKernel::message(lua_State* L) {
       return;
     }
   }
+  inbox_queued_ = true;  // with no live waiter, deliver queues it
   push_ext(L);
   lua_getfield(L, -1, "deliver");
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
@@ -780,13 +784,14 @@ int TaskKernel::l_receive(lua_State* L) {
       lua_pop(L, 1);
       return 1;
     }
-  } else {
+  } else if (k.inbox_queued_) {
     k.push_inbox_queue(L, kBuf);
     QueueRef buf(L, top + 1);
     if (buf.size() > 0) {
       buf.shift();
       return 1;
     }
+    k.inbox_queued_ = false;
   }
   lua_settop(L, top);
   bool timed = !lua_isnoneornil(L, 1);

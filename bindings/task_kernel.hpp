@@ -171,6 +171,12 @@ class TaskKernel {
   // nothing: run() sees the plain block without a sentinel to push and
   // read back (a light userdata each way).
   bool parking_ = false;
+  // The inbox's buffer may hold messages: set whenever the C half queues
+  // one there (or hands one to kernel_ext's deliver, which may), cleared by
+  // process.receive when it finds the buffer empty. Nothing else adds to
+  // it (kernel_ext's listen only puts back what it took), so a receive
+  // with the flag clear skips looking.
+  bool inbox_queued_ = false;
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,
   // oldest first: older than every waiter in recvq, so a message goes to

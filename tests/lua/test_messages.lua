@@ -31,6 +31,17 @@ return { main = function()
       T.match(select(2, process.send("<0.1.x>", "n", 1)), "^invalid: not a PID")
       process.send(a, "stop", nil); process.send(b, "stop", nil)
     end },
+    { "a message that arrives while its receiver sleeps waits for its next receive", function()
+      local echo = assert(process.spawn("fixtures.echo"))
+      local pid = assert(process.spawn_monitored("fixtures.late_arrivals", echo))
+      local ok, ev = pcall(T.next_event, "exit")
+      process.send(echo, "stop", nil)
+      if not ok then
+        process.terminate(pid)  -- still waiting for a reply it was sent
+        error("a reply was lost: " .. tostring(ev), 0)
+      end
+      T.eq(ev.result, true)
+    end },
     { "a message carries topic, from and payload", function()
       local echo = assert(process.spawn("fixtures.echo"))
       T.eq(process.send(echo, "hello", { a = 1 }), true, "send result")
