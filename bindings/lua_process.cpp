@@ -395,12 +395,18 @@ struct Primitives {
   }
 
   // The count hook of the JIT probe (config::kJitProbeSteps, armed by
-  // LuaProcess::probe_jit): once it fires, the process has run long enough
-  // to be worth compiling, so the hook removes itself and opens jit, which
-  // switches the compiler on.
-  static void jit_warmup_hook(lua_State* L, lua_Debug*) {
+  // LuaProcess::probe_jit), every kJitHookInterval bytecodes of an armed
+  // step: adds them to the estimate of what the process has run (32 times
+  // over in a sampled step, which stands for the 32 steps since the last).
+  // Once that passes kJitWarmupInstructions, the process has run long
+  // enough to be worth compiling: the hook removes itself and opens jit,
+  // which switches the compiler on.
+  static void jit_probe_hook(lua_State* L, lua_Debug*) {
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+    const std::uint32_t weight = p->steps_ <= config::kJitProbeSteps ? 1 : config::kJitSampleSteps;
+    p->jit_estimate_ += std::uint64_t{config::kJitHookInterval} * weight;
+    if (p->jit_estimate_ < config::kJitWarmupInstructions) return;
     lua_sethook(L, nullptr, 0, 0);
     // The runaway monitor may have armed its hook just before ours was
     // cleared: arm it again.
@@ -533,7 +539,7 @@ struct Primitives {
 
   static void open_lib(lua_State* L, const char* name) {
     const bool jit = !std::strcmp(name, "jit");
-    if (jit && lua_gethook(L) == jit_warmup_hook) lua_sethook(L, nullptr, 0, 0);
+    if (jit && lua_gethook(L) == jit_probe_hook) lua_sethook(L, nullptr, 0, 0);
     run_opener(L, name, 0);
     if (jit) jit_opened(L);
   }
@@ -920,10 +926,10 @@ bool LuaProcess::Prepare() {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
     lua_settop(S, 0);
     // No library is open yet, not even the base library (open_base).
-    // The JIT compiler comes on later (jit_warmup_hook), once the process
+    // The JIT compiler comes on later (jit_probe_hook), once the process
     // has shown it runs long enough to be worth it; probe_jit disarms the
     // hook after the first steps.
-    lua_sethook(S, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitWarmupInstructions);
+    lua_sethook(S, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
     for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
@@ -1188,7 +1194,7 @@ void LuaProcess::probe_jit() {
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
   if (arm == jit_probe_armed_) return;
   jit_probe_armed_ = arm;
-  if (arm) lua_sethook(L_, Primitives::jit_warmup_hook, LUA_MASKCOUNT, config::kJitSampleInstructions);
+  if (arm) lua_sethook(L_, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
   else lua_sethook(L_, nullptr, 0, 0);
   // The runaway monitor may have armed its own hook just before: arm it again.
   if (interrupted_.load(std::memory_order_acquire)) Interrupt();

@@ -100,6 +100,7 @@ class LuaProcess final : public Process {
   bool jit_on_ = false;     // the JIT compiler (Primitives::jit_opened)
   bool jit_probe_armed_ = true;  // the JIT probe's count hook (probe_jit)
   std::uint32_t steps_ = 0;      // steps taken, while the compiler is off
+  std::uint64_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   ProcessContext ctx_;
   std::string self_;    // this PID as a string

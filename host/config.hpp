@@ -48,30 +48,28 @@ inline constexpr std::chrono::milliseconds kTimerTick{1};
 inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 
 // Lazy JIT (bindings/lua_process.cpp): a Lua process starts interpreted and
-// switches LuaJIT's compiler on once it has shown it computes. Switching it
-// on probes the CPU with cpuid, which this kind of virtual machine traps:
-// about 35 us a state, more than the rest of a spawn, so short-lived
-// processes should not pay it.
+// switches LuaJIT's compiler on once it has run kJitWarmupInstructions
+// bytecodes (or names `jit`). Switching it on probes the CPU with cpuid,
+// which this kind of virtual machine traps: about 35 us a state, more than
+// the rest of a spawn, so short-lived processes should not pay it. 100k
+// bytecodes are a few hundred microseconds of interpreted Lua, so a
+// process that computes pays at most ~10% extra before it is compiled.
 //
-// The probe is a count hook, and any count hook sends every bytecode
+// The count is a count hook's, and any count hook sends every bytecode
 // through the interpreter's hook check (about 10 instructions each, and a
-// second cold dispatch table a step): so it is armed only on a process's first
-// kJitProbeSteps steps, where it turns the compiler on after
-// kJitWarmupInstructions bytecodes in all, and then on one step in
-// kJitSampleSteps, where it turns it on after kJitSampleInstructions
-// bytecodes in that step. 100k bytecodes are a few hundred microseconds of
-// interpreted Lua, so a process that computes from the start pays at most
-// ~10% extra before it is compiled; 10k in one step (30-100 us) mark a
-// process whose steps compute, compiled within 32 such steps. A process
-// whose steps only pass messages on (a few dozen bytecodes each) stays
-// interpreted: with the compiler on in each of them, the rings and Big ran
-// slower here, not faster (BENCHMARKS.md, change 26). What this misses: a
-// late step that computes at length without being sampled runs
-// interpreted to its end (the next sampled step compiles the process).
-inline constexpr int kJitWarmupInstructions = 100000;
+// second cold dispatch table a step). So it is armed only on a process's
+// first kJitProbeSteps steps, which count in full, and then on one step in
+// kJitSampleSteps, which counts for the steps since the last: it fires
+// every kJitHookInterval bytecodes, so a step shorter than that counts
+// nothing. A process whose steps only pass messages on (a few dozen
+// bytecodes each) stays interpreted: with the compiler on in each of them,
+// the rings and Big ran slower here, not faster (BENCHMARKS.md, change 26);
+// one whose steps compute 1000 bytecodes or more is compiled about as soon
+// as a hook on every bytecode would have done it.
+inline constexpr std::uint64_t kJitWarmupInstructions = 100000;
 inline constexpr std::uint32_t kJitProbeSteps = 8;
 inline constexpr std::uint32_t kJitSampleSteps = 32;
-inline constexpr int kJitSampleInstructions = 10000;
+inline constexpr int kJitHookInterval = 1000;
 
 // A Lua process's collector starts a cycle once its heap reaches this
 // percentage of what the last cycle left alive (LuaJIT's default is 200).

@@ -35,22 +35,26 @@ return { main = function()
       T.eq(T.next_event("exit").result, true, "a hot process's receive is the Lua fast path")
     end },
     { "a process that passes messages stays interpreted; one whose steps compute gets the compiler", function()
-      local server = assert(process.spawn("fixtures.jit_probe:server"))
-      local function ask(topic)
-        assert(process.send(server, topic, nil))
-        local m = process.receive(5)
-        assert(m and m.topic == "on", "the server did not answer")
-        return m.payload
+      for _, case in ipairs { { "heavy", 33 }, { "medium", 70 } } do
+        local kind, within = case[1], case[2]
+        local server = assert(process.spawn("fixtures.jit_probe:server"))
+        local function ask(topic)
+          assert(process.send(server, topic, nil))
+          local m = process.receive(5)
+          assert(m and m.topic == "on", "the server did not answer")
+          return m.payload
+        end
+        -- Hundreds of steps of a few bytecodes each: the probe's first
+        -- steps and its samples see nothing worth compiling.
+        for i = 1, 300 do T.eq(ask("light"), false, "compiler off after " .. i .. " light steps") end
+        -- Steps of about 15k (2.4k) bytecodes: the first (second) sampled
+        -- one, one step in 32, takes the estimate past 100k.
+        local steps = 0
+        repeat steps = steps + 1 until ask(kind) or steps > 2 * within
+        T.ok(steps <= within, "compiler on within " .. within .. " " .. kind .. " steps, not " .. steps)
+        T.eq(ask("light"), true, "and it stays on")
+        process.send(server, "stop", nil)
       end
-      -- Hundreds of steps of a few bytecodes each: the probe's first steps
-      -- and its samples see nothing worth compiling.
-      for i = 1, 300 do T.eq(ask("light"), false, "compiler off after " .. i .. " light steps") end
-      -- Steps of about 20k bytecodes: a sampled one (one step in 32) turns it on.
-      local heavy = 0
-      repeat heavy = heavy + 1 until ask("heavy") or heavy > 40
-      T.ok(heavy <= 33, "compiler on within 33 heavy steps, not " .. heavy)
-      T.eq(ask("light"), true, "and it stays on")
-      process.send(server, "stop", nil)
     end },
     { "finalizers run when a process ends: an unclosed file is flushed, a newproxy's __gc runs", function()
       local path = os.tmpname()
