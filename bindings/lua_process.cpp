@@ -101,13 +101,6 @@ void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
   lua_pushcclosure(L, fn, 1);
 }
 
-// Sets each function of fns as a field of the table on top.
-void set_functions(lua_State* L, const luaL_Reg* fns) {
-  for (const luaL_Reg* r = fns; r->name; ++r) {
-    lua_pushcfunction(L, r->func);
-    lua_setfield(L, -2, r->name);
-  }
-}
 
 }  // namespace
 
@@ -117,8 +110,7 @@ void set_functions(lua_State* L, const luaL_Reg* fns) {
 // with of(L).
 struct Primitives {
   // The process whose state L is (the allocator's userdata), from anywhere:
-  // a field read, where the closures' first upvalue (the same process)
-  // takes an upvalue lookup and a light userdata's decoding.
+  // a field read, cheaper than an upvalue holding it as a light userdata.
   static LuaProcess& of(lua_State* L) {
     void* ud = nullptr;
     lua_getallocf(L, &ud);
@@ -425,7 +417,7 @@ struct Primitives {
     auto& p = of(L);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
     const char* k = lua_tostring(L, 2);
-    // variant: upvalue 2 of the closure, or none (-1).
+    // variant: upvalue 1 of the closure, or none (-1).
     static const struct {
       const char* name;
       lua_CFunction fn;
@@ -449,7 +441,7 @@ struct Primitives {
       p.kernel_.push_receive(L);
     } else if (!std::strcmp(k, "registry")) {
       lua_createtable(L, 0, 3);
-      set_functions(L, registry);
+      luaL_setfuncs(L, registry, 0);
     } else {
       p.kernel_.push_ext(L);
       lua_getfield(L, -1, "process");
@@ -870,7 +862,7 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
       {nullptr, nullptr},
   };
   lua_createtable(L, 0, 8);
-  set_functions(L, prims);
+  luaL_setfuncs(L, prims, 0);
   push_closure(L, Primitives::monitor, 1);  // process.watch's: also returns the ref
   lua_setfield(L, -2, "watch_monitor");
 }

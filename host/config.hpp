@@ -65,7 +65,9 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // bytecodes each) stays interpreted: with the compiler on in each of them,
 // the rings and Big ran slower here, not faster (BENCHMARKS.md, change 26);
 // one whose steps compute 1000 bytecodes or more is compiled about as soon
-// as a hook on every bytecode would have done it.
+// as a hook on every bytecode would have done it. What it misses: a late
+// step that computes at length without being sampled runs interpreted to
+// its end (the next sampled step compiles the process).
 inline constexpr std::uint64_t kJitWarmupInstructions = 100000;
 inline constexpr std::uint32_t kJitProbeSteps = 8;
 inline constexpr std::uint32_t kJitSampleSteps = 32;
