@@ -1086,8 +1086,8 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         break;
       case EventKind::YieldComplete:
         lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
-        if (ev.error.empty()) lua_pushnil(L);
-        else lua_pushlstring(L, ev.error.data(), ev.error.size());
+        if (!ev.failed) lua_pushnil(L);
+        else lua_pushlstring(L, ev.payload.data(), ev.payload.size());
         kernel_.complete(L);
         break;
       case EventKind::Cancel:
@@ -1098,9 +1098,9 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
       case EventKind::Exit: {
         forget_monitor(ev.from, ev.tag);  // an exit ends its monitor
         push_pid(L, ev.from);
-        const bool failed = !ev.error.empty();
+        const bool failed = ev.failed;
         if (failed) {
-          lua_pushlstring(L, ev.error.data(), ev.error.size());
+          lua_pushlstring(L, ev.payload.data(), ev.payload.size());
         } else {
           std::string err;
           // No result bytes, or bad ones: the result is nil.
@@ -1125,7 +1125,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
       }
       case EventKind::LinkDown:
         push_pid(L, ev.from);
-        lua_pushlstring(L, ev.error.data(), ev.error.size());
+        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
         kernel_.event(L, "link_down", {"from", "error"});
         break;
     }

@@ -24,22 +24,26 @@ class Scheduler;
 using CommandId = std::uint32_t;
 
 enum class EventKind : std::uint8_t {
-  YieldComplete,  // a command finished: tag, payload (result) or error
+  YieldComplete,  // a command finished: tag, payload (its result, or its error when failed)
   Message,        // from, topic, payload
   Cancel,         // cooperative stop request: payload is the reason
-  Exit,           // a monitored process ended: from, payload (result) or error
-  LinkDown,       // a linked process failed: from, error
+  Exit,           // a monitored process ended: from, payload (its result, or its error when failed)
+  LinkDown,       // a linked process failed: from, payload (its error; failed)
   Reload,         // modules it loaded changed on disk: payload is their names, '\n'-separated
 };
 
+// 96 bytes: a flood of messages queues one per message. A failure's text
+// shares the payload (they never come together), where a third string
+// would make every queued message a third larger.
 struct Event {
   EventKind kind = EventKind::Message;
+  bool failed = false;     // YieldComplete, Exit, LinkDown: payload is the error text
   std::uint64_t tag = 0;   // YieldComplete, and the monitor reference for Exit
   Pid from;                // sender, or the process an Exit/LinkDown is about
   std::string topic;       // Message topic
-  std::string payload;     // message body, command result, cancel reason, exit result
-  std::string error;       // non-empty: the command or the process failed with this
+  std::string payload;     // message body, command result or error, cancel reason, exit result or error
 };
+static_assert(sizeof(Event) <= 96, "a queued message's size: see above");
 
 // One command a process waits on. `tag` is chosen by the process, unique among
 // its outstanding yields; the completion comes back as an Event with that tag.

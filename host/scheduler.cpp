@@ -219,8 +219,8 @@ bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string re
   Event ev;
   ev.kind = EventKind::YieldComplete;
   ev.tag = tag;
-  ev.payload = std::move(result);
-  ev.error = std::move(error);
+  ev.failed = !error.empty();
+  ev.payload = ev.failed ? std::move(error) : std::move(result);
   if (post(pid, &ev, [](ProcessSlot& s) { s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed); }))
     return true;
   log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
@@ -336,8 +336,8 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     ev.kind = EventKind::Exit;
     ev.tag = m.ref;
     ev.from = pid;
-    ev.payload = info.result;
-    ev.error = info.error;
+    ev.failed = info.failed;
+    ev.payload = info.failed ? info.error : info.result;
     deliver(m.watcher, std::move(ev));  // a watcher that is gone simply misses it
   }
   for (const Pid& other : links) {
@@ -347,7 +347,8 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
       Event ev;
       ev.kind = EventKind::LinkDown;
       ev.from = pid;
-      ev.error = info.error;
+      ev.failed = true;
+      ev.payload = info.error;
       deliver(other, std::move(ev));
     }
   }

@@ -183,7 +183,7 @@ TEST_CASE("an unknown command and a throwing handler complete the yield with an 
                        return;
                      }
                      for (auto& e : events)
-                       if (e.kind == EventKind::YieldComplete) return done(out, e.error);
+                       if (e.kind == EventKind::YieldComplete) return done(out, e.failed ? e.payload : "");
                      out.status = Status::Blocked;
                    }),
                    "main", "");
@@ -408,15 +408,17 @@ TEST_CASE("a monitor gets exactly one exit event; a link delivers link_down on f
       ++exit_ok;
       CHECK(e.tag == 5);
       CHECK(e.payload == "fine");
-      CHECK(e.error.empty());
+      CHECK_FALSE(e.failed);
     } else if (e.kind == EventKind::Exit && e.from == bad_child.pid) {
       ++exit_bad;
       CHECK(e.tag == 6);
-      CHECK(e.error == "crashed");
+      CHECK(e.failed);
+      CHECK(e.payload == "crashed");
     } else if (e.kind == EventKind::LinkDown) {
       ++link_down;
       CHECK(e.from == bad_child.pid);
-      CHECK(e.error == "crashed");
+      CHECK(e.failed);
+      CHECK(e.payload == "crashed");
     } else {
       FAIL("unexpected event kind " << static_cast<int>(e.kind));
     }
