@@ -747,6 +747,10 @@ struct Primitives {
   }
 };
 
+// One per process, from malloc: within mimalloc's 1 KB class an idle
+// process takes 256 bytes less than in the next (1.25 KB).
+static_assert(sizeof(LuaProcess) <= 1024, "LuaProcess outgrew malloc's 1 KB class");
+
 LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {}
 
 LuaProcess::~LuaProcess() {

@@ -114,13 +114,18 @@ class StateArena {
     LargeBlock* prev;
     LargeBlock* next;
   };
-  static constexpr std::size_t kClasses = 16 + (kMaxSmall - 256) / 64;  // 16-byte steps to 256, then 64
+  // 16-byte steps to 256, then 128: above 256 bytes LuaJIT allocates
+  // mostly power-of-two table parts (multiples of 128) and coroutine
+  // stacks. 30 free lists: the arena lives in the process object, which
+  // then fits malloc's 1 KB class (a finer 64-byte step took 44 lists and
+  // put it in the 1.25 KB class).
+  static constexpr std::size_t kClasses = 16 + (kMaxSmall - 256) / 128;
 
   static constexpr std::size_t class_of(std::size_t n) {
     if (n <= 256) return (n + 15) / 16 - (n ? 1 : 0);
-    return 15 + (n - 256 + 63) / 64;
+    return 15 + (n - 256 + 127) / 128;
   }
-  static constexpr std::size_t class_size(std::size_t c) { return c < 16 ? (c + 1) * 16 : 256 + (c - 15) * 64; }
+  static constexpr std::size_t class_size(std::size_t c) { return c < 16 ? (c + 1) * 16 : 256 + (c - 15) * 128; }
 
   void* carve_from_new_chunk(std::size_t size);
   void* move(void* p, std::size_t old_size, std::size_t new_size);
