@@ -1,6 +1,6 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "pingpong", "ring", "send_1k" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -72,6 +72,24 @@ function B.pingpong(quick)
   local s = elapsed(t0)
   process.send(pong, "stop", nil)
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/round trip" }
+end
+
+-- What a message waiting for a busy process costs: n messages sent to one
+-- that is inside a long step, so all of them wait in its queue.
+function B.queue_memory(quick, h)
+  local n = quick and 100000 or 1000000
+  local node = assert(process.spawn("nodes.busy", process.pid(), quick and 1 or 4))
+  assert(process.receive(10).topic == "busy")
+  collectgarbage()
+  local before = h.rss_kb()
+  local t0 = time.now()
+  for i = 1, n do process.send(node, "m", i) end
+  local s = elapsed(t0)
+  local per_byte = (h.rss_kb() - before) * 1024 / n
+  process.send(node, "end", nil)
+  local m = process.receive(60)
+  assert(m and m.payload == n, "the busy process lost messages")
+  return { params = "n=" .. n, seconds = s, per_op = per_byte, unit = "B RSS/message" }
 end
 
 function B.send_1k(quick)
