@@ -570,7 +570,7 @@ struct Primitives {
   static void jit_opened(lua_State* L) {
     auto& p = of(L);
     p.jit_on_ = true;
-    p.kernel_.enable_fast_receive(&p.rt_.receive_bytecode());
+    p.kernel_.enable_fast_receive();
   }
 
   // Pushes the API table `name`, building it once and recording it as a
@@ -928,6 +928,7 @@ bool LuaProcess::Prepare() {
     lua_sethook(S, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
+    p.kernel_.set_receive_chunk(&p.rt_.receive_bytecode());
     for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
       lua_pushboolean(S, 0);
       *ref = p.kernel_.pin(S);

@@ -1,9 +1,16 @@
--- process.receive's fast path: a message waits and the inbox is on the C
--- kernel's fast paths (no listeners, senders or close). It is Lua so that
--- LuaJIT compiles it into the caller's loop: a process draining a full inbox
--- then runs no C call per message. Everything else, blocking included, is
--- the C kernel's receive (bindings/task_kernel.cpp), reached by a tail call
--- so its errors name the script's line.
+-- process.receive once a process has received a few messages (or turned
+-- its compiler on): a Lua function over the C kernel's receive
+-- (bindings/task_kernel.cpp).
+--
+-- It takes a waiting message itself when the inbox is on the C kernel's
+-- fast paths (no listeners, senders or close), so that LuaJIT compiles it
+-- into the caller's loop and a process draining a full inbox runs no C call
+-- per message. Else it calls the C receive, which returns a message table,
+-- or nil, "timeout", or, when the task waited and the kernel handed it a
+-- message, the message's from, topic and payload (from and topic strings:
+-- the kernel hands over no message from the host, whose from is nil): the
+-- table is then made here, a template copy (TDUP) in the task's own code,
+-- where calling a constructor from C costs a C-to-Lua call a message.
 --
 -- Called with the inbox (see kernel_ext.lua: { buf, recvq, sendq, closed,
 -- slow }) and the C receive; returns process.receive.
@@ -17,5 +24,10 @@ return function(timeout)
     if h == buf[2] then buf[1], buf[2] = 3, 2 else buf[1] = h + 1 end
     return v
   end
-  return c_receive(timeout)
+  local a, b, c = c_receive(timeout)
+  if b == nil then return a end     -- a message table
+  if a == nil then return a, b end  -- nil, "timeout"
+  local m = { from = false, topic = false, payload = false }
+  m.from, m.topic, m.payload = a, b, c
+  return m
 end

@@ -305,6 +305,8 @@ bool TaskKernel::queues_directly(lua_State* L) { return !listening_ && inbox_tak
 void TaskKernel::begin_queue(lua_State* L, int n) {
   luaL_checkstack(L, 3 * n + 8, "queued messages");
   inbox_queued_ = true;
+  // Its messages queue up: receive.lua takes them without a C call each.
+  enable_fast_receive();
   lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
   push_inbox_queue(L, kBuf);
 }
@@ -348,6 +350,17 @@ void TaskKernel::message(lua_State* L) {
     to_listener = !lua_isnil(L, -1);
     if (!to_listener) lua_settop(L, base + 3);
   }
+  // A task waiting in bindings/receive.lua's C call takes the message as
+  // its three values and makes the table itself, in its own code; not one
+  // from the host (from nil), which receive.lua could not tell from
+  // nil, "timeout".
+  if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw && !lua_isnil(L, base + 1)) {
+    lua_State* co = parked_.front().co;
+    parked_.erase(parked_.begin());
+    wake(L, co, 3);
+    lua_settop(L, base);
+    return;
+  }
   // The usual case of a flood: nobody waits and nothing else may take the
   // message (no listener for it, the inbox on its fast paths, no receiver
   // in its queue), so it goes to the end of the inbox's buffer, which the
@@ -386,7 +399,7 @@ void TaskKernel::message(lua_State* L) {
     // message over) or nobody waits (queue it). Selects and receives with a
     // timeout take kernel_ext's path.
     if (!parked_.empty()) {
-      lua_State* co = parked_.front();
+      lua_State* co = parked_.front().co;
       parked_.erase(parked_.begin());
       wake(L, co, 1);
       lua_settop(L, base);
@@ -546,7 +559,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         push_inbox_queue(L, kRecvq);
         QueueRef recvq(L, -1);
         if (!slow_inbox_ && recvq.size() == 0) {
-          parked_.push_back(co);
+          parked_.push_back({co, false});
         } else {
           push_task(L, co);
           recvq.push();
@@ -641,10 +654,10 @@ void TaskKernel::slow_inbox(lua_State* L) {
   const int n = recvq.size();
   luaL_checkstack(L, n + 4, "inbox waiters");
   for (int i = 0; i < n; ++i) recvq.shift();  // onto the stack, in order
-  for (lua_State* co : parked_) {
-    push_task(L, co);
+  for (const Parked& w : parked_) {
+    push_task(L, w.co);
     recvq.push();
-    receive_one_.push_back(co);
+    receive_one_.push_back(w.co);
   }
   parked_.clear();
   for (int i = 0; i < n; ++i) {
@@ -655,16 +668,18 @@ void TaskKernel::slow_inbox(lua_State* L) {
 }
 
 void TaskKernel::push_receive(lua_State* L) {
-  if (!fast_path_) {
+  if (!fast_receive_) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, l_receive, 1);
     return;
   }
-  // bindings/receive.lua's chunk, called with the inbox and the C receive.
-  if (luaL_loadbuffer(L, fast_path_->data(), fast_path_->size(), "=receive") != 0) lua_error(L);
+  // bindings/receive.lua's chunk, called with the inbox and the C receive
+  // it calls (one Lua frame, its own, between it and the script).
+  if (luaL_loadbuffer(L, receive_chunk_->data(), receive_chunk_->size(), "=receive") != 0) lua_error(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushlightuserdata(L, this);
-  lua_pushcclosure(L, l_receive, 1);
+  lua_pushinteger(L, 2);
+  lua_pushcclosure(L, l_receive_raw, 2);
   lua_call(L, 2, 1);
 }
 
@@ -769,10 +784,15 @@ int TaskKernel::l_slow_inbox(lua_State* L) {
   return 0;
 }
 
-// process.receive([timeout]) -> the next inbox message, or nil, "timeout".
-int TaskKernel::l_receive(lua_State* L) {
+int TaskKernel::l_receive(lua_State* L) { return receive(L, false); }
+int TaskKernel::l_receive_raw(lua_State* L) { return receive(L, true); }
+
+// process.receive([timeout]) -> the next inbox message, or nil, "timeout";
+// with raw, a message handed over while it waited comes as its from, topic
+// and payload (bindings/receive.lua makes the table).
+int TaskKernel::receive(lua_State* L, bool raw) {
   TaskKernel& k = self(L);
-  if (k.fast_path_ && !k.fast_receive_installed_) k.install_fast_receive(L);
+  if (k.fast_receive_ && !k.fast_receive_installed_) k.install_fast_receive(L);
   const int top = lua_gettop(L);
   if (k.slow_inbox_) {
     // Senders may wait on the inbox, or it may be closed: kernel_ext's rules.
@@ -823,7 +843,7 @@ int TaskKernel::l_receive(lua_State* L) {
     // block (no after_resume), unless others wait in the inbox's receive
     // queue, which only happens once kernel_ext has loaded (see message).
     if (k.inbox_recvq_empty(L)) {
-      k.parked_.push_back(L);
+      k.parked_.push_back({L, raw});
       k.parking_ = true;
       return lua_yield(L, 0);
     }

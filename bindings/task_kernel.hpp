@@ -79,13 +79,20 @@ class TaskKernel {
   const std::string& failure() const { return failure_; }
 
   // process.receive: the C function until enable_fast_receive, then a Lua
-  // function (bindings/receive.lua, fast_path its bytecode) that takes a
-  // waiting message itself, so that LuaJIT compiles it into the caller's
-  // loop, and calls the C one for the rest. Loading it costs a spawn about
-  // 2 us, so a process gets it once its JIT compiler is on: the C receive
-  // then replaces itself in the process table the next time it is called.
+  // function (bindings/receive.lua, set_receive_chunk its bytecode) that
+  // takes a waiting message itself, so that LuaJIT compiles it into the
+  // caller's loop, makes the table of a message handed to it while it
+  // waited, and calls the C one for the rest. A process gets it once its
+  // JIT compiler is on or its messages queue up (a run of them nobody
+  // waited for, see begin_queue): loading it costs about 2 us, and reading
+  // the inbox's buffer at each receive costs a process that always waits
+  // for its next message cache lines the C receive does not touch (with it
+  // in every node from the 16th message, a ring of 100 took 2.6 times the
+  // simulated L2 misses). The C receive then replaces itself in the
+  // process table the next time it is called.
   void push_receive(lua_State* L);
-  void enable_fast_receive(const std::string* fast_path) { fast_path_ = fast_path; }
+  void set_receive_chunk(const std::string* chunk) { receive_chunk_ = chunk; }
+  void enable_fast_receive() { fast_receive_ = receive_chunk_ != nullptr; }
   // The bytecode of bindings/message.lua (see message()).
   void set_message_chunk(const std::string* chunk) { message_chunk_ = chunk; }
   // The extension table (loading it on first use).
@@ -113,6 +120,8 @@ class TaskKernel {
   static int l_slow_inbox(lua_State* L);
   static int l_set_trap_links(lua_State* L);
   static int l_receive(lua_State* L);
+  static int l_receive_raw(lua_State* L);  // receive.lua's
+  static int receive(lua_State* L, bool raw);
   static TaskKernel& self(lua_State* L);
 
   // Creates a task for the function at idx and the nargs values above it
@@ -180,8 +189,13 @@ class TaskKernel {
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,
   // oldest first: older than every waiter in recvq, so a message goes to
-  // the first of them before anyone in recvq. Usually zero or one.
-  std::vector<lua_State*> parked_;
+  // the first of them before anyone in recvq. Usually zero or one. raw:
+  // waiting in receive.lua's call, which takes a message as its values.
+  struct Parked {
+    lua_State* co;
+    bool raw;
+  };
+  std::vector<Parked> parked_;
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
@@ -196,7 +210,8 @@ class TaskKernel {
   // The registry's array part from the start (init): the pins and the first
   // luaL_refs of a process.
   static constexpr int kRegistrySlots = 16;
-  const std::string* fast_path_ = nullptr;  // see push_receive
+  const std::string* receive_chunk_ = nullptr;  // see push_receive
+  bool fast_receive_ = false;
   bool fast_receive_installed_ = false;
   Outcome outcome_ = kWaiting;
   std::string failure_;
