@@ -1,6 +1,6 @@
--- process.receive once a process has received a few messages (or turned
--- its compiler on): a Lua function over the C kernel's receive
--- (bindings/task_kernel.cpp).
+-- process.receive once a process's messages have queued up (or its
+-- compiler is on): a Lua function over the C kernel's receive
+-- (bindings/task_kernel.cpp, TaskKernel::push_receive says when and why).
 --
 -- It takes a waiting message itself when the inbox is on the C kernel's
 -- fast paths (no listeners, senders or close), so that LuaJIT compiles it
