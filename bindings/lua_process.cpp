@@ -127,6 +127,12 @@ struct Primitives {
       out = p.last_dest_;
       return true;
     }
+    // A reply to the last message's sender (m.from): its string, too, is
+    // kept alive in a registry slot (push_sender).
+    if (s == p.last_from_text_) {
+      out = p.last_from_;
+      return true;
+    }
     std::string_view dest(s, n);
     if (!dest.empty() && dest.front() == '<') {
       if (auto pid = Pid::parse(dest)) {
@@ -1028,6 +1034,7 @@ void LuaProcess::push_sender(lua_State* L, const Pid& from) {
   }
   push_pid(L, from);
   last_from_ = from;
+  last_from_text_ = lua_tostring(L, -1);  // nullptr for the host's nil
   lua_pushvalue(L, -1);
   lua_rawseti(L, LUA_REGISTRYINDEX, last_from_ref_);
 }

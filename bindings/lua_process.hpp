@@ -119,6 +119,7 @@ class LuaProcess final : public Process {
   Pid last_dest_;
   int last_dest_ref_ = -2;
   Pid last_from_;
+  const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
   int last_from_ref_ = -2;
   int step_fn_ref_ = -2;
   std::span<Event> step_events_;  // Step's arguments, for step_body
