@@ -525,8 +525,11 @@ TaskKernel::Outcome TaskKernel::run(lua_State* L) {
     int n = lua_gettop(co) - (lua_status(co) == LUA_YIELD ? 0 : 1);
     int rc = lua_resume(co, n);
     current_ = nullptr;
-    // A plain block, the common case: the task waits, nothing else to do.
-    if (rc == LUA_YIELD && (parking_ || lua_touserdata(co, 1) == &kBlock)) {
+    // A plain block, the common case: the task waits, nothing else to do
+    // (process.receive's park yields nothing, so nothing to clear either).
+    if (rc == LUA_YIELD && parking_) {
+      continue;
+    } else if (rc == LUA_YIELD && lua_touserdata(co, 1) == &kBlock) {
       lua_settop(co, 0);
     } else {
       after_resume(L, co, rc);
@@ -804,6 +807,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
       lua_pop(L, 1);
       return 1;
     }
+    lua_settop(L, top);
   } else if (k.inbox_queued_) {
     k.push_inbox_queue(L, kBuf);
     QueueRef buf(L, top + 1);
@@ -812,8 +816,8 @@ int TaskKernel::receive(lua_State* L, bool raw) {
       return 1;
     }
     k.inbox_queued_ = false;
+    lua_settop(L, top);
   }
-  lua_settop(L, top);
   bool timed = !lua_isnoneornil(L, 1);
   lua_Number secs = 0;
   if (timed) {
@@ -836,7 +840,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     lua_concat(L, 2);
     return lua_error(L);
   }
-  lua_settop(L, 0);
+  if (lua_gettop(L) != 0) lua_settop(L, 0);  // a plain receive() has nothing there
   if (!timed && L == k.current_ && !k.slow_inbox_) {
     // The task itself waits, not a coroutine inside it: the yield reaches
     // the kernel's resume for certain, so it waits from here, as a plain
