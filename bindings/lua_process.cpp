@@ -1206,7 +1206,7 @@ void LuaProcess::probe_jit() {
 
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
-  lua_settop(L, 0);
+  if (lua_gettop(L) != 0) lua_settop(L, 0);  // only Init's leftovers: a step leaves it empty
   if (!jit_on_) probe_jit();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
@@ -1228,7 +1228,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     const char* msg = lua_tostring(L, -1);
     out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
-  lua_settop(L, 0);
+  if (rc != 0) lua_settop(L, 0);  // the error; a call that returned left nothing
   if ((out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue) &&
       (!pending_sleeps_.empty() || !pending_cancels_.empty()))
     flush_commands(out);
