@@ -769,18 +769,25 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   if (nsize == 0) {
     if (ptr) {
       self->used_ -= osize;
-      if (ptr != self->global_state_) self->arena_.free(ptr, osize);  // it goes with the arena
+      self->arena_.free(ptr, osize);
     }
     return nullptr;
   }
-  std::size_t old = ptr ? osize : 0;
-  if (nsize > old && self->used_ + (nsize - old) > self->limit_) {
+  const std::size_t old = ptr ? osize : 0;
+  if (nsize > old && self->used_ + (nsize - old) > self->limit_) [[unlikely]] {
     self->mem_exceeded_ = true;
     return nullptr;  // LuaJIT raises a memory error in the running code
   }
+  void* out = self->arena_.reallocate(ptr, old, nsize);
+  if (out) [[likely]] self->used_ = self->used_ - old + nsize;
+  return out;
+}
+
+void* LuaProcess::allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
+  auto* self = static_cast<LuaProcess*>(ud);
   // lua_newstate's first allocation is its global state, which lives as long
   // as the state: in the arena's chunk, beside what the state allocates next.
-  if (!self->L_ && !self->global_state_ && !ptr) {
+  if (!ptr && !self->global_state_) {
     void* g = self->arena_.allocate_for_life(nsize);
     if (g) {
       self->global_state_ = g;
@@ -788,9 +795,13 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
     }
     return g;
   }
-  void* out = self->arena_.reallocate(ptr, old, nsize);
-  if (out) self->used_ = self->used_ - old + nsize;
-  return out;
+  // Freed last (by lua_close, or by a lua_newstate that failed): it goes
+  // with the arena. LuaJIT never resizes it.
+  if (ptr == self->global_state_ && nsize == 0) {
+    self->used_ -= osize;
+    return nullptr;
+  }
+  return allocate(ud, ptr, osize, nsize);
 }
 
 std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
@@ -916,8 +927,9 @@ void LuaProcess::install_globals() {
 }
 
 bool LuaProcess::Prepare() {
-  L_ = lua_newstate(&LuaProcess::allocate, this);
+  L_ = lua_newstate(&LuaProcess::allocate_global, this);
   if (!L_) return false;
+  lua_setallocf(L_, &LuaProcess::allocate, this);
   // No collection while the kernel is set up (and until Init has loaded the
   // script's module): everything it allocates stays alive, so a collection
   // would only cost time (about 10% of a spawn).
@@ -1265,6 +1277,7 @@ void LuaProcess::Close() {
     // the arena frees it all at once.
     if (needs_close_) {
       arena_.begin_teardown();  // the chunks go back whole below
+      lua_setallocf(L_, &LuaProcess::allocate_global, this);  // lua_close frees the global state last
       lua_close(L_);
     }
     arena_.release();

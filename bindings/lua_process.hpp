@@ -55,7 +55,11 @@ class LuaProcess final : public Process {
 
  private:
   friend struct Primitives;
+  // The state's allocator (the arena behind the memory limit's count), and
+  // the one lua_newstate and lua_close run with, which also knows the
+  // global state: the hot path need not check for it.
   static void* allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
+  static void* allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
 
   // Pushes on L (the main state or one of its coroutines) the entry's method
   // function, loading the newest module version; or returns the error (SPEC
