@@ -106,6 +106,19 @@ TEST_CASE("a freed block of a size class is handed out again before new memory")
   void* a = arena.allocate(40);
   arena.free(a, 40);
   CHECK(arena.allocate(33) == a);  // 33 and 40 share the 48-byte class
+  // Above 256 bytes the classes are 128 bytes apart: 257..384 share one,
+  // 385 starts the next, and 2048, the largest small block, has its own.
+  void* c = arena.allocate(300);
+  arena.free(c, 300);
+  CHECK(arena.allocate(384) == c);
+  void* d = arena.allocate(385);
+  CHECK(d != c);
+  std::memset(d, 7, 512);  // its class is 512 bytes: all of it is the block's
+  arena.free(d, 385);
+  CHECK(arena.allocate(512) == d);
+  void* e = arena.allocate(2048);
+  arena.free(e, 2048);
+  CHECK(arena.allocate(1921) == e);
   std::size_t chunks = arena.chunk_count();
   for (int i = 0; i < 100; ++i) {
     void* b = arena.allocate(100);
