@@ -35,7 +35,7 @@
 --   E.deliver(ch, msg)          a message the C half does not take itself
 --                               (to the inbox or a listener)
 --   E.try_receive(ch)           see below (process.receive once I.slow_inbox)
---   E.timeout_seconds(d)        process.receive's timeout in seconds
+--   E.timeout_seconds(d, caller) process.receive's timeout in seconds
 --   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
 --   E.complete(tag, err)        a sleep command completed
 --   E.watched(ref, ev)          an exit event for a process.watch channel?
@@ -260,7 +260,13 @@ end
 
 -- process.receive(d): d in seconds. Called from C (process.receive), so an
 -- error's level 3 is the script's call.
-function E.timeout_seconds(d) return duration(d, 3) end
+-- caller: how many frames above the C receive the script's call is. Not a
+-- tail call, so that the frames above duration are this, the C receive
+-- and then the script's (a tail call would drop this one).
+function E.timeout_seconds(d, caller)
+  local secs = duration(d, 2 + caller)
+  return secs
+end
 
 -- Task t blocked in process.receive(secs) with nothing in the inbox: it
 -- wakes with the first message, or with nil, "timeout".

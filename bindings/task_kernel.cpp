@@ -818,13 +818,18 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     k.inbox_queued_ = false;
     lua_settop(L, top);
   }
+  // How many Lua frames up the script's call is: upvalue 2 when a Lua
+  // function stands between (kernel_ext's inbox:receive, receive.lua), for
+  // the errors to name the script's line.
+  const int caller = lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
   bool timed = !lua_isnoneornil(L, 1);
   lua_Number secs = 0;
   if (timed) {
     k.push_ext(L);
     lua_getfield(L, -1, "timeout_seconds");
     lua_pushvalue(L, 1);
-    lua_call(L, 1, 1);
+    lua_pushinteger(L, caller);
+    lua_call(L, 2, 1);
     secs = lua_tonumber(L, -1);
     if (secs <= 0) {
       lua_pushnil(L);
@@ -833,9 +838,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     }
   }
   if (k.current_ == nullptr || !lua_isyieldable(L)) {
-    // Where the script called: upvalue 2 says how many Lua frames (kernel_ext's
-    // inbox:receive) stand between.
-    luaL_where(L, lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2))));
+    luaL_where(L, caller);
     lua_pushstring(L, k.current_ == nullptr ? "blocking call outside a process task" : kCBoundary);
     lua_concat(L, 2);
     return lua_error(L);

@@ -197,6 +197,7 @@ return { main = function()
         T.eq(run("timeout_behind_parked"), "parked=1 timed=nil,timeout")
         T.eq(run("inbox_as_channel"), "Adirect/1 B1 Cfrom a task Dnil")
         T.match(run("receive_in_sort"), "^false [^ ]*receivers%.lua:%d+: blocking call inside a C function boundary")
+        T.match(run("bad_timeout"), "^[^ ]*receivers%.lua:%d+: invalid duration")
         T.match(run("top_level"), "^[^|]*receivers%.lua:%d+: blocking call outside a process task|[^|]*receivers%.lua:%d+: blocking call outside a process task$")
       end
     end },
