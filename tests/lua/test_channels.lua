@@ -133,6 +133,11 @@ return { main = function()
       T.raises(function() time.sleep("soon") end, "invalid duration")
       T.raises(function() time.sleep(-1) end, "invalid duration")
       T.raises(function() time.sleep({}) end, "bad duration")
+      -- A bad duration's error names the line of the call (not a tail call
+      -- here: a tail call drops the caller's frame from any traceback).
+      T.raises(function() local s = time.parse_duration("soon"); return s end, "test_channels%.lua:%d+: invalid duration")
+      T.raises(function() time.sleep("soon"); return 1 end, "test_channels%.lua:%d+: invalid duration")
+      T.raises(function() local c = time.after(-1); return c end, "test_channels%.lua:%d+: invalid duration")
     end },
     { "require returns the same API tables as the globals", function()
       T.ok(require("time") == time); T.ok(require("process") == process)
