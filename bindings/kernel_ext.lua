@@ -116,7 +116,7 @@ Channel.__tostring = function(ch) return "channel: " .. H.describe(ch) end
 
 local function new_channel(capacity)
   if capacity ~= nil and (type(capacity) ~= "number" or capacity < 0 or capacity % 1 ~= 0) then
-    error("bad argument #1 to 'channel.new' (capacity must be a non-negative integer)", 3)
+    error("bad argument #1 to 'channel.new' (capacity must be a non-negative integer)", 2)
   end
   return setmetatable({ queue(), queue(), queue(), false, cap = capacity or 0 }, Channel)
 end
@@ -505,7 +505,7 @@ local function build_time()
 end
 
 local function build_channel()
-  return { new = function(capacity) return new_channel(capacity) end, select = channel_select }
+  return { new = new_channel, select = channel_select }
 end
 
 

@@ -138,6 +138,9 @@ return { main = function()
       T.raises(function() local s = time.parse_duration("soon"); return s end, "test_channels%.lua:%d+: invalid duration")
       T.raises(function() time.sleep("soon"); return 1 end, "test_channels%.lua:%d+: invalid duration")
       T.raises(function() local c = time.after(-1); return c end, "test_channels%.lua:%d+: invalid duration")
+      T.raises(function() local c = channel.new(-1); return c end,
+        "test_channels%.lua:%d+: bad argument #1 to 'channel.new' %(capacity must be a non%-negative integer%)")
+      T.raises(function() local c = channel.new(1.5); return c end, "test_channels%.lua:%d+: bad argument #1 to 'channel.new'")
     end },
     { "require returns the same API tables as the globals", function()
       T.ok(require("time") == time); T.ok(require("process") == process)
