@@ -43,7 +43,12 @@ end
 -- process, or it exited before replying) or the error the server replied
 -- with through request.fail.
 function M.call(dest, topic, value, timeout)
+  if type(dest) ~= "string" then
+    error("bad argument #1 to 'call' (PID or registered name expected, got " .. type(dest) .. ")", 2)
+  end
   if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", 2) end
+  local valid, secs = pcall(time.parse_duration, timeout or 5)
+  if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
   ensure_dispatcher()
   next_ref = next_ref + 1
   local ref = process.pid() .. "#" .. next_ref
@@ -64,7 +69,7 @@ function M.call(dest, topic, value, timeout)
     process.unwatch(pid, watch)
     return nil, err
   end
-  local timer = time.after(timeout or 5)
+  local timer = time.after(secs)
   local r = channel.select { box:case_receive(), watch:case_receive(), timer:case_receive() }
   if r.channel ~= watch then process.unwatch(pid, watch) end
   if r.channel ~= box then

@@ -55,6 +55,10 @@ return { main = function()
       T.eq(v, nil); T.match(err, "^not_found: .* exited before replying: .*server died")
       v, err = request.call(s, "echo", 1)
       T.match(err, "^not_found")
+      T.raises(function() local r = request.call(42, "echo", 1); return r end,
+        "test_stdlib%.lua:%d+: bad argument #1 to 'call' %(PID or registered name expected, got number%)")
+      T.raises(function() local r = request.call(s, "echo", 1, "soon"); return r end,
+        "test_stdlib%.lua:%d+: bad argument #4 to 'call' %(invalid duration: \"soon\"%)")
       v, err = request.call("nobody-here", "echo", 1)
       T.match(err, "^not_found")
     end },
