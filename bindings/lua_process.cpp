@@ -608,7 +608,7 @@ struct Primitives {
   }
 
   // log.trace/debug/info/warn/error(fmt, ...): string.format's rules, or
-  // tostring of a lone argument. Upvalue 1: the spdlog level.
+  // tostring of a lone argument. Upvalues: the spdlog level, the name.
   static int log_at(lua_State* L) {
     auto level = static_cast<spdlog::level::level_enum>(lua_tointeger(L, lua_upvalueindex(1)));
     const int n = lua_gettop(L);
@@ -622,7 +622,18 @@ struct Primitives {
       lua_getfield(L, -1, "format");
       lua_replace(L, -2);
       lua_insert(L, 1);
-      lua_call(L, n, 1);
+      if (const int rc = lua_pcall(L, n, 1, 0); rc != 0) {
+        if (rc == LUA_ERRMEM) return lua_error(L);
+        // string.format's error names neither the script's line nor the
+        // call (it sees this C function as its caller): name both.
+        std::string err = lua_tostring(L, -1) ? lua_tostring(L, -1) : "bad format";
+        const std::string call = std::string("'log.") + lua_tostring(L, lua_upvalueindex(2)) + "'";
+        if (auto at = err.find("'?'"); at != std::string::npos) err.replace(at, 3, call);
+        luaL_where(L, 1);
+        lua_pushlstring(L, err.data(), err.size());
+        lua_concat(L, 2);
+        return lua_error(L);
+      }
     } else if (lua_type(L, 1) != LUA_TSTRING) {  // a string is its own text: no base library for it
       base_global(L, "tostring");
       lua_insert(L, 1);
@@ -642,7 +653,8 @@ struct Primitives {
     lua_createtable(L, 0, 5);
     for (auto& [name, level] : levels) {
       lua_pushinteger(L, level);
-      lua_pushcclosure(L, log_at, 1);
+      lua_pushstring(L, name);
+      lua_pushcclosure(L, log_at, 2);
       lua_setfield(L, -2, name);
     }
   }

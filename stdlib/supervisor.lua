@@ -59,14 +59,25 @@ function M.start(spec)
   return pid
 end
 
+-- A call to supervisor sup; fname names the public function in errors.
+local function call_supervisor(fname, sup, op, timeout)
+  if type(sup) ~= "string" then
+    error("bad argument #1 to '" .. fname .. "' (supervisor PID or name expected, got " .. type(sup) .. ")", 3)
+  end
+  local r, err = request.call(sup, "$supervisor", { op = op }, timeout)
+  return r, err
+end
+
 -- { { id =, pid = }, ... } in child order (pid is nil for a stopped child).
 function M.which_children(sup, timeout)
-  return request.call(sup, "$supervisor", { op = "which_children" }, timeout)
+  local r, err = call_supervisor("which_children", sup, "which_children", timeout)
+  return r, err
 end
 
 -- Restarts every child (on the newest code). Returns true or nil, err.
 function M.restart_children(sup, timeout)
-  return request.call(sup, "$supervisor", { op = "restart_children" }, timeout)
+  local r, err = call_supervisor("restart_children", sup, "restart_children", timeout)
+  return r, err
 end
 
 -- The supervisor process.

@@ -152,6 +152,8 @@ return { main = function()
       log.info("formatted %d %s", 42, "ok")
       log.debug("not shown at info level")
       T.raises(function() log.info("%d", "x") end, "number expected")
+      T.raises(function() log.warn("%d", "x"); return 1 end,
+        "test_channels%.lua:%d+: bad argument #2 to 'log%.warn' %(number expected, got string%)")
     end },
   }
 end }

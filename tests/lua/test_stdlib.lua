@@ -127,6 +127,8 @@ return { main = function()
     { "bad supervisor specs raise", function()
       T.raises(function() supervisor.start { strategy = "all_for_none", children = {} } end, "unknown supervisor strategy")
       T.raises(function() supervisor.start { children = { { id = "x" } } } end, "needs an entry")
+      T.raises(function() local r = supervisor.which_children(42); return r end,
+        "test_stdlib%.lua:%d+: bad argument #1 to 'which_children' %(supervisor PID or name expected, got number%)")
       T.raises(function() supervisor.start { children = { { entry = "a", restart = "sometimes" } } } end, "unknown restart")
     end },
   }
