@@ -298,6 +298,10 @@ struct Primitives {
   static int register_name(lua_State* L) {
     auto& p = of(L);
     std::string name = check_string(L, 1);
+    // process.send takes a string that starts with '<' for a PID, anything
+    // else for a name: such a name could never be reached.
+    if (name.empty() || name.front() == '<')
+      return push_fail(L, make_error(ErrorKind::Invalid, "bad name '" + name + "': empty or starting with '<' (a PID's mark)"));
     Pid who = p.ctx_.self;
     if (!lua_isnoneornil(L, 2)) {
       int nret;

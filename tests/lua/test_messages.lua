@@ -155,6 +155,9 @@ return { main = function()
       T.match(select(2, process.send(echo, "x", 1)), "^not_found")
       T.eq(process.registry.register("me"), true)
       T.eq(process.registry.lookup("me"), process.pid())
+      -- A name that process.send would read as a PID, or no name at all.
+      T.match(select(2, process.registry.register("")), "^invalid: bad name ''")
+      T.match(select(2, process.registry.register("<0.1.1>")), "^invalid: bad name '<0%.1%.1>'")
       T.eq(process.registry.unregister("me"), true)
       T.match(select(2, process.registry.unregister("me")), "^not_found")
     end },
