@@ -59,10 +59,11 @@ function M.start(spec)
   return pid
 end
 
--- A call to supervisor sup; fname names the public function in errors.
-local function call_supervisor(fname, sup, op, timeout)
+-- Asks supervisor sup to do op, which is also the name of the public
+-- function that asks (for its errors, raised at that function's caller).
+local function call_supervisor(op, sup, timeout)
   if type(sup) ~= "string" then
-    error("bad argument #1 to '" .. fname .. "' (supervisor PID or name expected, got " .. type(sup) .. ")", 3)
+    error("bad argument #1 to '" .. op .. "' (supervisor PID or name expected, got " .. type(sup) .. ")", 3)
   end
   local r, err = request.call(sup, "$supervisor", { op = op }, timeout)
   return r, err
@@ -70,13 +71,13 @@ end
 
 -- { { id =, pid = }, ... } in child order (pid is nil for a stopped child).
 function M.which_children(sup, timeout)
-  local r, err = call_supervisor("which_children", sup, "which_children", timeout)
+  local r, err = call_supervisor("which_children", sup, timeout)
   return r, err
 end
 
 -- Restarts every child (on the newest code). Returns true or nil, err.
 function M.restart_children(sup, timeout)
-  local r, err = call_supervisor("restart_children", sup, "restart_children", timeout)
+  local r, err = call_supervisor("restart_children", sup, timeout)
   return r, err
 end
 
