@@ -101,7 +101,6 @@ void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
   lua_pushcclosure(L, fn, 1);
 }
 
-
 }  // namespace
 
 // The C functions behind the process API (made lazily by process_field),

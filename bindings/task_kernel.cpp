@@ -787,6 +787,16 @@ int TaskKernel::l_slow_inbox(lua_State* L) {
   return 0;
 }
 
+namespace {
+// How many Lua frames up the script's call to the C receive is: upvalue 2
+// when a Lua function stands between (kernel_ext's inbox:receive,
+// receive.lua), for its errors to name the script's line. Read only on the
+// paths that need it, not on every receive.
+int caller_level(lua_State* L) {
+  return lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
+}
+}  // namespace
+
 int TaskKernel::l_receive(lua_State* L) { return receive(L, false); }
 int TaskKernel::l_receive_raw(lua_State* L) { return receive(L, true); }
 
@@ -818,17 +828,13 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     k.inbox_queued_ = false;
     lua_settop(L, top);
   }
-  // How many Lua frames up the script's call is: upvalue 2 when a Lua
-  // function stands between (kernel_ext's inbox:receive, receive.lua), for
-  // the errors to name the script's line.
-  const int caller = lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
   bool timed = !lua_isnoneornil(L, 1);
   lua_Number secs = 0;
   if (timed) {
     k.push_ext(L);
     lua_getfield(L, -1, "timeout_seconds");
     lua_pushvalue(L, 1);
-    lua_pushinteger(L, caller);
+    lua_pushinteger(L, caller_level(L));
     lua_call(L, 2, 1);
     secs = lua_tonumber(L, -1);
     if (secs <= 0) {
@@ -838,7 +844,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     }
   }
   if (k.current_ == nullptr || !lua_isyieldable(L)) {
-    luaL_where(L, caller);
+    luaL_where(L, caller_level(L));
     lua_pushstring(L, k.current_ == nullptr ? "blocking call outside a process task" : kCBoundary);
     lua_concat(L, 2);
     return lua_error(L);
