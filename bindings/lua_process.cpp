@@ -1256,9 +1256,14 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
   if (rc != 0) lua_settop(L, 0);  // the error; a call that returned left nothing
-  if ((out.status == Status::Idle || out.status == Status::Blocked || out.status == Status::Continue) &&
-      (!pending_sleeps_.empty() || !pending_cancels_.empty()))
+  if (!pending_sleeps_.empty() || !pending_cancels_.empty()) {
+    // A process that ended starts no timer, but still drops the ones its
+    // last step stopped waiting for (a receive that a message ended):
+    // left in the wheel, they would fire for nobody and keep shutdown
+    // from seeing that nothing can run (Scheduler::nothing_can_run).
+    if (out.status == Status::Done || out.status == Status::Failed) pending_sleeps_.clear();
     flush_commands(out);
+  }
 }
 
 void LuaProcess::Interrupt() {

@@ -38,7 +38,9 @@ struct CommandRequest {
 struct CommandHandler {
   std::function<void(CommandRequest&&)> run;
   // Optional: drop the work of a yield its process stopped waiting for.
-  std::function<void(Scheduler&, Pid, std::uint64_t tag)> cancel;
+  // Returns true when the yield will now never complete (its completion
+  // was not posted and will not be): it no longer counts as outstanding.
+  std::function<bool(Scheduler&, Pid, std::uint64_t tag)> cancel;
   bool blocking = false;  // run on the blocking pool instead of the worker
   std::string name;
 };

@@ -138,7 +138,10 @@ int run(const cli::RunOptions& o) {
   }
   if (reloader) reloader->stop();
   auto report = scheduler.shutdown(config::kDefaultShutdownGrace);
-  if (report.force_closed)
+  if (report.force_closed && report.none_could_run)
+    log::logger().info("shutdown: closed {} process(es) waiting for messages or events nothing could send",
+                       report.force_closed);
+  else if (report.force_closed)
     log::logger().warn("shutdown: {} process(es) did not exit within the grace period and were closed",
                        report.force_closed);
   if (signal_code) return signal_code;

@@ -44,7 +44,10 @@ struct ProcessSlot {
   // --- end guarded ---
 
   std::atomic<bool> terminate_requested{false};  // set by terminate(), read by the worker
-  std::atomic<std::int32_t> outstanding_yields{0};  // dispatched minus completed, for shutdown reports
+  // Yields dispatched minus those completed or dropped by a cancel: shutdown
+  // reports them, and waits for no process that has none (nothing_can_run).
+  std::atomic<std::int32_t> outstanding_yields{0};
+  std::atomic<std::int32_t> outstanding_sleeps{0};  // those of them that are timers (cmd::kSleep)
   std::unique_ptr<Process> process;
   Pid pid() const { return pid_; }
   Pid pid_;  // written at allocation, before the slot is published to other threads

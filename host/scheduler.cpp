@@ -22,14 +22,14 @@ void erase_pid(std::vector<Pid>& v, const Pid& p) { std::erase(v, p); }
 Scheduler::Scheduler(SchedulerOptions options)
     : table_(options.node),
       idle_(static_cast<int>(options.workers ? options.workers : std::max(1u, std::thread::hardware_concurrency()))),
-      timers_([this](Pid pid, std::uint64_t tag) { complete_yield(pid, tag, {}, {}); }),
+      timers_([this](Pid pid, std::uint64_t tag) { complete_sleep(pid, tag); }),
       pool_(options.blocking_threads) {
   unsigned n = options.workers ? options.workers : std::max(1u, std::thread::hardware_concurrency());
   commands_.add(cmd::kSleep, CommandHandler{
                                  [](CommandRequest&& r) {
                                    r.scheduler->timers().schedule(r.pid, r.tag, std::chrono::nanoseconds(r.arg));
                                  },
-                                 [](Scheduler& s, Pid pid, std::uint64_t tag) { s.timers().cancel(pid, tag); },
+                                 [](Scheduler& s, Pid pid, std::uint64_t tag) { return s.timers().cancel(pid, tag); },
                                  false,
                                  "sleep",
                              });
@@ -146,6 +146,7 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
   slot->process = std::move(process);
   slot->terminate_requested.store(false, std::memory_order_relaxed);
   slot->outstanding_yields.store(0, std::memory_order_relaxed);
+  slot->outstanding_sleeps.store(0, std::memory_order_relaxed);
   live_.fetch_add(1, std::memory_order_acq_rel);
   {
     std::lock_guard lock(slot->mu);
@@ -227,6 +228,18 @@ bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string re
   return false;
 }
 
+void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag) {
+  Event ev;
+  ev.kind = EventKind::YieldComplete;
+  ev.tag = tag;
+  if (post(pid, &ev, [](ProcessSlot& s) {
+        s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
+        s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+      }))
+    return;
+  log::logger().debug("scheduler: timer {} of {} dropped: process gone", tag, pid.to_string());
+}
+
 std::string Scheduler::link(const Pid& a, const Pid& b) {
   if (a == b) return make_error(ErrorKind::Invalid, "a process cannot link to itself");
   ProcessSlot* sa = table_.find(a);
@@ -278,13 +291,61 @@ bool Scheduler::wait_all_exited(std::chrono::steady_clock::time_point deadline) 
   return live_cv_.wait_until(lock, deadline, [&] { return live_.load(std::memory_order_acquire) == 0; });
 }
 
+bool Scheduler::nothing_can_run(std::chrono::steady_clock::time_point deadline) {
+  // Why one pass suffices: a process can become runnable only by an event.
+  // Events come from steps (inside a worker's execute, which its activity
+  // count brackets), from the timer thread (which counts the timers it
+  // takes to fire), from the blocking pool (only for processes with a
+  // non-timer yield outstanding, which never count as waiting here; a
+  // completion's event and count change together under the slot's lock),
+  // or from the reloader and signal threads, which shutdown does not wait
+  // for. So if no worker was in or entered execute, and no timer fired,
+  // while the slots were read, a process seen waiting with nothing queued
+  // and at most timers outstanding stays so until the first timer is due.
+  const TimerService::Outlook timers_before = timers_.outlook();
+  if (timers_before.firing) return false;
+  std::vector<std::uint64_t> before;
+  before.reserve(workers_.size());
+  for (const auto& w : workers_) {
+    const std::uint64_t a = w->activity();
+    if (a & 1) return false;
+    before.push_back(a);
+  }
+  bool sleeping = false;
+  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
+    ProcessSlot* slot = table_.slot_at(i);
+    std::lock_guard lock(slot->mu);
+    if (!slot->alive) continue;
+    const RunState st = slot->state.state();
+    const std::int32_t sleeps = slot->outstanding_sleeps.load(std::memory_order_relaxed);
+    if ((st != RunState::Idle && st != RunState::Blocked) || !slot->pending.empty() ||
+        slot->outstanding_yields.load(std::memory_order_relaxed) != sleeps)
+      return false;
+    sleeping |= sleeps > 0;
+  }
+  for (std::size_t i = 0; i < workers_.size(); ++i)
+    if (workers_[i]->activity() != before[i]) return false;
+  if (timers_.outlook() != timers_before) return false;
+  return !sleeping || timers_before.next_due > deadline;
+}
+
+void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
+  for (const auto& c : out.cancels()) {
+    if (const CommandHandler* h = commands_.find(c.command); h && h->cancel && h->cancel(*this, slot->pid(), c.tag)) {
+      slot->outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
+      if (c.command == cmd::kSleep) slot->outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+}
+
 void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   const Pid pid = slot->pid();
-  for (const auto& c : out.cancels()) {
-    if (const CommandHandler* h = commands_.find(c.command); h && h->cancel) h->cancel(*this, pid, c.tag);
-  }
+  cancel_yields(slot, out);
   const std::size_t n = out.yield_count();
   slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
+  std::int32_t sleeps = 0;
+  for (std::size_t i = 0; i < n; ++i) sleeps += out.yield_at(i).command == cmd::kSleep;
+  if (sleeps) slot->outstanding_sleeps.fetch_add(sleeps, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     Yield& y = out.yield_at(i);
     const CommandHandler* h = commands_.find(y.command);
@@ -374,8 +435,24 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   }
   for (const Pid& pid : live) cancel(pid, "shutdown");
 
-  // 2. Wait for them within the grace period.
-  wait_all_exited(deadline);
+  // 2. Wait for them within the grace period, or until none of them can
+  // run again before it ends (each waits for an event nothing will send
+  // in time: a receive loop that never reads its events, its timeout
+  // further off than the deadline): the grace could change nothing.
+  // One pass suffices (see nothing_can_run); a second, a poll later, costs
+  // milliseconds and is believed only together with the first. Polled at
+  // 2 ms, backing off to 100 ms.
+  auto poll = std::chrono::milliseconds(2);
+  for (int idle_passes = 0;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (wait_all_exited(std::min(deadline, now + poll)) || std::chrono::steady_clock::now() >= deadline) break;
+    idle_passes = nothing_can_run(deadline) ? idle_passes + 1 : 0;
+    if (idle_passes == 2) {
+      report_.none_could_run = true;
+      break;
+    }
+    poll = std::min(poll * 2, std::chrono::milliseconds(100));
+  }
   std::size_t still = 0;
   for (const Pid& pid : live) still += alive(pid);
   report_.exited_in_grace = live.size() - still;
@@ -397,10 +474,13 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
       if (!slot->alive) continue;
     }
     ++report_.force_closed;
-    report_.yields_never_completed +=
-        static_cast<std::size_t>(std::max(0, slot->outstanding_yields.load(std::memory_order_relaxed)));
-    log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
-                       slot->pid().to_string(), std::max(0, slot->outstanding_yields.load()));
+    const int pending = std::max(0, slot->outstanding_yields.load(std::memory_order_relaxed));
+    report_.yields_never_completed += static_cast<std::size_t>(pending);
+    if (report_.none_could_run)
+      log::logger().debug("shutdown: {} was waiting for an event nothing could send; closed", slot->pid().to_string());
+    else
+      log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
+                         slot->pid().to_string(), pending);
     finish(slot, true, {}, "killed: shutdown");
   }
 

@@ -45,7 +45,8 @@
 //
 // Shutdown. 1) Refuse nothing yet, but send every live process a cancel
 // event (and every process spawned from now on). 2) Wait for all to exit
-// until the grace deadline. 3) Stop and join the workers. 4) Close what is
+// until the grace deadline, or until none of them can run again (each
+// waits for an event nothing can send any more). 3) Stop and join the workers. 4) Close what is
 // left, on the calling thread, and report it with the yields that never
 // completed. 5) Stop the timer thread and the blocking pool.
 #pragma once
@@ -105,7 +106,8 @@ struct ExitInfo {
 
 struct ShutdownReport {
   std::size_t exited_in_grace = 0;        // processes that ended after the cancel, within the grace
-  std::size_t force_closed = 0;           // processes closed after the grace ran out
+  std::size_t force_closed = 0;           // processes closed after the grace ran out, or when none could run
+  bool none_could_run = false;            // the wait ended early: no process left could run before the deadline
   std::size_t yields_never_completed = 0; // outstanding yields of the force-closed ones
   std::size_t timers_dropped = 0;
   std::size_t blocking_jobs_dropped = 0;
@@ -154,6 +156,11 @@ class Scheduler {
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
   // True when every process exited before the deadline.
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
+  // Whether no live process can run again before `deadline`: each waits,
+  // with no event queued and no yield outstanding but timers, none of which
+  // is due by then, and no step ran and no timer fired meanwhile.
+  // Shutdown's early end; see the definition for why one pass suffices.
+  bool nothing_can_run(std::chrono::steady_clock::time_point deadline);
 
   // Called on the thread that finished a process, after its PID stopped
   // answering and before its monitors are told (and before live_count()
@@ -178,6 +185,8 @@ class Scheduler {
   void set_idle_job(std::function<bool()> job);
 
  private:
+  // The timer thread's completion of a cmd::kSleep yield.
+  void complete_sleep(const Pid& pid, std::uint64_t tag);
   friend class Worker;
   friend class RunawayMonitor;
 
@@ -197,7 +206,11 @@ class Scheduler {
   bool any_work_visible() const;
   // One unit of the idle job; false when there is none or it had nothing to do.
   bool run_idle_job();
+  // A step's cancels, then its yields. A step that ends its process has
+  // only its cancels carried out (cancel_yields), which drop timers it no
+  // longer waits for.
   void dispatch(ProcessSlot* slot, StepOutput& out);
+  void cancel_yields(ProcessSlot* slot, const StepOutput& out);
   std::string not_found(const Pid& pid) const;
   // The calling worker's cache of free PID slots; null on other threads.
   PidTable::LocalFree* local_free_slots();

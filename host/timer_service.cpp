@@ -62,6 +62,15 @@ std::size_t TimerService::pending() const {
   return wheel_.size();
 }
 
+TimerService::Outlook TimerService::outlook() const {
+  std::lock_guard lock(mu_);
+  Outlook o;
+  if (auto next = wheel_.earliest()) o.next_due = start_ + config::kTimerTick * static_cast<std::int64_t>(*next);
+  o.taken = taken_;
+  o.firing = firing_ > 0;
+  return o;
+}
+
 void TimerService::run() {
   std::vector<Key> due;
   std::unique_lock lock(mu_);
@@ -72,9 +81,12 @@ void TimerService::run() {
       handles_.erase(Key{e.pid, e.tag});
     });
     if (!due.empty()) {
+      taken_ += due.size();
+      firing_ = due.size();
       lock.unlock();
       for (const Key& k : due) fire_(k.pid, k.tag);
       lock.lock();
+      firing_ = 0;
       continue;  // time moved while firing
     }
     auto next = wheel_.next_deadline();

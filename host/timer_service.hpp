@@ -35,6 +35,18 @@ class TimerService {
   bool cancel(Pid pid, std::uint64_t tag);
   std::size_t pending() const;
 
+  // What shutdown needs to know that no timer can wake a process before its
+  // deadline: when the earliest pending timer is due (none: max), and how many
+  // timers have been taken from the wheel to fire, with whether any are
+  // still firing (taken, their callback not yet returned).
+  struct Outlook {
+    std::chrono::steady_clock::time_point next_due = std::chrono::steady_clock::time_point::max();
+    std::uint64_t taken = 0;
+    bool firing = false;
+    bool operator==(const Outlook&) const = default;
+  };
+  Outlook outlook() const;
+
  private:
   struct Key {
     Pid pid;
@@ -60,6 +72,8 @@ class TimerService {
   std::unordered_map<Key, Handle, KeyHash> handles_;  // guarded by mu_
   bool stopping_ = false;                             // guarded by mu_
   std::uint64_t sleeping_until_ = UINT64_MAX;         // guarded by mu_: the tick the thread waits for
+  std::uint64_t taken_ = 0;                           // guarded by mu_: timers taken to fire, ever
+  std::size_t firing_ = 0;                            // guarded by mu_: taken, callback not yet done
   std::thread thread_;
 };
 

@@ -9,6 +9,7 @@
 // parked at the top level and re-inserted when their slot comes due.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -98,6 +99,17 @@ class TimerWheel {
     auto due = next_due();
     if (!due) return std::nullopt;
     return due->deadline;
+  }
+
+  // The earliest deadline of all pending entries, or none when the wheel is
+  // empty. Each level holds deadlines past the window of the level below,
+  // so the earliest lies in the slot next_deadline names: its list is walked.
+  std::optional<std::uint64_t> earliest() const {
+    auto due = next_due();
+    if (!due) return std::nullopt;
+    std::uint64_t min = UINT64_MAX;
+    for (const TimerEntry* e = levels_[due->level].heads[due->slot]; e; e = e->next) min = std::min(min, e->when);
+    return min;
   }
 
  private:

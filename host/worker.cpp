@@ -36,6 +36,7 @@ void Worker::replace_thread() {
   running_.store(nullptr, std::memory_order_relaxed);
   std::uint64_t e = epoch_.load(std::memory_order_relaxed) & ~kBusy;
   epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
+  activity_.store((activity_.load(std::memory_order_relaxed) | 1) + 1, std::memory_order_release);  // nor in execute
   thread_ = std::thread([this] { run(); });
 }
 
@@ -139,6 +140,15 @@ void Worker::fed_queued_process() {
 
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;
+  // Only this thread writes activity_. The release stores order the mark
+  // before the slot's first change (the begin_running CAS publishes it)
+  // and after its last.
+  struct ActivityMark {
+    std::atomic<std::uint64_t>& a;
+    explicit ActivityMark(std::atomic<std::uint64_t>& x) : a(x) { bump(); }
+    ~ActivityMark() { bump(); }
+    void bump() { a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  } mark(activity_);
   if (!slot->state.begin_running()) {
     log::logger().error("scheduler: process {} was queued but not ready", slot->pid().to_string());
     return;
@@ -178,9 +188,11 @@ void Worker::execute(ProcessSlot* slot) {
   events_.clear();
   switch (out_.status) {
     case Status::Done:
+      s.cancel_yields(slot, out_);
       s.finish(slot, false, std::move(out_.result), {});
       break;
     case Status::Failed:
+      s.cancel_yields(slot, out_);
       s.finish(slot, true, {}, std::move(out_.error));
       break;
     case Status::Continue:

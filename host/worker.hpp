@@ -55,6 +55,9 @@ class Worker {
   static constexpr std::uint64_t kBusy = std::uint64_t{1} << 63;
   std::atomic<std::uint64_t>& epoch() { return epoch_; }
   ProcessSlot* running() const { return running_.load(std::memory_order_acquire); }
+  // Odd while execute() runs, from taking a process to its last effect
+  // (a wake, an exit event): Scheduler::nothing_can_run reads it.
+  std::uint64_t activity() const { return activity_.load(std::memory_order_acquire); }
   int thread_id() const { return tid_.load(std::memory_order_acquire); }
   pthread_t native_handle() { return thread_.native_handle(); }
   // Monitor only, with kBusy held and the old thread parked for good: gives
@@ -76,6 +79,7 @@ class Worker {
   std::thread thread_;
   std::vector<std::thread> abandoned_;  // parked threads, never joined (monitor only)
   std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<std::uint64_t> activity_{0};
   std::atomic<ProcessSlot*> running_{nullptr};
   std::atomic<int> tid_{0};
   // --- owned by the worker thread ---

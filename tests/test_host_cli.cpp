@@ -141,6 +141,33 @@ TEST_CASE("processes still alive when the root returns are cancelled and the hos
   CHECK(contains(r.err, "child got cancel"));
 }
 
+TEST_CASE("processes that only wait in receive do not hold the host for the grace period") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  for _ = 1, 3 do process.spawn('main:server') end\n"
+          "  local echo = process.spawn('main:server')\n"
+          "  process.send(echo, 'ping', 1)\n"
+          "  local m = process.receive(5)\n"
+          "  log.info('root got %s', m.topic)\n"
+          "end\n"
+          "function M.server()\n"  // a receive loop that never reads its events
+          "  while true do\n"
+          "    local m = process.receive(60)\n"  // a timeout that a message cancels, each time
+          "    if m then process.send(m.from, 'pong', m.payload) end\n"
+          "  end\n"
+          "end\n"
+          "return M\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "root got pong"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 4s);  // not the 5 s grace
+  CHECK(contains(r.err, "closed 4 process(es) waiting"));
+  CHECK_FALSE(contains(r.err, "did not exit within the grace period"));
+}
+
 TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
   ScriptDir d;
   d.write("main.lua",

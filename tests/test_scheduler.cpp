@@ -588,6 +588,85 @@ TEST_CASE("shutdown cancels, waits for the grace period, then closes the rest an
   s.reset();
 }
 
+TEST_CASE("shutdown closes at once the processes that wait for an event nothing can send") {
+  Watchdog dog("shutdown early", 30s);
+  std::atomic<int> closes{0};
+  auto s = std::make_unique<Scheduler>(SchedulerOptions{.workers = 2});
+  // Three that wait for a "stop" nobody will send, ignoring their cancel.
+  for (int i = 0; i < 3; ++i) REQUIRE(s->spawn(waiter(&closes), "main", ""));
+  // One that started a long sleep and cancelled it when a message came: its
+  // dropped timer must not count as a yield still to complete.
+  std::atomic<int> started{0}, cancelled{0};
+  auto sleeper = s->spawn(make_fn(
+                              [&started, &cancelled](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                                if (p.steps == 1) {
+                                  out.add_yield(cmd::kSleep, 1).arg = std::chrono::nanoseconds(1h).count();
+                                  started.store(1);
+                                }
+                                for (auto& e : events)
+                                  if (e.kind == EventKind::Message) {
+                                    out.cancel_yield(cmd::kSleep, 1);
+                                    cancelled.store(1);
+                                  }
+                                out.status = cancelled.load() ? Status::Idle : Status::Blocked;
+                              },
+                              &closes),
+                          "main", "");
+  REQUIRE(sleeper);
+  for (int i = 0; i < 4000 && !started.load(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(s->send(sleeper.pid, "wake", "").empty());  // after the step that slept: the cancel comes in a later one
+  for (int i = 0; i < 4000 && !cancelled.load(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(cancelled.load() == 1);
+  // And one asleep for an hour, which nothing can wake before the deadline.
+  REQUIRE(s->spawn(make_fn(
+                       [](FnProcess& p, auto, StepOutput& out) {
+                         if (p.steps == 1) out.add_yield(cmd::kSleep, 1).arg = std::chrono::nanoseconds(1h).count();
+                         out.status = Status::Blocked;
+                       },
+                       &closes),
+                   "main", ""));
+  std::this_thread::sleep_for(20ms);
+  auto t0 = std::chrono::steady_clock::now();
+  ShutdownReport report = s->shutdown(20s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // not the 20 s grace (milliseconds when quiet)
+  CHECK(report.none_could_run);
+  CHECK(report.exited_in_grace == 0);
+  CHECK(report.force_closed == 5);
+  CHECK(report.yields_never_completed == 1);  // the hour's sleep, not the cancelled one
+  CHECK(report.timers_dropped == 1);
+  CHECK(closes.load() == 5);
+  s.reset();
+}
+
+TEST_CASE("shutdown keeps waiting while a sleeping process can still wake a waiting one") {
+  Watchdog dog("shutdown wait", 30s);
+  auto s = std::make_unique<Scheduler>(SchedulerOptions{.workers = 2});
+  ExitLog exits(*s);
+  auto w = s->spawn(waiter(), "main", "");
+  REQUIRE(w);
+  // Ignores its cancel; 300 ms after it starts it tells the waiter to stop.
+  const Pid to = w.pid;
+  auto waker = s->spawn(make_fn([to](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                          if (p.steps == 1) out.add_yield(cmd::kSleep, 1).arg = std::chrono::nanoseconds(300ms).count();
+                          for (auto& e : events)
+                            if (e.kind == EventKind::YieldComplete) {
+                              if (!p.ctx().scheduler->send(to, "stop", "woken", p.ctx().self).empty())
+                                return fail(out, "send failed");
+                              return done(out);
+                            }
+                          out.status = Status::Blocked;
+                        }),
+                        "main", "");
+  REQUIRE(waker);
+  ShutdownReport report = s->shutdown(20s);
+  CHECK_FALSE(report.none_could_run);
+  CHECK(report.exited_in_grace == 2);
+  CHECK(report.force_closed == 0);
+  REQUIRE(exits.wait(w.pid));
+  CHECK(exits.get(w.pid).result == "woken");
+  s.reset();
+}
+
 TEST_CASE("shutdown with nothing running returns at once") {
   Scheduler s({.workers = 2});
   auto t0 = std::chrono::steady_clock::now();

@@ -212,3 +212,60 @@ TEST_CASE("spawn and exit churn: every child's exit reaches its monitoring paren
   CHECK_MESSAGE(!exits.get(parent.pid).failed, exits.get(parent.pid).error);
   CHECK(exits.count() == children + 1);
 }
+
+// A link of a monitor chain: waits for the exit of the process it monitors,
+// ignoring its cancel, then ends; its Close takes a while, as a big Lua
+// state's does. A process's slot stops being alive before its Close and its
+// monitors hear of the exit only after it, so for that while the process is
+// nowhere to be seen and its monitor still waits.
+class ChainLink final : public Process {
+ public:
+  std::string Init(const ProcessContext&, const std::string&, std::string) override { return {}; }
+  void Step(std::span<Event> events, StepOutput& out) override {
+    for (auto& e : events)
+      if (e.kind == EventKind::Exit) return done(out, "unwound");
+    out.status = Status::Idle;
+  }
+  void Close() override { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+  const char* Name() const override { return "link"; }
+};
+
+// Shutdown's early end (Scheduler::nothing_can_run) must never mistake a
+// chain that is still unwinding for one that cannot run: every process here
+// ignores its cancel and waits only for the exit of the next, and the last
+// sleeps a few milliseconds first, so the exits ripple down the chain while
+// shutdown polls. Ending early would close the rest and lose their exits.
+TEST_CASE("shutdown waits out a chain of monitors that unwinds during its polls") {
+  Watchdog dog("shutdown chain", std::chrono::seconds(300));
+  const int length = scaled(60);
+  for (int round = 0; round < scaled(6); ++round) {
+    CAPTURE(round);
+    auto s = std::make_unique<Scheduler>(SchedulerOptions{.workers = 2});
+    ExitLog exits(*s);
+    Pid prev;
+    std::vector<Pid> chain;
+    for (int i = 0; i + 1 < length; ++i) {
+      auto r = s->spawn(std::make_unique<ChainLink>(), "main", "", {.monitor_by = prev, .monitor_ref = 1});
+      REQUIRE(r);
+      chain.push_back(r.pid);
+      prev = r.pid;
+    }
+    const auto nap = std::chrono::milliseconds(1 + round % 8);
+    auto last = s->spawn(make_fn([nap](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                           if (p.steps == 1) out.add_yield(cmd::kSleep, 1).arg = std::chrono::nanoseconds(nap).count();
+                           for (auto& e : events)
+                             if (e.kind == EventKind::YieldComplete) return done(out, "slept");
+                           out.status = Status::Blocked;
+                         }),
+                         "main", "", {.monitor_by = prev, .monitor_ref = 1});
+    REQUIRE(last);
+    ShutdownReport report = s->shutdown(60s);
+    CHECK_FALSE(report.none_could_run);
+    CHECK(report.force_closed == 0);
+    CHECK(report.exited_in_grace == static_cast<std::size_t>(length));
+    int unwound = 0;
+    for (const Pid& pid : chain) unwound += exits.wait(pid, 1s) && exits.get(pid).result == "unwound";
+    REQUIRE(unwound == length - 1);
+    s.reset();
+  }
+}

@@ -53,6 +53,38 @@ TEST_CASE("tick-by-tick advance fires each timer exactly at its tick") {
   for (auto& [tag, at] : fired) CHECK(tag == at);
 }
 
+TEST_CASE("earliest() is the smallest pending deadline, at every level, as time moves and timers go") {
+  TimerWheel wheel;
+  CHECK_FALSE(wheel.earliest().has_value());
+  std::mt19937_64 rng(11);
+  std::multimap<std::uint64_t, TimerEntry*> pending;  // when -> entry
+  for (std::uint64_t tag = 1; tag <= 2000; ++tag) {
+    std::uint64_t when = 1 + rng() % (std::uint64_t{1} << (1 + (tag % 30)));
+    pending.emplace(when, wheel.insert(when, Pid{0, 1, 1}, tag));
+  }
+  std::uint64_t now = 0;
+  while (!pending.empty()) {
+    REQUIRE(wheel.earliest().has_value());
+    CHECK(*wheel.earliest() == pending.begin()->first);
+    // Cancel one at random now and then, fire what is due otherwise.
+    if (rng() % 4 == 0) {
+      auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+      CHECK(wheel.cancel(it->second, it->second->id));
+      pending.erase(it);
+      continue;
+    }
+    now = std::max(now + 1, pending.begin()->first - (pending.begin()->first - now) / 3);
+    wheel.advance(now, [&](const TimerEntry& e) {
+      for (auto it = pending.begin(); it != pending.end() && it->first <= now; ++it)
+        if (it->second->tag == e.tag) {
+          pending.erase(it);
+          break;
+        }
+    });
+  }
+  CHECK_FALSE(wheel.earliest().has_value());
+}
+
 TEST_CASE("a cancelled timer never fires and a stale handle is refused") {
   TimerWheel wheel;
   TimerEntry* a = wheel.insert(100, Pid{0, 1, 1}, 1);
