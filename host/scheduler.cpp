@@ -1,5 +1,5 @@
 // The scheduler: spawning, the relay, links and monitors, dispatch of
-// yields to command handlers, process exit, and shutdown.
+// yields to command handlers and process exit (shutdown: scheduler_shutdown.cpp).
 #include "host/scheduler.hpp"
 
 #include <algorithm>
@@ -217,27 +217,26 @@ std::string Scheduler::terminate(const Pid& to) {
 }
 
 bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error) {
+  return post_completion(pid, tag, std::move(result), std::move(error), false);
+}
+
+void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag) { post_completion(pid, tag, {}, {}, true); }
+
+// One body for both completions (a second instantiation of post, for the
+// timer's, made g++ stop inlining the payload's move into send).
+bool Scheduler::post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep) {
   Event ev;
   ev.kind = EventKind::YieldComplete;
   ev.tag = tag;
   ev.failed = !error.empty();
   ev.payload = ev.failed ? std::move(error) : std::move(result);
-  if (post(pid, &ev, [](ProcessSlot& s) { s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed); }))
+  if (post(pid, &ev, [sleep](ProcessSlot& s) {
+        s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
+        if (sleep) s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+      }))
     return true;
   log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
   return false;
-}
-
-void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag) {
-  Event ev;
-  ev.kind = EventKind::YieldComplete;
-  ev.tag = tag;
-  if (post(pid, &ev, [](ProcessSlot& s) {
-        s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
-        s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
-      }))
-    return;
-  log::logger().debug("scheduler: timer {} of {} dropped: process gone", tag, pid.to_string());
 }
 
 std::string Scheduler::link(const Pid& a, const Pid& b) {
@@ -291,44 +290,6 @@ bool Scheduler::wait_all_exited(std::chrono::steady_clock::time_point deadline) 
   return live_cv_.wait_until(lock, deadline, [&] { return live_.load(std::memory_order_acquire) == 0; });
 }
 
-bool Scheduler::nothing_can_run(std::chrono::steady_clock::time_point deadline) {
-  // Why one pass suffices: a process can become runnable only by an event.
-  // Events come from steps (inside a worker's execute, which its activity
-  // count brackets), from the timer thread (which counts the timers it
-  // takes to fire), from the blocking pool (only for processes with a
-  // non-timer yield outstanding, which never count as waiting here; a
-  // completion's event and count change together under the slot's lock),
-  // or from the reloader and signal threads, which shutdown does not wait
-  // for. So if no worker was in or entered execute, and no timer fired,
-  // while the slots were read, a process seen waiting with nothing queued
-  // and at most timers outstanding stays so until the first timer is due.
-  const TimerService::Outlook timers_before = timers_.outlook();
-  if (timers_before.firing) return false;
-  std::vector<std::uint64_t> before;
-  before.reserve(workers_.size());
-  for (const auto& w : workers_) {
-    const std::uint64_t a = w->activity();
-    if (a & 1) return false;
-    before.push_back(a);
-  }
-  bool sleeping = false;
-  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
-    ProcessSlot* slot = table_.slot_at(i);
-    std::lock_guard lock(slot->mu);
-    if (!slot->alive) continue;
-    const RunState st = slot->state.state();
-    const std::int32_t sleeps = slot->outstanding_sleeps.load(std::memory_order_relaxed);
-    if ((st != RunState::Idle && st != RunState::Blocked) || !slot->pending.empty() ||
-        slot->outstanding_yields.load(std::memory_order_relaxed) != sleeps)
-      return false;
-    sleeping |= sleeps > 0;
-  }
-  for (std::size_t i = 0; i < workers_.size(); ++i)
-    if (workers_[i]->activity() != before[i]) return false;
-  if (timers_.outlook() != timers_before) return false;
-  return !sleeping || timers_before.next_due > deadline;
-}
-
 void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
   for (const auto& c : out.cancels()) {
     if (const CommandHandler* h = commands_.find(c.command); h && h->cancel && h->cancel(*this, slot->pid(), c.tag)) {
@@ -340,7 +301,7 @@ void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
 
 void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   const Pid pid = slot->pid();
-  cancel_yields(slot, out);
+  if (!out.cancels().empty()) cancel_yields(slot, out);
   const std::size_t n = out.yield_count();
   slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
   std::int32_t sleeps = 0;
@@ -418,77 +379,6 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     std::lock_guard lock(live_mu_);  // orders the notify after a waiter's predicate check
     live_cv_.notify_all();
   }
-}
-
-ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
-  std::lock_guard guard(shutdown_mu_);
-  if (shut_down_.load(std::memory_order_acquire)) return report_;
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-
-  // 1. Cancel every live process (spawn cancels the ones that come later).
-  cancelling_.store(true, std::memory_order_release);
-  std::vector<Pid> live;
-  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
-    ProcessSlot* slot = table_.slot_at(i);
-    std::lock_guard lock(slot->mu);
-    if (slot->alive) live.push_back(slot->pid());
-  }
-  for (const Pid& pid : live) cancel(pid, "shutdown");
-
-  // 2. Wait for them within the grace period, or until none of them can
-  // run again before it ends (each waits for an event nothing will send
-  // in time: a receive loop that never reads its events, its timeout
-  // further off than the deadline): the grace could change nothing.
-  // One pass suffices (see nothing_can_run); a second, a poll later, costs
-  // milliseconds and is believed only together with the first. Polled at
-  // 2 ms, backing off to 100 ms.
-  auto poll = std::chrono::milliseconds(2);
-  for (int idle_passes = 0;;) {
-    const auto now = std::chrono::steady_clock::now();
-    if (wait_all_exited(std::min(deadline, now + poll)) || std::chrono::steady_clock::now() >= deadline) break;
-    idle_passes = nothing_can_run(deadline) ? idle_passes + 1 : 0;
-    if (idle_passes == 2) {
-      report_.none_could_run = true;
-      break;
-    }
-    poll = std::min(poll * 2, std::chrono::milliseconds(100));
-  }
-  std::size_t still = 0;
-  for (const Pid& pid : live) still += alive(pid);
-  report_.exited_in_grace = live.size() - still;
-
-  // 3. Stop the workers. A step in progress finishes first.
-  stopping_workers_.store(true, std::memory_order_release);
-  idle_.stop();
-  for (auto& w : workers_) w->join();
-  if (runaway_monitor_) {
-    runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
-    for (auto& w : workers_) w->join();  // a helper it started meanwhile sees the stop flag and leaves
-  }
-
-  // 4. Close what is left. No worker runs now, so every slot is ours.
-  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
-    ProcessSlot* slot = table_.slot_at(i);
-    {
-      std::lock_guard lock(slot->mu);
-      if (!slot->alive) continue;
-    }
-    ++report_.force_closed;
-    const int pending = std::max(0, slot->outstanding_yields.load(std::memory_order_relaxed));
-    report_.yields_never_completed += static_cast<std::size_t>(pending);
-    if (report_.none_could_run)
-      log::logger().debug("shutdown: {} was waiting for an event nothing could send; closed", slot->pid().to_string());
-    else
-      log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
-                         slot->pid().to_string(), pending);
-    finish(slot, true, {}, "killed: shutdown");
-  }
-
-  // 5. Stop the services.
-  report_.timers_dropped = timers_.stop();
-  report_.blocking_jobs_dropped = pool_.stop();
-  shut_down_.store(true, std::memory_order_release);
-  return report_;
 }
 
 }  // namespace host

@@ -187,6 +187,7 @@ class Scheduler {
  private:
   // The timer thread's completion of a cmd::kSleep yield.
   void complete_sleep(const Pid& pid, std::uint64_t tag);
+  bool post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep);
   friend class Worker;
   friend class RunawayMonitor;
 

@@ -188,11 +188,11 @@ void Worker::execute(ProcessSlot* slot) {
   events_.clear();
   switch (out_.status) {
     case Status::Done:
-      s.cancel_yields(slot, out_);
+      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);
       s.finish(slot, false, std::move(out_.result), {});
       break;
     case Status::Failed:
-      s.cancel_yields(slot, out_);
+      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);
       s.finish(slot, true, {}, std::move(out_.error));
       break;
     case Status::Continue:
