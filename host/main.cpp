@@ -139,7 +139,7 @@ int run(const cli::RunOptions& o) {
   if (reloader) reloader->stop();
   auto report = scheduler.shutdown(config::kDefaultShutdownGrace);
   if (report.force_closed && report.none_could_run)
-    log::logger().info("shutdown: closed {} process(es) waiting for messages or events nothing could send",
+    log::logger().info("shutdown: closed {} process(es) waiting for messages or events that nothing could send in time",
                        report.force_closed);
   else if (report.force_closed)
     log::logger().warn("shutdown: {} process(es) did not exit within the grace period and were closed",

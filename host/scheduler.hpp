@@ -45,10 +45,11 @@
 //
 // Shutdown. 1) Refuse nothing yet, but send every live process a cancel
 // event (and every process spawned from now on). 2) Wait for all to exit
-// until the grace deadline, or until none of them can run again (each
-// waits for an event nothing can send any more). 3) Stop and join the workers. 4) Close what is
-// left, on the calling thread, and report it with the yields that never
-// completed. 5) Stop the timer thread and the blocking pool.
+// until the grace deadline, or until none of them can run again before it
+// (each waits for an event nothing can send in time). 3) Stop and join the
+// workers. 4) Close what is left, on the calling thread, and report it with
+// the yields that never completed. 5) Stop the timer thread and the
+// blocking pool.
 #pragma once
 
 #include <atomic>

@@ -67,9 +67,9 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   // run again before it ends (each waits for an event nothing will send
   // in time: a receive loop that never reads its events, its timeout
   // further off than the deadline): the grace could change nothing.
-  // One pass suffices (see nothing_can_run); a second, a poll later, costs
-  // milliseconds and is believed only together with the first. Polled at
-  // 2 ms, backing off to 100 ms.
+  // By its argument one pass of nothing_can_run is enough; shutdown still
+  // wants two in a row, a poll apart, before it closes anything, which
+  // costs milliseconds. Polled at 2 ms, backing off to 100 ms.
   auto poll = std::chrono::milliseconds(2);
   for (int idle_passes = 0;;) {
     const auto now = std::chrono::steady_clock::now();
@@ -105,7 +105,8 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
     const int pending = std::max(0, slot->outstanding_yields.load(std::memory_order_relaxed));
     report_.yields_never_completed += static_cast<std::size_t>(pending);
     if (report_.none_could_run)
-      log::logger().debug("shutdown: {} was waiting for an event nothing could send; closed", slot->pid().to_string());
+      log::logger().debug("shutdown: {} was waiting for an event nothing could send in time; closed",
+                          slot->pid().to_string());
     else
       log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
                          slot->pid().to_string(), pending);

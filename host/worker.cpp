@@ -188,12 +188,10 @@ void Worker::execute(ProcessSlot* slot) {
   events_.clear();
   switch (out_.status) {
     case Status::Done:
-      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);
-      s.finish(slot, false, std::move(out_.result), {});
-      break;
     case Status::Failed:
-      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);
-      s.finish(slot, true, {}, std::move(out_.error));
+      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);  // no new yields: it has ended
+      if (out_.status == Status::Done) s.finish(slot, false, std::move(out_.result), {});
+      else s.finish(slot, true, {}, std::move(out_.error));
       break;
     case Status::Continue:
       // One task yielded while others started commands (a timer): those
