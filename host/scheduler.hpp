@@ -157,11 +157,6 @@ class Scheduler {
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
   // True when every process exited before the deadline.
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
-  // Whether no live process can run again before `deadline`: each waits,
-  // with no event queued and no yield outstanding but timers, none of which
-  // is due by then, and no step ran and no timer fired meanwhile.
-  // Shutdown's early end; see the definition for why one pass suffices.
-  bool nothing_can_run(std::chrono::steady_clock::time_point deadline);
 
   // Called on the thread that finished a process, after its PID stopped
   // answering and before its monitors are told (and before live_count()
@@ -186,6 +181,11 @@ class Scheduler {
   void set_idle_job(std::function<bool()> job);
 
  private:
+  // Whether no live process can run again before `deadline`: each waits,
+  // with no event queued and no yield outstanding but timers, none of which
+  // is due by then, and no step ran and no timer fired meanwhile.
+  // Shutdown's early end; see the definition for why one pass suffices.
+  bool nothing_can_run(std::chrono::steady_clock::time_point deadline);
   // The timer thread's completion of a cmd::kSleep yield.
   void complete_sleep(const Pid& pid, std::uint64_t tag);
   bool post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep);
