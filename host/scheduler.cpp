@@ -304,9 +304,6 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   if (!out.cancels().empty()) cancel_yields(slot, out);
   const std::size_t n = out.yield_count();
   slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
-  std::int32_t sleeps = 0;
-  for (std::size_t i = 0; i < n; ++i) sleeps += out.yield_at(i).command == cmd::kSleep;
-  if (sleeps) slot->outstanding_sleeps.fetch_add(sleeps, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     Yield& y = out.yield_at(i);
     const CommandHandler* h = commands_.find(y.command);
@@ -314,6 +311,8 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
       complete_yield(pid, y.tag, {}, make_error(ErrorKind::Invalid, "unknown command " + std::to_string(y.command)));
       continue;
     }
+    // Counted before its handler runs, which may complete it at once.
+    if (y.command == cmd::kSleep) slot->outstanding_sleeps.fetch_add(1, std::memory_order_relaxed);
     CommandRequest req{this, pid, y.tag, y.arg, std::move(y.bytes)};
     auto run_guarded = [this, h](CommandRequest&& r) {
       const Pid p = r.pid;
