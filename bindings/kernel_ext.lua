@@ -26,7 +26,9 @@
 --                      inbox's recvq: called once the inbox has senders or
 --                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
---   I.receive()        the C process.receive, for inbox:receive()
+--   I.receive()        the C process.receive, for inbox:receive(), in
+--                      receive.lua's form: a message handed to the task
+--                      while it waited comes as from, topic, payload
 --   I.events           the events channel table: the C half builds the
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
@@ -192,8 +194,17 @@ end
 local inbox_receive = I.receive
 
 function Channel.receive(ch)
-  -- The inbox on the C kernel's fast paths: its receive, plus ok.
-  if ch == inbox and not inbox[SLOW] then return inbox_receive(), true end
+  -- The inbox on the C kernel's fast paths: its receive, plus ok. The
+  -- table of a message handed over while the task waited is made here, a
+  -- template copy in this code, as bindings/receive.lua does: a call from
+  -- C to the message constructor costs more.
+  if ch == inbox and not inbox[SLOW] then
+    local a, b, c = inbox_receive()
+    if b == nil then return a, true end
+    local m = { from = false, topic = false, payload = false }
+    m.from, m.topic, m.payload = a, b, c
+    return m, true
+  end
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
   if ready_now then return v, ok end

@@ -733,7 +733,7 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "events");
   lua_pushlightuserdata(L, this);
   lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
-  lua_pushcclosure(L, l_receive, 2);
+  lua_pushcclosure(L, l_receive_raw, 2);
   lua_setfield(L, -2, "receive");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
