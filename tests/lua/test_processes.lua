@@ -94,6 +94,34 @@ return { main = function()
       assert(process.spawn_monitored("fixtures.lazy_base:drops_print"))
       T.eq(T.next_event("exit").result.print, true, "a removed print stays removed")
     end },
+    { "assert works before the base library opens, as LuaJIT's does, and gives way to it", function()
+      assert(process.spawn_monitored("fixtures.lazy_base:assert_values"))
+      local r = T.next_event("exit").result
+      T.eq(r.a, 1); T.eq(r.b, "two"); T.eq(r.c, 3)
+      T.eq(r.opened, false, "assert alone opens no library"); T.eq(r.host_own, true)
+      for _, case in ipairs({ "plain", "message", "number", "table", "none" }) do
+        local errors = {}
+        for _, library in ipairs({ false, true }) do
+          assert(process.spawn_monitored("fixtures.lazy_base:assert_fails", case, library))
+          local ev = T.next_event("exit")
+          T.eq(ev.result, nil, case)
+          errors[#errors + 1] = ev.error:match("^[^\n]*")
+        end
+        T.eq(errors[1], errors[2], case .. ": the host's assert and LuaJIT's")
+      end
+      local want = { plain = "lazy_base%.lua:%d+: assertion failed!$", message = "lazy_base%.lua:%d+: a message$",
+        number = "lazy_base%.lua:%d+: 42%.5$", table = "^the last argument$",
+        none = "lazy_base%.lua:%d+: bad argument #1 to 'assert' %(value expected%)$" }
+      for case, pattern in pairs(want) do
+        assert(process.spawn_monitored("fixtures.lazy_base:assert_fails", case, false))
+        T.match(T.next_event("exit").error:match("^[^\n]*"), pattern, case)
+      end
+      for _, how in ipairs({ "base", "jit" }) do
+        assert(process.spawn_monitored("fixtures.lazy_base:assert_replaced", how))
+        local r = T.next_event("exit").result
+        T.eq(r.own_before, true, how); T.eq(r.builtin_after, true, how)
+      end
+    end },
     { "a failing process's monitor sees its error with a traceback", function()
       local pid = assert(process.spawn_monitored("fixtures.crash", "error"))
       local ev = T.next_event("exit")
