@@ -3,7 +3,10 @@
 # one run: each benchmark runs host, Erlang, Go in turn, RUNS times, and the
 # table shows median seconds and the ratios host/Erlang and host/Go (below
 # 1.0 means the host is faster). Every implementation checks its results.
-# A second table gives spawn-and-idle memory: the RSS that 100k processes
+# A second table gives each one's fastest run and their ratios: on a shared
+# machine whose neighbours slow a run by up to 2-3x, the fastest of several
+# is the least disturbed, the closest to what each runtime itself costs.
+# A third gives spawn-and-idle memory: the RSS that 100k processes
 # (goroutines for Go) blocked in receive add, per process.
 #   scripts/dev compare [--quick] [--runs N] [--workers N]
 # --workers N gives each runtime N scheduler threads (host --workers N,
@@ -44,22 +47,27 @@ echo "host vs Erlang/OTP vs Go: median of $runs alternating runs${quick:+ (quick
 describe_machine
 echo "versions: $(build/host --version); Erlang/OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().'); $(build/savina-go version)"
 echo
-printf '| %-15s | %10s | %10s | %10s | %12s | %9s |\n' benchmark "host s" "erlang s" "go s" "host/erlang" "host/go"
-printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------" "------------" "------------" "------------" "--------------" "-----------"
-for b in "${benches[@]}"; do
-  h=$(median "$out/$b.host$sfx"); e=$(median "$out/$b.erlang$sfx"); g=$(median "$out/$b.go$sfx")
-  printf '| %-15s | %10.4f | %10.4f | %10.4f | %12s | %9s |\n' "$b" "$h" "$e" "$g" \
-    "$(awk -v a="$h" -v b="$e" 'BEGIN { printf "%.2fx", a / b }')" "$(awk -v a="$h" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
-done
+# rows STAT UNIT SUFFIX FORMAT: the table of STAT (median or fastest) of
+# each benchmark's files ending in SUFFIX.
+rows() {
+  local stat="$1" unit="$2" suffix="$3" fmt="$4" b h e g
+  printf '| %-15s | %10s | %10s | %10s | %12s | %9s |\n' benchmark "host $unit" "erlang $unit" "go $unit" "host/erlang" "host/go"
+  printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------" "------------" "------------" "------------" "--------------" "-----------"
+  for b in "${benches[@]}"; do
+    [ -f "$out/$b.host$sfx$suffix" ] || continue
+    h=$($stat "$out/$b.host$sfx$suffix"); e=$($stat "$out/$b.erlang$sfx$suffix"); g=$($stat "$out/$b.go$sfx$suffix")
+    printf "| %-15s | $fmt | $fmt | $fmt | %12s | %9s |\n" "$b" "$h" "$e" "$g" \
+      "$(awk -v a="$h" -v b="$e" 'BEGIN { printf "%.2fx", a / b }')" "$(awk -v a="$h" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
+  done
+}
+fastest() { sort -g "$1" | head -1; }
 
+rows median s "" "%10.4f"
+echo
+echo "fastest of the $runs runs of each (the least disturbed by the machine's other load)"
+echo
+rows fastest s "" "%10.4f"
 echo
 echo "spawn-and-idle memory (KB of RSS per process, median; Go: a goroutine and its 256-slot channel mailbox)"
 echo
-printf '| %-15s | %10s | %10s | %10s | %12s | %9s |\n' benchmark "host KB" "erlang KB" "go KB" "host/erlang" "host/go"
-printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------" "------------" "------------" "------------" "--------------" "-----------"
-for b in "${benches[@]}"; do
-  [ -f "$out/$b.host$sfx.mem" ] || continue
-  h=$(median "$out/$b.host$sfx.mem"); e=$(median "$out/$b.erlang$sfx.mem"); g=$(median "$out/$b.go$sfx.mem")
-  printf '| %-15s | %10.2f | %10.2f | %10.2f | %12s | %9s |\n' "$b" "$h" "$e" "$g" \
-    "$(awk -v a="$h" -v b="$e" 'BEGIN { printf "%.2fx", a / b }')" "$(awk -v a="$h" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
-done
+rows median KB .mem "%10.2f"
