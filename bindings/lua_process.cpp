@@ -243,6 +243,7 @@ struct Primitives {
       p.monitors_[to].push_back(ref);
       lua_pushboolean(L, 1);
       if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
+      p.kernel_.note_watch();
       lua_pushnumber(L, static_cast<lua_Number>(ref));
       return 2;
     });

@@ -478,10 +478,13 @@ void TaskKernel::event(lua_State* L, const char* kind, std::initializer_list<con
   }
   const int ev = lua_gettop(L);
   if (ext_loaded()) {
-    push_ext(L);
-    const int ext = ev + 1;
-    if (watch_ref != 0) {  // an exit: a process.watch channel may want it
-      lua_getfield(L, ext, "watched");
+    // An exit may be for a process.watch channel, once the process made
+    // one: kernel_ext knows. (A spawner that monitors its children, as
+    // Fork-Join create's and supervisors do, otherwise paid a call into
+    // Lua an exit for nothing.)
+    if (watch_ref != 0 && watched_) {
+      push_ext(L);
+      lua_getfield(L, -1, "watched");
       lua_pushnumber(L, watch_ref);
       lua_pushvalue(L, ev);
       lua_call(L, 2, 1);
@@ -489,9 +492,15 @@ void TaskKernel::event(lua_State* L, const char* kind, std::initializer_list<con
         lua_settop(L, base);
         return;
       }
+      lua_settop(L, ev);
+    }
+    if (deliver_ref_ == -2) {
+      push_ext(L);
+      lua_getfield(L, -1, "deliver");
+      deliver_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
       lua_pop(L, 1);
     }
-    lua_getfield(L, ext, "deliver");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, deliver_ref_);
     push_events(L);
     lua_pushvalue(L, ev);
     lua_call(L, 2, 0);

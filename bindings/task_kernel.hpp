@@ -73,6 +73,9 @@ class TaskKernel {
   void event(lua_State* L, const char* kind, std::initializer_list<const char*> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
+  // process.watch made a monitor: from now on an exit event may be for a
+  // watch channel, which kernel_ext.lua knows (event asks it only then).
+  void note_watch() { watched_ = true; }
 
   // Resumes ready tasks until none is left or the process ended.
   Outcome run(lua_State* L);
@@ -167,6 +170,8 @@ class TaskKernel {
   bool trap_links_ = false;  // process.set_options{trap_links = true}
   int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (never replaced)
   int ext_ref_ = -2;
+  int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it
+  bool watched_ = false;  // see note_watch
   int coroutine_ref_ = -2;
   int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload"
   // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
