@@ -15,7 +15,6 @@
 namespace host::lua {
 namespace {
 
-enum Tag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
 
 void put_long_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -303,6 +302,11 @@ std::string encode_values(lua_State* L, int first, int n, std::string& out, cons
     }
   }
   return {};
+}
+
+void push_string(lua_State* L, std::string_view s, StringCache* strings) {
+  if (strings) strings->push(L, s);
+  else lua_pushlstring(L, s.data(), s.size());
 }
 
 int decode_values(lua_State* L, std::string_view bytes, std::string* error, StringCache* strings) {

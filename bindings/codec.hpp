@@ -10,10 +10,12 @@
 // The decoder treats its input as untrusted: bad bytes give an error.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
-struct lua_State;
+#include <lua.hpp>
 
 namespace host::lua {
 
@@ -30,5 +32,65 @@ class StringCache;
 // Pushes the values encoded in bytes; returns how many, or -1 with *error set.
 // Short strings come from `strings` when given (see StringCache).
 int decode_values(lua_State* L, std::string_view bytes, std::string* error, StringCache* strings = nullptr);
+
+// Pushes s, from `strings` when given: out of line, so that the cache's
+// lookup is not inlined into every caller of push_simple_value (inlined
+// there too, it cost the topic's lookup in deliver_events a call).
+void push_string(lua_State* L, std::string_view s, StringCache* strings);
+
+// The encoding's tags: a value is its tag, then what the tag needs.
+enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
+
+// The most common message payloads without the decoder: when bytes encode
+// one value that is nil, a boolean, a number or a string shorter than 128
+// bytes, pushes it (the caller has a stack slot free) and returns true;
+// else pushes nothing and returns false, and decode_values has the last
+// word, errors included. Inline: a payload it declines (a table) pays a
+// few compares, not a call.
+inline bool push_simple_value(lua_State* L, std::string_view bytes, StringCache* strings) {
+  if (bytes.size() < 2 || bytes[0] != 1) return false;
+  const auto tag = static_cast<std::uint8_t>(bytes[1]);
+  if (tag >= kTable) return false;
+  switch (tag) {
+    case kNil:
+    case kFalse:
+    case kTrue:
+      if (bytes.size() != 2) return false;
+      if (tag == kNil) lua_pushnil(L);
+      else lua_pushboolean(L, tag == kTrue);
+      return true;
+    case kInt: {
+      // A zigzag varint that ends exactly where the bytes do.
+      std::uint64_t z = 0;
+      int shift = 0;
+      for (std::size_t i = 2; i < bytes.size(); ++i, shift += 7) {
+        const auto b = static_cast<std::uint8_t>(bytes[i]);
+        if (shift > 63) return false;
+        z |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+          if (i + 1 != bytes.size()) return false;
+          lua_pushnumber(L, static_cast<lua_Number>(static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1))));
+          return true;
+        }
+      }
+      return false;
+    }
+    case kDouble: {
+      if (bytes.size() != 10) return false;
+      double d;
+      std::memcpy(&d, bytes.data() + 2, 8);
+      lua_pushnumber(L, d);
+      return true;
+    }
+    case kString: {
+      if (bytes.size() < 3) return false;
+      const std::size_t n = static_cast<std::uint8_t>(bytes[2]);
+      if (n >= 0x80 || bytes.size() != 3 + n) return false;
+      push_string(L, bytes.substr(3), strings);
+      return true;
+    }
+    default: return false;
+  }
+}
 
 }  // namespace host::lua

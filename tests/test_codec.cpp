@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -93,6 +94,57 @@ TEST_CASE("decoding through a string cache gives the same strings, past its slot
                           "for i = 1, 20 do want[#want + 1] = 'w' .. i end "
                           "assert(#w == #want) "
                           "for i, v in ipairs(want) do assert(w[i] == v, i) assert(keyed[v] == i, v) end") == 0);
+  }
+}
+
+TEST_CASE("a one-value encoding takes the short path exactly when it is simple, with the decoder's value") {
+  State s;
+  host::lua::StringCache cache;
+  const struct {
+    const char* chunk;
+    bool simple;
+  } cases[] = {
+      {"return nil", true},       {"return true", true},     {"return false", true},
+      {"return 0", true},         {"return 63", true},       {"return -64", true},
+      {"return 64", true},        {"return -65", true},      {"return 200000", true},
+      {"return -2^63", true},     {"return 1.5", true},      {"return -0.0", true},
+      {"return 0/0", true},       {"return 2^53", true},     {"return ''", true},
+      {"return 'ping'", true},    {"return string.rep('x', 127)", true},
+      {"return string.rep('x', 128)", false},               {"return {}", false},
+      {"return 1, 2", false},     {"return", false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.chunk);
+    const std::string bytes = s.encode(c.chunk);
+    for (host::lua::StringCache* strings : {static_cast<host::lua::StringCache*>(nullptr), &cache}) {
+      lua_settop(s.L, 0);
+      REQUIRE(host::lua::push_simple_value(s.L, bytes, strings) == c.simple);
+      REQUIRE(lua_gettop(s.L) == (c.simple ? 1 : 0));
+      if (!c.simple) continue;
+      REQUIRE(decode_values(s.L, bytes, nullptr, strings) == 1);
+      CHECK(lua_type(s.L, 1) == lua_type(s.L, 2));
+      // NaN equals nothing, -0.0 equals 0.0: numbers compare by their bits.
+      if (lua_type(s.L, 1) == LUA_TNUMBER) {
+        const double a = lua_tonumber(s.L, 1), b = lua_tonumber(s.L, 2);
+        CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+      } else {
+        CHECK(lua_rawequal(s.L, 1, 2));
+      }
+    }
+  }
+  // Bytes that only look simple go to the decoder, which names the fault.
+  for (std::string bad : {std::string("\x01\x03", 2), std::string("\x01\x05\x05" "ab", 5), std::string("\x01\x05\x02" "abX", 6),
+                          std::string("\x01\x00\x00", 3),
+                          std::string("\x01\x03\x80", 3), std::string("\x01\x03\x02\x00", 4),
+                          std::string("\x01\x04\x00\x00", 4), std::string(12, '\x80').replace(0, 2, "\x01\x03"),
+                          std::string("\x01", 1), std::string("\x02\x00", 2), std::string("\x01\x05", 2)}) {
+    CAPTURE(bad.size());
+    lua_settop(s.L, 0);
+    CHECK_FALSE(host::lua::push_simple_value(s.L, bad, &cache));
+    CHECK(lua_gettop(s.L) == 0);
+    std::string err;
+    CHECK(decode_values(s.L, bad, &err) < 0);
+    CHECK(err.rfind("invalid: corrupt value", 0) == 0);
   }
 }
 
