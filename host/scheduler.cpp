@@ -189,7 +189,7 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
-std::string Scheduler::send(const Pid& to, std::string_view topic, std::string payload, const Pid& from) {
+std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from) {
   // Built in place in the queue, under the lock: no Event to construct,
   // move and destroy around it (three strings each). The message path's
   // only copy of the topic.

@@ -133,8 +133,10 @@ class Scheduler {
 
   // The relay. Each returns "" on success, or an error naming the cause
   // ("not_found: no process <0.4.2>"). Events from one thread to one process
-  // arrive in the order sent.
-  std::string send(const Pid& to, std::string_view topic, std::string payload, const Pid& from = {});
+  // arrive in the order sent. send takes its payload by rvalue reference:
+  // by value, a short (in-place) payload was copied once more on the way
+  // into the event, a memcpy call a message.
+  std::string send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from = {});
   // Moves the event once, into the process's queue.
   std::string deliver(const Pid& to, Event&& event);
   std::string cancel(const Pid& to, std::string reason, const Pid& from = {});

@@ -69,7 +69,7 @@ TEST_CASE("a run of queued messages reaches a Lua process whole and in order, le
   std::string want;
   for (int i = 1; i <= sent; ++i) {
     std::string payload = i == bad ? std::string("\x01\x07", 2) : codec.number(i);  // 7: no such tag
-    REQUIRE(s.send(collector.pid, "n", payload, Pid{}).empty());
+    REQUIRE(s.send(collector.pid, "n", std::move(payload), Pid{}).empty());
     if (i == bad) continue;
     if (!want.empty()) want += ',';
     want += std::to_string(i);
