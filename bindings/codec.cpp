@@ -15,7 +15,6 @@
 namespace host::lua {
 namespace {
 
-
 void put_long_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>((v & 0x7F) | 0x80));
@@ -220,8 +219,7 @@ class Decoder {
       case kInt: {
         std::uint64_t z;
         if (!varint(z)) return false;
-        auto i = static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1));
-        lua_pushnumber(L_, static_cast<lua_Number>(i));
+        lua_pushnumber(L_, static_cast<lua_Number>(unzigzag(z)));
         return true;
       }
       case kDouble: {
@@ -279,12 +277,10 @@ class Decoder {
 
  private:
   bool varint(std::uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ >= end_) return fail("truncated varint");
-      auto b = static_cast<std::uint8_t>(*p_++);
-      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
-      if (!(b & 0x80)) return true;
+    switch (read_varint(p_, end_, v)) {
+      case Varint::kOk: return true;
+      case Varint::kTruncated: return fail("truncated varint");
+      case Varint::kTooLong: break;
     }
     return fail("varint too long");
   }

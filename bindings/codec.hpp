@@ -41,6 +41,23 @@ void push_string(lua_State* L, std::string_view s, StringCache* strings);
 // The encoding's tags: a value is its tag, then what the tag needs.
 enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
 
+// Reads the varint at p, stopping before end: kOk with its value and p past
+// it, or why not (p where it stopped). The decoder's and the short path's.
+enum class Varint { kOk, kTruncated, kTooLong };
+inline Varint read_varint(const char*& p, const char* end, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p >= end) return Varint::kTruncated;
+    const auto b = static_cast<std::uint8_t>(*p++);
+    v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) return Varint::kOk;
+  }
+  return Varint::kTooLong;
+}
+
+// An integer from its zigzag form (0, -1, 1, -2, ... as 0, 1, 2, 3, ...).
+inline std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1)); }
+
 // The most common message payloads without the decoder: when bytes encode
 // one value that is nil, a boolean, a number or a string shorter than 128
 // bytes, pushes it (the caller has a stack slot free) and returns true;
@@ -61,19 +78,12 @@ inline bool push_simple_value(lua_State* L, std::string_view bytes, StringCache*
       return true;
     case kInt: {
       // A zigzag varint that ends exactly where the bytes do.
-      std::uint64_t z = 0;
-      int shift = 0;
-      for (std::size_t i = 2; i < bytes.size(); ++i, shift += 7) {
-        const auto b = static_cast<std::uint8_t>(bytes[i]);
-        if (shift > 63) return false;
-        z |= static_cast<std::uint64_t>(b & 0x7F) << shift;
-        if (!(b & 0x80)) {
-          if (i + 1 != bytes.size()) return false;
-          lua_pushnumber(L, static_cast<lua_Number>(static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1))));
-          return true;
-        }
-      }
-      return false;
+      const char* p = bytes.data() + 2;
+      const char* end = bytes.data() + bytes.size();
+      std::uint64_t z;
+      if (read_varint(p, end, z) != Varint::kOk || p != end) return false;
+      lua_pushnumber(L, static_cast<lua_Number>(unzigzag(z)));
+      return true;
     }
     case kDouble: {
       if (bytes.size() != 10) return false;
