@@ -35,7 +35,9 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error, Stri
 
 // Pushes s, from `strings` when given: out of line, so that the cache's
 // lookup is not inlined into every caller of push_simple_value (inlined
-// there too, it cost the topic's lookup in deliver_events a call).
+// there too, it cost the topic's lookup in deliver_events a call). The
+// decoder keeps the lookup inline: through this call, PingPong's table key
+// cost 0.45% more instructions.
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
 // The encoding's tags: a value is its tag, then what the tag needs.
