@@ -140,8 +140,15 @@ class TaskKernel {
   void after_resume(lua_State* L, lua_State* co, int rc);
   void finish(lua_State* L, lua_State* co);
   void restart(lua_State* L, lua_State* co);
-  // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq).
+  // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq),
+  // making it on first use: a process that only ever takes its messages as
+  // they come (waiting in process.receive) never needs one.
   void push_inbox_queue(lua_State* L, int which);
+  // Makes the inbox's queues that are not made yet, for Lua code that reads
+  // them from the inbox table (kernel_ext.lua, bindings/receive.lua).
+  void make_inbox_queues(lua_State* L);
+  // Whether the inbox queue `which` holds nothing (or is not made yet).
+  bool inbox_queue_empty(lua_State* L, int which);
   // Whether no task waits in the inbox's receive queue (kernel_ext's).
   bool inbox_recvq_empty(lua_State* L);
   // Whether a message for the inbox would go straight to the end of its
@@ -168,7 +175,7 @@ class TaskKernel {
   int inbox_ref_ = -2;
   int events_ref_ = -2;
   bool trap_links_ = false;  // process.set_options{trap_links = true}
-  int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (never replaced)
+  int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (-2: not made yet; never replaced)
   int ext_ref_ = -2;
   int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it
   bool watched_ = false;  // see note_watch
