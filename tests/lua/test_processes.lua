@@ -93,6 +93,11 @@ return { main = function()
       end
       assert(process.spawn_monitored("fixtures.lazy_base:drops_print"))
       T.eq(T.next_event("exit").result.print, true, "a removed print stays removed")
+      assert(process.spawn_monitored("fixtures.lazy_base:string_methods"))
+      r = T.next_event("exit").result
+      T.eq(r.upper, "AB"); T.eq(r.missing, true); T.eq(r.len, 3)
+      T.eq(r.index_is_string, true, "the string library's metatable"); T.eq(r.apart, true, "_G's stays its own")
+      T.eq(r.globals, true, "globals still come on first use")
     end },
     { "assert works before the base library opens, as LuaJIT's does, and gives way to it", function()
       assert(process.spawn_monitored("fixtures.lazy_base:assert_values"))
