@@ -8,8 +8,8 @@
 // 0.5 us of a spawn's 5 us on a VM); every other call goes to the kernel
 // as libc's would, through the same instruction, with errno set the same
 // way. Only where that instruction is written out below (x86-64, AArch64);
-// elsewhere libc's syscall stands. Linked into the host program only:
-// the libraries and tests keep libc's.
+// elsewhere libc's syscall stands. Linked into the host program, and
+// into the core tests, which check it; the libraries keep libc's.
 #include <cerrno>
 #include <cstdarg>
 #include <cstddef>
