@@ -183,6 +183,17 @@ return { main = function()
       T.eq(ask(quiet, "events"), "none")
       process.send(quiet, "stop", nil); process.send(canceled, "stop", nil)
     end },
+    { "events():receive() gives an exit event and true, whether it waited for it or the event was queued", function()
+      local events = process.events()
+      local queued = assert(process.spawn_monitored("fixtures.echo:add", 1, 2))
+      time.sleep(0.1)  -- it exits while nobody waits on events()
+      local ev, ok = events:receive()
+      T.eq(ev.kind, "exit"); T.eq(ev.from, queued); T.eq(ev.result, 3); T.eq(ok, true)
+      local waited = assert(process.spawn_monitored("fixtures.echo"))
+      coroutine.spawn(function() time.sleep(0.05); process.send(waited, "stop", "late") end)
+      ev, ok = events:receive()  -- waits: the exit comes 50 ms later
+      T.eq(ev.kind, "exit"); T.eq(ev.from, waited); T.eq(ev.result, "late"); T.eq(ok, true)
+    end },
     { "a monitor ends with its exit event: unmonitor then answers not_found", function()
       local pid = assert(process.spawn_monitored("fixtures.echo:add", 1, 2))
       T.eq(T.next_event("exit").from, pid)
