@@ -207,11 +207,6 @@ void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
   inbox_ref_ = pin(L);
   lua_pushboolean(L, 0);  // until set_coroutine_lib
   coroutine_ref_ = pin(L);
-  static const char* const keys[] = {"from", "topic", "payload"};  // message()'s order
-  for (int i = 0; i < 3; ++i) {
-    lua_pushstring(L, keys[i]);
-    message_key_refs_[i] = pin(L);
-  }
 }
 
 void TaskKernel::set_coroutine_lib(lua_State* L) { lua_rawseti(L, LUA_REGISTRYINDEX, coroutine_ref_); }
@@ -403,6 +398,15 @@ void TaskKernel::message(lua_State* L) {
     push_ctor_call(L, base);
     lua_call(L, 3, 1);
   } else {
+    // The keys are made at the first message: a process that gets none
+    // (a Fib leaf, a worker that only sends) never interns them.
+    if (message_key_refs_[0] == -2) [[unlikely]] {
+      static const char* const keys[] = {"from", "topic", "payload"};
+      for (int i = 0; i < 3; ++i) {
+        lua_pushstring(L, keys[i]);
+        message_key_refs_[i] = pin(L);
+      }
+    }
     lua_createtable(L, 0, 3);
     for (int i = 0; i < 3; ++i) {
       lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);

@@ -180,7 +180,7 @@ class TaskKernel {
   int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it
   bool watched_ = false;  // see note_watch
   int coroutine_ref_ = -2;
-  int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload"
+  int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload" (made by the first message)
   // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
   // at the kMessagesBeforeCtor-th message; messages_ counts until then.
   static constexpr int kMessagesBeforeCtor = 16;
