@@ -1153,6 +1153,7 @@ namespace {
 // Hands each event to the kernel. A message whose payload cannot be decoded
 // is logged and skipped.
 void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
+  using Name = TaskKernel::EventName;
   std::size_t end = 0;  // where the run of messages from i ends
   for (std::size_t i = 0; i < events.size(); ++i) {
     Event& ev = events[i];
@@ -1185,7 +1186,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
       case EventKind::Cancel:
         push_pid(L, ev.from);
         lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-        kernel_.event(L, "cancel", {"from", "reason"});
+        kernel_.event(L, Name::cancel, {Name::from, Name::reason});
         break;
       case EventKind::Exit: {
         forget_monitor(ev.from, ev.tag);  // an exit ends its monitor
@@ -1198,7 +1199,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
           // No result bytes, or bad ones: the result is nil.
           if (ev.payload.empty() || !push_one_value(L, ev.payload, &err)) lua_pushnil(L);
         }
-        kernel_.event(L, "exit", {"from", failed ? "error" : "result"}, static_cast<double>(ev.tag));
+        kernel_.event(L, Name::exit, {Name::from, failed ? Name::error : Name::result}, static_cast<double>(ev.tag));
         break;
       }
       case EventKind::Reload: {
@@ -1212,13 +1213,13 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
           lua_rawseti(L, -2, ++i);
           start = end + 1;
         }
-        kernel_.event(L, "reload", {"modules"});
+        kernel_.event(L, Name::reload, {Name::modules});
         break;
       }
       case EventKind::LinkDown:
         push_pid(L, ev.from);
         lua_pushlstring(L, ev.payload.data(), ev.payload.size());
-        kernel_.event(L, "link_down", {"from", "error"});
+        kernel_.event(L, Name::link_down, {Name::from, Name::error});
         break;
     }
   }

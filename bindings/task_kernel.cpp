@@ -488,25 +488,55 @@ void TaskKernel::complete(lua_State* L) {
   lua_call(L, 2, 0);
 }
 
-void TaskKernel::event(lua_State* L, const char* kind, std::initializer_list<const char*> fields,
+void TaskKernel::push_event_names(lua_State* L) {
+  if (event_names_ref_ == -2) {
+    lua_createtable(L, static_cast<int>(EventName::reload) + 1, 0);
+    lua_pushvalue(L, -1);
+    event_names_ref_ = pin(L);
+    return;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, event_names_ref_);
+}
+
+void TaskKernel::push_event_name(lua_State* L, int names, EventName name) {
+  static const char* const text[] = {"kind",   "from", "result", "error",     "reason",
+                                     "modules", "exit", "cancel", "link_down", "reload"};
+  const int i = static_cast<int>(name) + 1;
+  lua_rawgeti(L, names, i);
+  if (!lua_isnil(L, -1)) [[likely]] return;
+  lua_pop(L, 1);
+  lua_pushstring(L, text[i - 1]);
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, names, i);
+}
+
+void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<EventName> fields,
                        lua_Number watch_ref) {
   const int base = lua_gettop(L) - static_cast<int>(fields.size());
-  if (!trap_links_ && std::strcmp(kind, "link_down") == 0) {
+  if (!trap_links_ && kind == EventName::link_down) {
     const char* from = lua_tostring(L, base + 1);
     const char* err = lua_tostring(L, base + 2);
     fail(std::string("linked process ") + (from ? from : "?") + " failed: " + (err ? err : "?"));
     lua_settop(L, base);
     return;
   }
+  // Built with its names kept from one event to the next: interning
+  // "exit" again (it is garbage between events) and looking up each key
+  // by its C string cost an event about 900 instructions more.
   lua_createtable(L, 0, static_cast<int>(fields.size()) + 1);
-  lua_pushstring(L, kind);
-  lua_setfield(L, -2, "kind");
-  int i = base;
-  for (const char* field : fields) {
-    lua_pushvalue(L, ++i);
-    lua_setfield(L, -2, field);
-  }
   const int ev = lua_gettop(L);
+  push_event_names(L);
+  const int names = ev + 1;
+  push_event_name(L, names, EventName::kind);
+  push_event_name(L, names, kind);
+  lua_rawset(L, ev);
+  int i = base;
+  for (EventName field : fields) {
+    push_event_name(L, names, field);
+    lua_pushvalue(L, ++i);
+    lua_rawset(L, ev);
+  }
+  lua_settop(L, ev);
   // An exit may be for a process.watch channel, once the process made one:
   // kernel_ext knows. (A spawner that monitors its children, as Fork-Join
   // create's and supervisors do, otherwise paid a call into Lua an exit

@@ -65,12 +65,14 @@ class TaskKernel {
   bool queues_directly(lua_State* L);
   void begin_queue(lua_State* L, int n);
   void end_queue(lua_State* L, int base, int n);
+  // The names in an event table: its keys and its kinds.
+  enum class EventName : std::uint8_t { kind, from, result, error, reason, modules, exit, cancel, link_down, reload };
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }
   // (popped) for events(), or for the process.watch channel of watch_ref
   // (an exit's monitor ref). Queued here until kernel_ext.lua loads, so a
   // process that never looks at its events never loads it. A link_down
   // while links are not trapped fails the process instead.
-  void event(lua_State* L, const char* kind, std::initializer_list<const char*> fields, double watch_ref = 0);
+  void event(lua_State* L, EventName kind, std::initializer_list<EventName> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
   // process.watch made a monitor: from now on an exit event may be for a
@@ -160,6 +162,10 @@ class TaskKernel {
   void push_ctor_call(lua_State* L, int base);
   // Pushes the events channel, made on first use.
   void push_events(lua_State* L);
+  // Pushes the table of event names (event_names_ref_), and name's string
+  // from it (the table at index `names`).
+  void push_event_names(lua_State* L);
+  static void push_event_name(lua_State* L, int names, EventName name);
   // From now on kernel_ext.lua handles the inbox's messages and senders:
   // the parked receivers join its recvq, in front.
   void slow_inbox(lua_State* L);
@@ -181,6 +187,9 @@ class TaskKernel {
   bool watched_ = false;  // see note_watch
   int coroutine_ref_ = -2;
   int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload" (made by the first message)
+  // The EventName strings, by EventName + 1, each interned at its first
+  // event (push_event_name), the table made at the first event.
+  int event_names_ref_ = -2;
   // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
   // at the kMessagesBeforeCtor-th message; messages_ counts until then.
   static constexpr int kMessagesBeforeCtor = 16;
