@@ -362,7 +362,7 @@ struct Primitives {
     std::string entry = lua_isnoneornil(L, 1) ? p.entry_ : std::string(luaL_checkstring(L, 1));
     lua_settop(L, 0);
     // The new code must require the newest versions too.
-    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    p.push_loaded(L);
     for (const auto& name : p.script_modules_) {
       lua_pushnil(L);
       lua_setfield(L, -2, name.c_str());
@@ -563,7 +563,7 @@ struct Primitives {
     if (p.base_open_) return;
     p.base_open_ = true;
     const int base = lua_gettop(L);
-    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    p.push_loaded(L);
     lua_getfield(L, -1, "coroutine");  // base + 2: the kernel's wrapper, if built
     if (has_own_assert(L)) {  // LuaJIT's replaces it; a script's own stays
       lua_pushnil(L);
@@ -651,7 +651,7 @@ struct Primitives {
     }
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
-    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    p.push_loaded(L);
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, name);
     lua_pop(L, 1);
@@ -907,7 +907,7 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
   script_modules_.push_back(module);
   // Remember it for require(module) in this process.
   if (!lua_isnil(L, -1)) {
-    luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 4);
+    push_loaded(L);
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, module.c_str());
     lua_pop(L, 1);
@@ -1018,6 +1018,13 @@ bool LuaProcess::Prepare() {
     }
     lua_pushcfunction(S, step_body);
     p.step_fn_ref_ = p.kernel_.pin(S);
+    // package.loaded, where the entry module and the API tables a process
+    // uses are recorded, made here and kept in a slot: found by name
+    // (luaL_findtable) it cost each spawn about 1k instructions.
+    lua_createtable(S, 0, 4);
+    lua_pushvalue(S, -1);
+    lua_setfield(S, LUA_REGISTRYINDEX, "_LOADED");
+    p.loaded_ref_ = p.kernel_.pin(S);
     p.install_globals();
     return 0;
   }, this);
@@ -1027,6 +1034,8 @@ bool LuaProcess::Prepare() {
   }
   return true;
 }
+
+void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, loaded_ref_); }
 
 // The registry key of the chunk Preload loaded.
 constexpr const char* kPreloadedKey = "host.preloaded";

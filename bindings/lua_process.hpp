@@ -68,6 +68,8 @@ class LuaProcess final : public Process {
   // Pushes the chunk Preload loaded if it is `mod`, and forgets it either way.
   bool take_preloaded(lua_State* L, const Module& mod);
   void install_globals();
+  // Pushes package.loaded (the registry's _LOADED), which Prepare makes.
+  void push_loaded(lua_State* L) const;
   // Pushes the `process` API table.
   void push_process_api(lua_State* L);
   // TaskKernel's ExtLoader: kernel_ext.lua's chunk and its primitives.
@@ -126,6 +128,7 @@ class LuaProcess final : public Process {
   const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
   int last_from_ref_ = -2;
   int step_fn_ref_ = -2;
+  int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   std::span<Event> step_events_;  // Step's arguments, for step_body
   StepOutput* step_out_ = nullptr;
   // Topics and short strings of the messages it receives.
