@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 #include <lua.hpp>
 
@@ -501,6 +502,7 @@ void TaskKernel::push_event_names(lua_State* L) {
 void TaskKernel::push_event_name(lua_State* L, int names, EventName name) {
   static const char* const text[] = {"kind",   "from", "result", "error",     "reason",
                                      "modules", "exit", "cancel", "link_down", "reload"};
+  static_assert(std::size(text) == static_cast<std::size_t>(EventName::reload) + 1, "a text for each EventName");
   const int i = static_cast<int>(name) + 1;
   lua_rawgeti(L, names, i);
   if (!lua_isnil(L, -1)) [[likely]] return;
@@ -522,7 +524,7 @@ void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<Event
   }
   // Built with its names kept from one event to the next: interning
   // "exit" again (it is garbage between events) and looking up each key
-  // by its C string cost an event about 900 instructions more.
+  // by its C string cost an exit event about 285 instructions more.
   lua_createtable(L, 0, static_cast<int>(fields.size()) + 1);
   const int ev = lua_gettop(L);
   push_event_names(L);
