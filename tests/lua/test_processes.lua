@@ -183,6 +183,10 @@ return { main = function()
       T.eq(ask(quiet, "events"), "none")
       process.send(quiet, "stop", nil); process.send(canceled, "stop", nil)
     end },
+    { "require of a process's own entry module gives the module it runs", function()
+      assert(process.spawn_monitored("fixtures.echo:self_required"))
+      T.eq(T.next_event("exit").result, true)
+    end },
     { "events():receive() gives an exit event and true, whether it waited for it or the event was queued", function()
       local events = process.events()
       local queued = assert(process.spawn_monitored("fixtures.echo:add", 1, 2))
