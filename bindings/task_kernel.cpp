@@ -45,6 +45,10 @@ class QueueRef {
   // Pushes the first value and removes it (the queue must not be empty).
   void shift() {
     peek();
+    drop_first();
+  }
+  // Removes the first value (the queue must not be empty).
+  void drop_first() {
     lua_pushnil(L_);
     lua_rawseti(L_, idx_, head_);
     // Back to the start when empty, so keys stay in the array part.
@@ -89,6 +93,20 @@ void new_queue(lua_State* L) {
   lua_rawseti(L, -2, kHead);
   lua_pushinteger(L, kFirst - 1);
   lua_rawseti(L, -2, kTail);
+}
+
+// The task first in a channel's receive queue, taken off it, if that task
+// waits in a plain ch:receive() (queued as the task itself, where a select
+// or a timed wait queues a record of it); else nullptr, the queue as it was.
+// The caller wakes it with the value and true, as kernel_ext's
+// finish_receiver would.
+lua_State* take_plain_receiver(lua_State* L, QueueRef& recvq) {
+  if (recvq.size() == 0) return nullptr;
+  recvq.peek();
+  lua_State* co = lua_type(L, -1) == LUA_TTHREAD ? lua_tothread(L, -1) : nullptr;
+  lua_pop(L, 1);
+  if (co) recvq.drop_first();
+  return co;
 }
 
 // A channel of kernel_ext.lua's shape, { buf, recvq, sendq, closed } (it
@@ -443,18 +461,13 @@ void TaskKernel::message(lua_State* L) {
       push_inbox_queue(L, kRecvq);
       QueueRef recvq(L, msg + 1);
       waiter = recvq.size() > 0;
-      if (waiter) {
-        recvq.peek();
-        if (lua_type(L, -1) == LUA_TTHREAD) {  // a plain receive
-          lua_State* co = lua_tothread(L, -1);
-          recvq.shift();  // the same waiter
-          lua_settop(L, msg);
-          lua_pushvalue(L, msg);
-          lua_pushboolean(L, 1);
-          wake(L, co, 2);
-          lua_settop(L, base);
-          return;
-        }
+      if (lua_State* co = take_plain_receiver(L, recvq)) {
+        lua_settop(L, msg);
+        lua_pushvalue(L, msg);
+        lua_pushboolean(L, 1);
+        wake(L, co, 2);
+        lua_settop(L, base);
+        return;
       }
       lua_settop(L, msg);
     }
@@ -565,21 +578,12 @@ void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<Event
   // plain receivers are (message). Selects and timed waits go to deliver.
   lua_rawgeti(L, events, kRecvq);
   QueueRef recvq(L, events + 1);
-  bool plain_waiter = false;
-  if (recvq.size() > 0) {
-    recvq.peek();
-    plain_waiter = lua_type(L, -1) == LUA_TTHREAD;
-    lua_settop(L, events + 1);
-  }
   if (recvq.size() == 0) {
     lua_rawgeti(L, events, kBuf);
     QueueRef buf(L, -1);
     lua_pushvalue(L, ev);
     buf.push();
-  } else if (plain_waiter) {
-    recvq.shift();
-    lua_State* co = lua_tothread(L, -1);
-    lua_settop(L, events + 1);
+  } else if (lua_State* co = take_plain_receiver(L, recvq)) {
     lua_pushvalue(L, ev);
     lua_pushboolean(L, 1);
     wake(L, co, 2);
