@@ -62,15 +62,6 @@ int push_fail(lua_State* L, const std::string& err) {
 }
 
 // Pushes a PID as its string, or nil for no PID (a message from the host).
-void push_pid(lua_State* L, const Pid& pid) {
-  if (!pid.valid()) {
-    lua_pushnil(L);
-    return;
-  }
-  char text[Pid::kMaxText];
-  lua_pushlstring(L, text, pid.format(text));
-}
-
 // Pushes exactly one value decoded from bytes (nil when they hold none, the
 // first when several); on bad bytes pushes nothing and returns false.
 bool push_one_value(lua_State* L, const std::string& bytes, std::string* err, StringCache* strings = nullptr) {
@@ -120,26 +111,14 @@ struct Primitives {
   static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
     std::size_t n;
     const char* s = check_string(L, idx, &n);
-    // The PID string resolved last: Lua strings are interned, so the same
-    // pointer (kept alive by the registry slot) is the same text.
-    if (s == p.last_dest_text_) {
-      out = p.last_dest_;
-      return true;
-    }
-    // A reply to the last message's sender (m.from): its string, too, is
-    // kept alive in a registry slot (push_sender).
-    if (s == p.last_from_text_) {
-      out = p.last_from_;
-      return true;
-    }
+    // A PID string seen before: Lua strings are interned, so the same
+    // pointer (kept alive by PeerStrings) is the same text.
+    if (p.peers_.find(s, out)) return true;
     std::string_view dest(s, n);
     if (!dest.empty() && dest.front() == '<') {
       if (auto pid = Pid::parse(dest)) {
         out = *pid;
-        p.last_dest_ = *pid;
-        p.last_dest_text_ = s;
-        lua_pushvalue(L, idx);
-        lua_rawseti(L, LUA_REGISTRYINDEX, p.last_dest_ref_);
+        p.peers_.remember_dest(L, idx, s, *pid);
         return true;
       }
       nret = push_fail(L, make_error(ErrorKind::Invalid, "not a PID: '" + std::string(dest) + "'"));
@@ -1012,10 +991,7 @@ bool LuaProcess::Prepare() {
     p.kernel_.init(S, &LuaProcess::push_ext_chunk, &p);
     p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
     p.kernel_.set_receive_chunk(&p.rt_.receive_bytecode());
-    for (int* ref : {&p.last_dest_ref_, &p.last_from_ref_}) {
-      lua_pushboolean(S, 0);
-      *ref = p.kernel_.pin(S);
-    }
+    p.peers_.init(S, [&p](lua_State* T) { return p.kernel_.pin(T); });
     lua_pushcfunction(S, step_body);
     p.step_fn_ref_ = p.kernel_.pin(S);
     // package.loaded, where the entry module and the API tables a process
@@ -1112,19 +1088,6 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
-void LuaProcess::push_sender(lua_State* L, const Pid& from) {
-  // Messages mostly come from the sender of the one before: keep its string.
-  if (from == last_from_ && from.valid()) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
-    return;
-  }
-  push_pid(L, from);
-  last_from_ = from;
-  last_from_text_ = lua_tostring(L, -1);  // nullptr for the host's nil
-  lua_pushvalue(L, -1);
-  lua_rawseti(L, LUA_REGISTRYINDEX, last_from_ref_);
-}
-
 void LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
   auto it = monitors_.find(target);
   if (it == monitors_.end()) return;
@@ -1149,7 +1112,7 @@ namespace {
 // Inlined into deliver_events's two calls: out of line it cost a message about 25
 // instructions of call and register saves (PingPong, callgrind).
 [[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
-  push_sender(L, ev.from);
+  peers_.push_sender(L, ev.from);
   received_strings_.push(L, ev.topic);
   if (push_simple_value(L, ev.payload, &received_strings_)) return true;
   std::string err;

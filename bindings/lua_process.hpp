@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bindings/lua_runtime.hpp"
+#include "bindings/peer_strings.hpp"
 #include "bindings/state_arena.hpp"
 #include "bindings/string_cache.hpp"
 #include "bindings/task_kernel.hpp"
@@ -86,7 +87,6 @@ class LuaProcess final : public Process {
   void flush_commands(StepOutput& out);
   void probe_jit();
   void forget_monitor(const Pid& target, std::uint64_t ref);
-  void push_sender(lua_State* L, const Pid& from);
 
   LuaRuntime& rt_;
   StateArena arena_;  // declared before L_'s users: it outlives the state
@@ -119,14 +119,8 @@ class LuaProcess final : public Process {
   // Monitors this process holds: target -> refs, until the target's exit
   // event arrives or it is unmonitored.
   std::unordered_map<Pid, std::vector<std::uint64_t>> monitors_;
-  // The last PID string process.send resolved, kept alive in a registry
-  // slot, and the last sender's PID string pushed for a message.
-  const char* last_dest_text_ = nullptr;
-  Pid last_dest_;
-  int last_dest_ref_ = -2;
-  Pid last_from_;
-  const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
-  int last_from_ref_ = -2;
+  // The PID strings of its messages' senders and its sends' destinations.
+  PeerStrings peers_;
   int step_fn_ref_ = -2;
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   std::span<Event> step_events_;  // Step's arguments, for step_body

@@ -218,6 +218,49 @@ return { main = function()
       local ev = T.next_event("exit", 30)
       T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
     end },
+    { "a process that talks to hundreds names each sender and reaches each PID, old and reused", function()
+      -- More peers than PeerStrings's cache has slots of either kind, in a
+      -- shuffled order, so that its entries are replaced; then processes
+      -- exit one by one, each right after its reply, and new ones take
+      -- their slots (the same index, a new generation), which a cache
+      -- keyed by index alone would confuse.
+      local n = 300
+      local pids = {}
+      local function start(i) pids[i] = assert(process.spawn("fixtures.echo")) end
+      local function ping(i, what)
+        T.eq(process.send(pids[i], "i", i), true, what .. " send to " .. i)
+        local m = assert(process.receive(5), what .. ": no reply from " .. i)
+        T.eq(m.payload, i, what .. " reply"); T.eq(m.from, pids[i], what .. " sender of reply " .. i)
+      end
+      local rng = 12345
+      local function round(what)
+        for _ = 1, 2 * n do
+          rng = (rng * 1103515245 + 12345) % 2147483648
+          ping(rng % n + 1, what)
+        end
+      end
+      local function index(pid) return pid:match("^<%d+%.(%d+)%.") end
+      for i = 1, n do start(i) end
+      round("first")
+      local dead, reused = {}, 0
+      for i = 1, n, 2 do
+        local p = pids[i]
+        ping(i, "last")
+        process.monitor(p)
+        process.send(p, "stop", nil)
+        T.eq(T.next_event("exit").from, p, "exit of " .. i)
+        dead[#dead + 1] = p
+        start(i)
+        if index(pids[i]) == index(p) then reused = reused + 1 end
+        ping(i, "new")
+      end
+      T.ok(reused > 0, "a new process in a dead one's slot")
+      round("after reuse")
+      -- The dead PIDs' strings were cached as destinations: they still name
+      -- no process.
+      for _, p in ipairs(dead) do T.match(select(2, process.send(p, "i", 0)), "^not_found", "send to dead " .. p) end
+      for i = 1, n do process.send(pids[i], "stop", nil) end
+    end },
     { "10k processes: each sender's messages arrive once and in order", function()
       local senders, per = 10000, 5
       for s = 1, senders do assert(process.spawn("fixtures.relay", process.pid(), per, s)) end

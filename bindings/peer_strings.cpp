@@ -1,0 +1,90 @@
+// PeerStrings: the last sender's and destination's slots, and the cache.
+#include "bindings/peer_strings.hpp"
+
+namespace host::lua {
+
+void push_pid(lua_State* L, const Pid& pid) {
+  if (!pid.valid()) {
+    lua_pushnil(L);
+    return;
+  }
+  char text[Pid::kMaxText];
+  lua_pushlstring(L, text, pid.format(text));
+}
+
+void PeerStrings::push_new_sender(lua_State* L, const Pid& from) {
+  last_from_ = from;
+  if (!from.valid()) {
+    lua_pushnil(L);
+    last_from_text_ = nullptr;
+    return;
+  }
+  if (cache_) {
+    const std::uint32_t slot = sender_slot(from);
+    Entry& e = cache_->senders[slot];
+    if (e.pid == from) {
+      lua_rawgeti(L, LUA_REGISTRYINDEX, cache_->table_ref);
+      lua_rawgeti(L, -1, static_cast<int>(slot + 1));
+      lua_replace(L, -2);
+      last_from_text_ = e.text;
+    } else {
+      push_pid(L, from);
+      last_from_text_ = put(L, static_cast<int>(slot + 1), lua_gettop(L), e, from);
+    }
+    return;
+  }
+  push_pid(L, from);
+  last_from_text_ = lua_tostring(L, -1);
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, LUA_REGISTRYINDEX, last_from_ref_);
+  note_miss(L);
+}
+
+void PeerStrings::remember_dest(lua_State* L, int idx, const char* s, const Pid& pid) {
+  last_dest_ = pid;
+  last_dest_text_ = s;
+  if (cache_) {
+    // A miss of find: the slot holds another string, or none.
+    const std::uint32_t slot = dest_slot(s);
+    put(L, static_cast<int>(kSlots + slot + 1), idx, cache_->dests[slot], pid);
+    return;
+  }
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, LUA_REGISTRYINDEX, last_dest_ref_);
+  note_miss(L);
+}
+
+const char* PeerStrings::put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, cache_->table_ref);
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, -2, key);
+  lua_pop(L, 1);
+  entry = Entry{pid, lua_tostring(L, idx)};
+  return entry.text;
+}
+
+void PeerStrings::note_miss(lua_State* L) {
+  if (++misses_ < kMissesBeforeCache) return;
+  // The table first: if it cannot be made, there is no cache either.
+  lua_createtable(L, static_cast<int>(2 * kSlots), 0);
+  const int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  auto cache = std::make_unique<Cache>();
+  cache->table_ref = ref;
+  cache_ = std::move(cache);
+  // The last sender and destination go in, as the cache's rule wants (the
+  // same string objects: their bytes stay where they were).
+  if (last_from_.valid()) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
+    put(L, static_cast<int>(sender_slot(last_from_) + 1), lua_gettop(L), cache_->senders[sender_slot(last_from_)],
+        last_from_);
+    lua_pop(L, 1);
+  }
+  if (last_dest_text_) {
+    const std::uint32_t slot = dest_slot(last_dest_text_);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, last_dest_ref_);
+    put(L, static_cast<int>(kSlots + slot + 1), lua_gettop(L), cache_->dests[slot], last_dest_);
+    lua_pop(L, 1);
+  }
+}
+
+}  // namespace host::lua

@@ -1,0 +1,120 @@
+// PeerStrings: the PID strings of the processes one process talks to, kept
+// as Lua strings so that a message's `from` is not formatted and interned
+// again for every message, nor a send's destination parsed again for every
+// send. Threads: the one stepping the process.
+//
+// The last sender and the last destination each keep their string in a
+// registry slot: a ping-pong partner or a ring node, which hears from one
+// process and sends to one, never needs more. A process that talks to many
+// (a server, a mall, Big's workers) missed there on most messages, and each
+// miss cost about 480 instructions for the sender (to_chars, LuaJIT's hash
+// and intern of the string) and 230 for a destination (Pid::parse and the
+// slot's update). After kMissesBeforeCache misses it also gets a cache:
+// kSlots senders direct-mapped by their slot index, kSlots destinations
+// direct-mapped by their string's address, the strings held in one Lua
+// table (so an address in the cache always names the same text), about
+// 6 KB in all, only in such processes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <lua.hpp>
+
+#include "host/pid.hpp"
+
+namespace host::lua {
+
+// Pushes pid's string, or nil for a PID that names no process (the host's).
+void push_pid(lua_State* L, const Pid& pid);
+
+class PeerStrings {
+ public:
+  static constexpr std::uint32_t kSlots = 128;
+  static constexpr std::uint32_t kMissesBeforeCache = 64;
+
+  // Sets up the two registry slots; `pin` pops the value on top of L into a
+  // slot of the state's life and returns its number (TaskKernel::pin).
+  template <typename Pin>
+  void init(lua_State* L, Pin&& pin) {
+    lua_pushboolean(L, 0);
+    last_from_ref_ = pin(L);
+    lua_pushboolean(L, 0);
+    last_dest_ref_ = pin(L);
+  }
+
+  // Pushes the string of a message's sender (nil for the host's, which has
+  // no PID), and makes it the last sender. Inline: messages mostly come
+  // from the sender of the one before.
+  void push_sender(lua_State* L, const Pid& from) {
+    if (from == last_from_ && from.valid() && !cache_) lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
+    else push_new_sender(L, from);
+  }
+
+  // The PID whose string is s (a Lua string's bytes, so the same text is
+  // the same address while the string lives), if s is the last sender's,
+  // the last destination's or a cached destination's.
+  bool find(const char* s, Pid& out) const {
+    if (s == last_dest_text_) {
+      out = last_dest_;
+      return true;
+    }
+    if (s == last_from_text_) {
+      out = last_from_;
+      return true;
+    }
+    if (cache_) {
+      const Entry& d = cache_->dests[dest_slot(s)];
+      if (d.text == s) {
+        out = d.pid;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // A destination find did not know: its string s at stack index idx names
+  // pid. It becomes the last destination (and is cached, once there is a
+  // cache).
+  void remember_dest(lua_State* L, int idx, const char* s, const Pid& pid);
+
+ private:
+  // A PID and its string's bytes, which the cache's table holds.
+  struct Entry {
+    Pid pid;
+    const char* text = nullptr;
+  };
+  // Once there is a cache, the last sender and the last destination are
+  // always in it (only push_new_sender and remember_dest replace entries,
+  // and each makes what it puts in the last), so their strings live there
+  // and the two registry slots are no longer written.
+  struct Cache {
+    int table_ref = LUA_NOREF;  // senders' strings at 1..kSlots, destinations' after
+    Entry senders[kSlots];
+    Entry dests[kSlots];
+  };
+
+  void push_new_sender(lua_State* L, const Pid& from);
+  static std::uint32_t sender_slot(const Pid& pid) { return pid.index % kSlots; }
+  static std::uint32_t dest_slot(const char* s) {
+    const auto a = reinterpret_cast<std::uintptr_t>(s);
+    return static_cast<std::uint32_t>((a >> 4) ^ (a >> 11)) % kSlots;
+  }
+  // Counts a miss; at the kMissesBeforeCache-th makes the cache and puts
+  // the last sender and destination in it.
+  void note_miss(lua_State* L);
+  // Puts the string at stack index idx in the cache's table at key, with
+  // pid in `entry`; returns the string's bytes.
+  const char* put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid);
+
+  Pid last_from_;
+  const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
+  int last_from_ref_ = -2;
+  const char* last_dest_text_ = nullptr;
+  Pid last_dest_;
+  int last_dest_ref_ = -2;
+  std::uint32_t misses_ = 0;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace host::lua
