@@ -12,8 +12,9 @@
 // slot's update). After kMissesBeforeCache misses it also gets a cache:
 // kSlots senders direct-mapped by their slot index, kSlots destinations
 // direct-mapped by their string's address, the strings held in one Lua
-// table (so an address in the cache always names the same text), about
-// 6 KB in all, only in such processes.
+// table (so an address in the cache always names the same text): 6 KB of
+// entries and a 2 KB table, and up to 256 PID strings kept alive, only in
+// such processes.
 #pragma once
 
 #include <cstdint>
