@@ -17,7 +17,12 @@
 --   I.new_task(fn, ...) -> t   start a task
 --   I.current() -> t   the running task, or nil outside a task
 --   I.inbox            the inbox: a channel table the C half also uses, with
---                      a fifth field, true once I.slow_inbox was called
+--                      a fifth field, true once I.slow_inbox was called, and
+--                      a sixth, true once its buffer holds message tables
+--                      (until then, each message's three values: the C
+--                      half's and receive.lua's; I.listening, I.slow_inbox
+--                      and I.inbox_tables make it tables)
+--   I.inbox_tables()   the inbox's buffer as message tables from now on
 --   I.listening(l)     process.listen was called: l maps topics to their
 --                      channels, which the C half delivers to (E.deliver)
 --   I.slow_inbox()     from now on the C half hands every inbox message to
@@ -327,6 +332,7 @@ end
 -- select over channels.
 function Channel.case_receive(ch)
   check_channel(ch, "case_receive")
+  if ch == inbox then I.inbox_tables() end  -- select reads its buffer
   return { op = "receive", channel = ch }
 end
 

@@ -13,16 +13,24 @@
 -- where calling a constructor from C costs a C-to-Lua call a message.
 --
 -- Called with the inbox (see kernel_ext.lua: { buf, recvq, sendq, closed,
--- slow }) and the C receive; returns process.receive.
+-- slow, tables }) and the C receive; returns process.receive.
 local inbox, c_receive = ...
 local buf = inbox[1]
 return function(timeout)
   local h = buf[1]
   if h <= buf[2] and not inbox[5] then
-    local v = buf[h]
-    buf[h] = nil
-    if h == buf[2] then buf[1], buf[2] = 3, 2 else buf[1] = h + 1 end
-    return v
+    if inbox[6] then  -- the buffer holds message tables
+      local v = buf[h]
+      buf[h] = nil
+      if h == buf[2] then buf[1], buf[2] = 3, 2 else buf[1] = h + 1 end
+      return v
+    end
+    -- Each message as its from, topic and payload (TaskKernel::flat_inbox_).
+    local m = { from = false, topic = false, payload = false }
+    m.from, m.topic, m.payload = buf[h], buf[h + 1], buf[h + 2]
+    buf[h], buf[h + 1], buf[h + 2] = nil, nil, nil
+    if h + 2 == buf[2] then buf[1], buf[2] = 3, 2 else buf[1] = h + 3 end
+    return m
   end
   local a, b, c = c_receive(timeout)
   if b == nil then return a end     -- a message table

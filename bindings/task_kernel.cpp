@@ -25,6 +25,9 @@ constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
 // The inbox's own flag: true once kernel_ext.lua handles it (slow_inbox_),
 // for the Lua fast path of process.receive (bindings/receive.lua).
 constexpr int kSlow = 5;
+// inbox[kTables]: true once the inbox's buffer holds message tables (see
+// TaskKernel::flat_inbox_), for bindings/receive.lua.
+constexpr int kTables = 6;
 
 int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
 
@@ -59,6 +62,15 @@ class QueueRef {
   void push() {
     lua_rawseti(L_, idx_, tail_ + 1);
     set_bounds(head_, tail_ + 1);
+  }
+  // Appends the n values at stack indices first.. (nil ones too: the
+  // bounds count them), leaving them there.
+  void push_values(int first, int n) {
+    for (int i = 0; i < n; ++i) {
+      lua_pushvalue(L_, first + i);
+      lua_rawseti(L_, idx_, tail_ + 1 + i);
+    }
+    set_bounds(head_, tail_ + n);
   }
   void clear() {
     for (int i = head_; i <= tail_; ++i) {
@@ -347,12 +359,17 @@ void TaskKernel::begin_queue(lua_State* L, int n) {
   inbox_queued_ = true;
   // Its messages queue up: receive.lua takes them without a C call each.
   enable_fast_receive();
-  lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
+  if (!flat_inbox_) lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
   push_inbox_queue(L, kBuf);
 }
 
 void TaskKernel::end_queue(lua_State* L, int base, int n) {
   if (n == 0) {
+    lua_settop(L, base);
+    return;
+  }
+  if (flat_inbox_) {
+    QueueRef(L, base + 1).push_values(base + 2, 3 * n);
     lua_settop(L, base);
     return;
   }
@@ -364,6 +381,51 @@ void TaskKernel::end_queue(lua_State* L, int base, int n) {
 void TaskKernel::push_ctor_call(lua_State* L, int base) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
   for (int i = 1; i <= 3; ++i) lua_pushvalue(L, base + i);
+}
+
+inline void TaskKernel::push_message_table(lua_State* L, int first) {
+  if (message_ctor_ref_ != -2) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
+    for (int i = 0; i < 3; ++i) lua_pushvalue(L, first + i);
+    lua_call(L, 3, 1);
+    return;
+  }
+  // The keys are made at the first message: a process that gets none
+  // (a Fib leaf, a worker that only sends) never interns them.
+  if (message_key_refs_[0] == -2) [[unlikely]] {
+    static const char* const keys[] = {"from", "topic", "payload"};
+    for (int i = 0; i < 3; ++i) {
+      lua_pushstring(L, keys[i]);
+      message_key_refs_[i] = pin(L);
+    }
+  }
+  lua_createtable(L, 0, 3);
+  for (int i = 0; i < 3; ++i) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);
+    lua_pushvalue(L, first + i);
+    lua_rawset(L, -3);
+  }
+}
+
+void TaskKernel::inbox_to_tables(lua_State* L) {
+  if (!flat_inbox_) return;
+  flat_inbox_ = false;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  lua_pushboolean(L, 1);
+  lua_rawseti(L, -2, kTables);
+  lua_pop(L, 1);
+  if (inbox_queue_empty(L, kBuf)) return;
+  const int base = lua_gettop(L);
+  push_inbox_queue(L, kBuf);
+  QueueRef buf(L, base + 1);
+  const int n = buf.size();  // three values a message
+  luaL_checkstack(L, n + n / 3 + 8, "queued messages");
+  for (int i = 0; i < n; ++i) buf.shift();  // onto the stack, in order
+  for (int i = 0; i < n; i += 3) {
+    push_message_table(L, base + 2 + i);
+    buf.push();
+  }
+  lua_settop(L, base);
 }
 
 void TaskKernel::message(lua_State* L) {
@@ -405,6 +467,15 @@ void TaskKernel::message(lua_State* L) {
   // message (no listener for it, the inbox on its fast paths, no receiver
   // in its queue), so it goes to the end of the inbox's buffer, which the
   // constructor does itself.
+  if (!to_listener && flat_inbox_ && parked_.empty() && inbox_recvq_empty(L)) {
+    // Nobody waits: its three values go to the end of the buffer, with no
+    // table made (see flat_inbox_).
+    inbox_queued_ = true;
+    push_inbox_queue(L, kBuf);
+    QueueRef(L, -1).push_values(base + 1, 3);
+    lua_settop(L, base);
+    return;
+  }
   if (!to_listener && inbox_takes_directly(L)) {
     inbox_queued_ = true;
     push_ctor_call(L, base);
@@ -413,26 +484,7 @@ void TaskKernel::message(lua_State* L) {
     lua_settop(L, base);
     return;
   }
-  if (message_ctor_ref_ != -2) {
-    push_ctor_call(L, base);
-    lua_call(L, 3, 1);
-  } else {
-    // The keys are made at the first message: a process that gets none
-    // (a Fib leaf, a worker that only sends) never interns them.
-    if (message_key_refs_[0] == -2) [[unlikely]] {
-      static const char* const keys[] = {"from", "topic", "payload"};
-      for (int i = 0; i < 3; ++i) {
-        lua_pushstring(L, keys[i]);
-        message_key_refs_[i] = pin(L);
-      }
-    }
-    lua_createtable(L, 0, 3);
-    for (int i = 0; i < 3; ++i) {
-      lua_rawgeti(L, LUA_REGISTRYINDEX, message_key_refs_[i]);
-      lua_pushvalue(L, base + 1 + i);
-      lua_rawset(L, -3);
-    }
-  }
+  push_message_table(L, base + 1);
   const int msg = lua_gettop(L);
   if (to_listener) {
     push_ext(L);
@@ -482,6 +534,9 @@ void TaskKernel::message(lua_State* L) {
     }
   }
   inbox_queued_ = true;  // with no live waiter, deliver queues it
+  // kernel_ext's channel code (its waiters are selects and timed receives)
+  // takes the buffer as message tables.
+  inbox_to_tables(L);
   push_ext(L);
   lua_getfield(L, -1, "deliver");
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
@@ -739,6 +794,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
 
 void TaskKernel::slow_inbox(lua_State* L) {
   if (slow_inbox_) return;
+  inbox_to_tables(L);
   slow_inbox_ = true;
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   lua_pushboolean(L, 1);
@@ -814,7 +870,8 @@ void TaskKernel::push_ext(lua_State* L) {
   }
   static const luaL_Reg fns[] = {
       {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current},
-      {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links}};
+      {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links},
+      {"inbox_tables", l_inbox_tables}};
   for (const luaL_Reg& r : fns) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, r.func, 1);
@@ -866,9 +923,17 @@ int TaskKernel::l_listening(lua_State* L) {
   TaskKernel& k = self(L);
   if (k.listening_) return 0;
   luaL_checktype(L, 1, LUA_TTABLE);
+  k.inbox_to_tables(L);  // listen moves the buffer's tables of its topic
   lua_pushvalue(L, 1);
   k.listeners_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   k.listening_ = true;
+  return 0;
+}
+
+// I.inbox_tables(): the inbox's buffer as message tables from now on, for
+// kernel_ext's channel code (a select's receive from the inbox).
+int TaskKernel::l_inbox_tables(lua_State* L) {
+  self(L).inbox_to_tables(L);
   return 0;
 }
 
@@ -918,8 +983,15 @@ int TaskKernel::receive(lua_State* L, bool raw) {
   } else if (k.inbox_queued_) {
     k.push_inbox_queue(L, kBuf);
     QueueRef buf(L, top + 1);
-    if (buf.size() > 0) {
+    if (buf.size() > 0 && !k.flat_inbox_) {
       buf.shift();
+      return 1;
+    }
+    if (buf.size() > 0) {
+      for (int i = 0; i < 3; ++i) buf.shift();
+      // receive.lua makes the table of one with a sender itself.
+      if (raw && !lua_isnil(L, top + 2)) return 3;
+      k.push_message_table(L, top + 2);
       return 1;
     }
     k.inbox_queued_ = false;

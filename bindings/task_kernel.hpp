@@ -124,6 +124,7 @@ class TaskKernel {
   static int l_current(lua_State* L);
   static int l_listening(lua_State* L);
   static int l_slow_inbox(lua_State* L);
+  static int l_inbox_tables(lua_State* L);
   static int l_set_trap_links(lua_State* L);
   static int l_receive(lua_State* L);
   static int l_receive_raw(lua_State* L);  // receive.lua's
@@ -160,6 +161,13 @@ class TaskKernel {
   // Pushes the constructor and the message's from, topic and value (at
   // base + 1..3) for a call.
   void push_ctor_call(lua_State* L, int base);
+  // Pushes the table of the message whose from, topic and value are at
+  // stack indices first..first + 2: by the constructor once it is loaded,
+  // else through the C API.
+  void push_message_table(lua_State* L, int first);
+  // Makes the inbox's buffer hold message tables from now on (flat_inbox_),
+  // turning what it holds into tables in place.
+  void inbox_to_tables(lua_State* L);
   // Pushes the events channel, made on first use.
   void push_events(lua_State* L);
   // Pushes the table of event names (event_names_ref_), and name's string
@@ -221,6 +229,15 @@ class TaskKernel {
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
+  // The inbox's buffer holds each message as its three values, from, topic
+  // and payload, in three slots: a queued message costs no table until it
+  // is received, and receive.lua makes that one in its caller's loop, which
+  // the compiler may keep from allocating at all. Until kernel_ext's
+  // channel code needs the buffer (slow_inbox, listen, a select's or a
+  // timed receive's waiter): from then on (inbox_to_tables) it holds
+  // message tables, as any channel's buffer holds its values, and
+  // inbox[kTables] tells receive.lua so.
+  bool flat_inbox_ = true;
   // Senders on the inbox or a closed inbox: kernel_ext.lua's rules
   // (E.deliver, E.try_receive) instead of the fast paths.
   bool slow_inbox_ = false;

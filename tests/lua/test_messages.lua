@@ -218,6 +218,18 @@ return { main = function()
       local ev = T.next_event("exit", 30)
       T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
     end },
+    { "messages queued before a select or listen on the inbox keep their order and values", function()
+      -- They wait in the inbox's buffer as three values each until the
+      -- channel code needs it as message tables (TaskKernel::flat_inbox_).
+      local r = assert(process.spawn_monitored("fixtures.queued_then_channel", process.pid()))
+      local sends = { { "a", 1 }, { "b", 2 }, { "a", nil }, { "b", { k = 4 } }, { "c", "five" },
+        { "b", nil }, { "a", 7.5 }, { "c", { k = "eight" } }, { "b", 9 }, { "a", false } }
+      for _, s in ipairs(sends) do assert(process.send(r, s[1], s[2])) end
+      local ev = T.next_event("exit")
+      T.eq(ev.error, nil, "receiver error")
+      T.eq(ev.result, "receive:a:1 select:b:2 receive:a:nil receive:c:five receive:a:7.5 receive:c:{eight} "
+        .. "receive:a:false listen:b:{4} listen:b:nil listen:b:9")
+    end },
     { "a process that talks to hundreds names each sender and reaches each PID, old and reused", function()
       -- More peers than PeerStrings's cache has slots of either kind, in a
       -- shuffled order, so that its entries are replaced; then processes
