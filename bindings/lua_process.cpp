@@ -1140,7 +1140,11 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
       const int base = lua_gettop(L);
       kernel_.begin_queue(L, static_cast<int>(end - i));
       int n = 0;
-      for (; i < end; ++i) n += push_message(L, events[i]);
+      for (; i < end; ++i) {
+        if (!push_message(L, events[i])) continue;
+        kernel_.queue_pushed(L);
+        ++n;
+      }
       kernel_.end_queue(L, base, n);
       --i;
       continue;

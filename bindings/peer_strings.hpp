@@ -108,13 +108,14 @@ class PeerStrings {
   // pid in `entry`; returns the string's bytes.
   const char* put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid);
 
+  // (Ordered to pack: LuaProcess, which holds this, must stay within 1 KB.)
   Pid last_from_;
-  const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
-  int last_from_ref_ = -2;
-  const char* last_dest_text_ = nullptr;
   Pid last_dest_;
+  int last_from_ref_ = -2;
   int last_dest_ref_ = -2;
   std::uint32_t misses_ = 0;
+  const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
+  const char* last_dest_text_ = nullptr;
   std::unique_ptr<Cache> cache_;
 };
 

@@ -349,18 +349,34 @@ bool TaskKernel::inbox_recvq_empty(lua_State* L) {
 }
 
 bool TaskKernel::inbox_takes_directly(lua_State* L) {
-  return message_ctor_ref_ != -2 && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L);
+  return (flat_inbox_ || message_ctor_ref_ != -2) && !slow_inbox_ && parked_.empty() && inbox_recvq_empty(L);
 }
 
 bool TaskKernel::queues_directly(lua_State* L) { return !listening_ && inbox_takes_directly(L); }
 
 void TaskKernel::begin_queue(lua_State* L, int n) {
-  luaL_checkstack(L, 3 * n + 8, "queued messages");
   inbox_queued_ = true;
   // Its messages queue up: receive.lua takes them without a C call each.
   enable_fast_receive();
-  if (!flat_inbox_) lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
+  if (flat_inbox_) {
+    // Each message's values go into the buffer as they come (queue_pushed).
+    luaL_checkstack(L, 8, "queued messages");
+    push_inbox_queue(L, kBuf);
+    queue_buf_ = lua_gettop(L);
+    lua_rawgeti(L, queue_buf_, kTail);
+    queue_tail_ = static_cast<int>(lua_tointeger(L, -1));
+    lua_pop(L, 1);
+    return;
+  }
+  luaL_checkstack(L, 3 * n + 8, "queued messages");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, message_append_ref_);
   push_inbox_queue(L, kBuf);
+}
+
+void TaskKernel::queue_pushed(lua_State* L) {
+  if (!flat_inbox_) return;  // they wait on the stack for end_queue's append
+  for (int i = 3; i >= 1; --i) lua_rawseti(L, queue_buf_, queue_tail_ + i);
+  queue_tail_ += 3;
 }
 
 void TaskKernel::end_queue(lua_State* L, int base, int n) {
@@ -369,7 +385,8 @@ void TaskKernel::end_queue(lua_State* L, int base, int n) {
     return;
   }
   if (flat_inbox_) {
-    QueueRef(L, base + 1).push_values(base + 2, 3 * n);
+    lua_pushinteger(L, queue_tail_);
+    lua_rawseti(L, base + 1, kTail);  // the head stays: the bounds as QueueRef keeps them
     lua_settop(L, base);
     return;
   }
@@ -467,20 +484,17 @@ void TaskKernel::message(lua_State* L) {
   // message (no listener for it, the inbox on its fast paths, no receiver
   // in its queue), so it goes to the end of the inbox's buffer, which the
   // constructor does itself.
-  if (!to_listener && flat_inbox_ && parked_.empty() && inbox_recvq_empty(L)) {
-    // Nobody waits: its three values go to the end of the buffer, with no
-    // table made (see flat_inbox_).
-    inbox_queued_ = true;
-    push_inbox_queue(L, kBuf);
-    QueueRef(L, -1).push_values(base + 1, 3);
-    lua_settop(L, base);
-    return;
-  }
   if (!to_listener && inbox_takes_directly(L)) {
     inbox_queued_ = true;
-    push_ctor_call(L, base);
-    push_inbox_queue(L, kBuf);
-    lua_call(L, 4, 0);
+    if (flat_inbox_) {
+      // Its three values, with no table made (see flat_inbox_).
+      push_inbox_queue(L, kBuf);
+      QueueRef(L, -1).push_values(base + 1, 3);
+    } else {
+      push_ctor_call(L, base);
+      push_inbox_queue(L, kBuf);
+      lua_call(L, 4, 0);
+    }
     lua_settop(L, base);
     return;
   }

@@ -58,13 +58,17 @@ class TaskKernel {
   // A message event: from, topic and value on top of L (popped).
   void message(lua_State* L);
   // Whether a message now would go straight to the end of the inbox's
-  // buffer (nobody waits, no listeners, the constructor loaded): then a run
-  // of messages may be handed over at once. With the stack's top at base,
-  // begin_queue(L, n) pushes what end_queue(L, base, k) calls, with k <= n
-  // messages (from, topic, value each) pushed in between.
+  // buffer (nobody waits, no listeners, and the buffer flat or the
+  // constructor loaded): then a run of messages may be handed over at
+  // once. With the stack's top at base, begin_queue(L, n) pushes what
+  // end_queue(L, base, k) needs, with k <= n messages (from, topic, value
+  // each) pushed in between, each followed by queue_pushed.
   bool queues_directly(lua_State* L);
   void begin_queue(lua_State* L, int n);
   void end_queue(lua_State* L, int base, int n);
+  // After each of those messages is pushed: while the inbox holds flat
+  // messages (flat_inbox_), it goes into the buffer at once, popped.
+  void queue_pushed(lua_State* L);
   // The names in an event table: its keys and its kinds.
   enum class EventName : std::uint8_t { kind, from, result, error, reason, modules, exit, cancel, link_down, reload };
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }
@@ -155,8 +159,9 @@ class TaskKernel {
   // Whether no task waits in the inbox's receive queue (kernel_ext's).
   bool inbox_recvq_empty(lua_State* L);
   // Whether a message for the inbox would go straight to the end of its
-  // buffer, by the constructor: nobody waits for it and the inbox is on its
-  // fast paths. The one rule for message() and queues_directly().
+  // buffer, as its values or by the constructor: nobody waits for it and
+  // the inbox is on its fast paths. The one rule for message() and
+  // queues_directly().
   bool inbox_takes_directly(lua_State* L);
   // Pushes the constructor and the message's from, topic and value (at
   // base + 1..3) for a call.
@@ -238,6 +243,8 @@ class TaskKernel {
   // message tables, as any channel's buffer holds its values, and
   // inbox[kTables] tells receive.lua so.
   bool flat_inbox_ = true;
+  int queue_buf_ = 0;   // between begin_queue and end_queue, with flat_inbox_:
+  int queue_tail_ = 0;  // the buffer's stack index and its tail so far
   // Senders on the inbox or a closed inbox: kernel_ext.lua's rules
   // (E.deliver, E.try_receive) instead of the fast paths.
   bool slow_inbox_ = false;
