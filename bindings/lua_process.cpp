@@ -61,7 +61,6 @@ int push_fail(lua_State* L, const std::string& err) {
   return 2;
 }
 
-// Pushes a PID as its string, or nil for no PID (a message from the host).
 // Pushes exactly one value decoded from bytes (nil when they hold none, the
 // first when several); on bad bytes pushes nothing and returns false.
 bool push_one_value(lua_State* L, const std::string& bytes, std::string* err, StringCache* strings = nullptr) {

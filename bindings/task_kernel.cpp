@@ -402,8 +402,7 @@ void TaskKernel::push_ctor_call(lua_State* L, int base) {
 
 inline void TaskKernel::push_message_table(lua_State* L, int first) {
   if (message_ctor_ref_ != -2) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
-    for (int i = 0; i < 3; ++i) lua_pushvalue(L, first + i);
+    push_ctor_call(L, first - 1);
     lua_call(L, 3, 1);
     return;
   }
@@ -436,7 +435,7 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   push_inbox_queue(L, kBuf);
   QueueRef buf(L, base + 1);
   const int n = buf.size();  // three values a message
-  luaL_checkstack(L, n + n / 3 + 8, "queued messages");
+  luaL_checkstack(L, n + 8, "queued messages");  // the values, and one table (or call) at a time
   for (int i = 0; i < n; ++i) buf.shift();  // onto the stack, in order
   for (int i = 0; i < n; i += 3) {
     push_message_table(L, base + 2 + i);
@@ -997,11 +996,11 @@ int TaskKernel::receive(lua_State* L, bool raw) {
   } else if (k.inbox_queued_) {
     k.push_inbox_queue(L, kBuf);
     QueueRef buf(L, top + 1);
-    if (buf.size() > 0 && !k.flat_inbox_) {
-      buf.shift();
-      return 1;
-    }
     if (buf.size() > 0) {
+      if (!k.flat_inbox_) {
+        buf.shift();
+        return 1;
+      }
       for (int i = 0; i < 3; ++i) buf.shift();
       // receive.lua makes the table of one with a sender itself.
       if (raw && !lua_isnil(L, top + 2)) return 3;
