@@ -457,6 +457,7 @@ void TaskKernel::message(lua_State* L) {
     lua_call(L, 0, 2);
     message_append_ref_ = pin(L);
     message_ctor_ref_ = pin(L);
+    enable_waiting_receive();  // messages come one by one: see push_receive
   }
   // A listener's topic goes to its channel (kernel_ext's topic -> channel
   // table): the channel stays at base + 5.
@@ -834,32 +835,59 @@ void TaskKernel::slow_inbox(lua_State* L) {
   lua_settop(L, base);
 }
 
+namespace {
+// The registry's key for the waiting form of receive.lua a process has
+// (install_receive replaces it in the process table only if it is still
+// there).
+char kWaitingReceive;
+}  // namespace
+
 void TaskKernel::push_receive(lua_State* L) {
-  if (!fast_receive_) {
+  installed_receive_ = wanted_receive_;
+  if (wanted_receive_ == ReceiveForm::kC) {
     lua_pushlightuserdata(L, this);
     lua_pushcclosure(L, l_receive, 1);
     return;
   }
-  // bindings/receive.lua's chunk, called with the inbox and the C receive
-  // it calls (one Lua frame, its own, between it and the script).
-  make_inbox_queues(L);
+  // bindings/receive.lua's chunk, called with the inbox (for the draining
+  // form), the C receive it calls (one Lua frame, its own, between it and
+  // the script) and which form.
+  const bool draining = wanted_receive_ == ReceiveForm::kDraining;
+  if (draining) make_inbox_queues(L);
   if (luaL_loadbuffer(L, receive_chunk_->data(), receive_chunk_->size(), "=receive") != 0) lua_error(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  else lua_pushnil(L);
   lua_pushlightuserdata(L, this);
   lua_pushinteger(L, 2);
   lua_pushcclosure(L, l_receive_raw, 2);
-  lua_call(L, 2, 1);
+  lua_pushboolean(L, draining);
+  lua_call(L, 3, 1);
+  if (!draining) {
+    lua_pushlightuserdata(L, &kWaitingReceive);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
 }
 
-void TaskKernel::install_fast_receive(lua_State* L) {
-  fast_receive_installed_ = true;
+void TaskKernel::install_receive(lua_State* L) {
+  const ReceiveForm was = installed_receive_;
+  installed_receive_ = wanted_receive_;
   const int top = lua_gettop(L);
   luaL_findtable(L, LUA_REGISTRYINDEX, "_LOADED", 1);
   lua_getfield(L, -1, "process");
   if (lua_istable(L, -1)) {
     lua_pushliteral(L, "receive");
     lua_rawget(L, -2);
-    if (lua_tocfunction(L, -1) == l_receive) {
+    bool ours = false;
+    if (was == ReceiveForm::kC) {
+      ours = lua_tocfunction(L, -1) == l_receive;
+    } else {
+      lua_pushlightuserdata(L, &kWaitingReceive);
+      lua_rawget(L, LUA_REGISTRYINDEX);
+      ours = lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+    }
+    if (ours) {
       push_receive(L);
       lua_setfield(L, -3, "receive");
     }
@@ -980,7 +1008,7 @@ int TaskKernel::l_receive_raw(lua_State* L) { return receive(L, true); }
 // and payload (bindings/receive.lua makes the table).
 int TaskKernel::receive(lua_State* L, bool raw) {
   TaskKernel& k = self(L);
-  if (k.fast_receive_ && !k.fast_receive_installed_) k.install_fast_receive(L);
+  if (k.wanted_receive_ != k.installed_receive_) k.install_receive(L);
   const int top = lua_gettop(L);
   if (k.slow_inbox_) {
     // Senders may wait on the inbox, or it may be closed: kernel_ext's rules.

@@ -87,22 +87,32 @@ class TaskKernel {
   Outcome run(lua_State* L);
   const std::string& failure() const { return failure_; }
 
-  // process.receive: the C function until enable_fast_receive, then a Lua
-  // function (bindings/receive.lua, set_receive_chunk its bytecode) that
-  // takes a waiting message itself, so that LuaJIT compiles it into the
-  // caller's loop, makes the table of a message handed to it while it
-  // waited, and calls the C one for the rest. A process gets it once its
-  // JIT compiler is on or its messages queue up (a run of them nobody
-  // waited for, see begin_queue): loading it costs about 2 us, and reading
-  // the inbox's buffer at each receive costs a process that always waits
-  // for its next message cache lines the C receive does not touch (with it
-  // in every node from the 16th message, a ring of 100 missed a simulated
-  // cache 8-12% more often at 1 and 4 MB, twice as often at 2 MB). The C
-  // receive then replaces itself in the process table the next time it is
-  // called.
+  // process.receive: the C function, then one of bindings/receive.lua's
+  // two Lua forms (set_receive_chunk its bytecode), each of which makes
+  // the table of a message handed to it while it waited, in its own code,
+  // where the C receive calls the message constructor from C (a C-to-Lua
+  // call a message). The waiting form only calls the C receive; a process
+  // gets it at its kMessagesBeforeCtor-th message (enable_waiting_receive:
+  // loading it costs about 2 us, which a process with few messages never
+  // pays). The draining form also takes a queued message itself, so that
+  // LuaJIT compiles it into the caller's loop and a process draining a full
+  // inbox runs no C call per message; a process gets it once its JIT
+  // compiler is on or its messages queue up (a run of them nobody waited
+  // for, see begin_queue). Only then: reading the inbox's buffer at each
+  // receive costs a process that always waits for its next message cache
+  // lines the C receive does not touch (with it in every node from the
+  // 16th message, a ring of 100 missed a simulated cache 8-12% more often
+  // at 1 and 4 MB, twice as often at 2 MB). The receive in the process
+  // table replaces itself the next time it is called, unless the script
+  // replaced it.
   void push_receive(lua_State* L);
   void set_receive_chunk(const std::string* chunk) { receive_chunk_ = chunk; }
-  void enable_fast_receive() { fast_receive_ = receive_chunk_ != nullptr; }
+  void enable_fast_receive() {
+    if (receive_chunk_) wanted_receive_ = ReceiveForm::kDraining;
+  }
+  void enable_waiting_receive() {
+    if (receive_chunk_ && wanted_receive_ == ReceiveForm::kC) wanted_receive_ = ReceiveForm::kWaiting;
+  }
   // The bytecode of bindings/message.lua (see message()).
   void set_message_chunk(const std::string* chunk) { message_chunk_ = chunk; }
   // The extension table (loading it on first use).
@@ -184,7 +194,7 @@ class TaskKernel {
   void slow_inbox(lua_State* L);
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
-  void install_fast_receive(lua_State* L);
+  void install_receive(lua_State* L);
 
   ExtLoader loader_ = nullptr;
   void* loader_ctx_ = nullptr;
@@ -257,8 +267,11 @@ class TaskKernel {
   // luaL_refs of a process.
   static constexpr int kRegistrySlots = 16;
   const std::string* receive_chunk_ = nullptr;  // see push_receive
-  bool fast_receive_ = false;
-  bool fast_receive_installed_ = false;
+  // process.receive's form (push_receive): the one wanted now, and the one
+  // the process table was last given.
+  enum class ReceiveForm : std::uint8_t { kC, kWaiting, kDraining };
+  ReceiveForm wanted_receive_ = ReceiveForm::kC;
+  ReceiveForm installed_receive_ = ReceiveForm::kC;
   Outcome outcome_ = kWaiting;
   std::string failure_;
 };
