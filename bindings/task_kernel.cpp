@@ -439,16 +439,31 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   lua_rawseti(L, -2, kTables);
   lua_pop(L, 1);
   if (inbox_queue_empty(L, kBuf)) return;
+  // In place, front to back: the k-th table goes where the k-th message's
+  // values began, never past a value not read yet. (Through the stack, a
+  // buffer of more messages than the stack holds, about 20k, failed.)
+  luaL_checkstack(L, 8, "queued messages");
   const int base = lua_gettop(L);
   push_inbox_queue(L, kBuf);
-  QueueRef buf(L, base + 1);
-  const int n = buf.size();  // three values a message
-  luaL_checkstack(L, n + 8, "queued messages");  // the values, and one table (or call) at a time
-  buf.shift_values(n);  // onto the stack, in order
-  for (int i = 0; i < n; i += 3) {
-    push_message_table(L, base + 2 + i);
-    buf.push();
+  const int buf = base + 1;
+  lua_rawgeti(L, buf, kHead);
+  lua_rawgeti(L, buf, kTail);
+  const int head = static_cast<int>(lua_tointeger(L, -2));
+  const int tail = static_cast<int>(lua_tointeger(L, -1));
+  lua_settop(L, buf);
+  int to = head;
+  for (int from = head; from + 2 <= tail; from += 3, ++to) {
+    for (int i = 0; i < 3; ++i) lua_rawgeti(L, buf, from + i);
+    push_message_table(L, buf + 1);
+    lua_rawseti(L, buf, to);
+    lua_settop(L, buf);
   }
+  for (int i = to; i <= tail; ++i) {
+    lua_pushnil(L);
+    lua_rawseti(L, buf, i);
+  }
+  lua_pushinteger(L, to - 1);
+  lua_rawseti(L, buf, kTail);
   lua_settop(L, base);
 }
 

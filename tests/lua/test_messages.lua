@@ -231,6 +231,14 @@ return { main = function()
       T.eq(ev.result, "receive:a:1 select:b:2 receive:a:nil receive:c:five receive:a:7.5 receive:c:{eight} "
         .. "receive:a:false listen:b:{4} listen:b:nil listen:b:9")
     end },
+    { "a listen with more messages queued than a Lua stack holds keeps them all, in order", function()
+      local n = 30000
+      local r = assert(process.spawn_monitored("fixtures.long_queue_then_listen", n))
+      for i = 1, n do assert(process.send(r, "n", i)) end
+      assert(process.send(r, "end", nil))
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
+    end },
     { "a process that talks to hundreds names each sender and reaches each PID, old and reused", function()
       -- More peers than PeerStrings's cache has slots of either kind, in a
       -- shuffled order, so that its entries are replaced; then processes
