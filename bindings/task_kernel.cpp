@@ -43,6 +43,8 @@ class QueueRef {
     lua_pop(L, 2);
   }
   int size() const { return tail_ - head_ + 1; }
+  int head() const { return head_; }
+  int tail() const { return tail_; }
   // Pushes the first value (the queue must not be empty).
   void peek() { lua_rawgeti(L_, idx_, head_); }
   // Pushes the first value and removes it (the queue must not be empty).
@@ -78,12 +80,15 @@ class QueueRef {
     }
     set_bounds(head_, tail_ + n);
   }
-  void clear() {
-    for (int i = head_; i <= tail_; ++i) {
+  void clear() { truncate(head_ - 1); }
+  // Removes the values after index last (head - 1 for all of them).
+  void truncate(int last) {
+    for (int i = last + 1; i <= tail_; ++i) {
       lua_pushnil(L_);
       lua_rawseti(L_, idx_, i);
     }
-    set_bounds(kFirst, kFirst - 1);
+    if (last < head_) set_bounds(kFirst, kFirst - 1);
+    else set_bounds(head_, last);
   }
 
  private:
@@ -446,24 +451,15 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   const int base = lua_gettop(L);
   push_inbox_queue(L, kBuf);
   const int buf = base + 1;
-  lua_rawgeti(L, buf, kHead);
-  lua_rawgeti(L, buf, kTail);
-  const int head = static_cast<int>(lua_tointeger(L, -2));
-  const int tail = static_cast<int>(lua_tointeger(L, -1));
-  lua_settop(L, buf);
-  int to = head;
-  for (int from = head; from + 2 <= tail; from += 3, ++to) {
+  QueueRef queue(L, buf);
+  int to = queue.head();
+  for (int from = queue.head(); from + 2 <= queue.tail(); from += 3, ++to) {
     for (int i = 0; i < 3; ++i) lua_rawgeti(L, buf, from + i);
     push_message_table(L, buf + 1);
     lua_rawseti(L, buf, to);
     lua_settop(L, buf);
   }
-  for (int i = to; i <= tail; ++i) {
-    lua_pushnil(L);
-    lua_rawseti(L, buf, i);
-  }
-  lua_pushinteger(L, to - 1);
-  lua_rawseti(L, buf, kTail);
+  queue.truncate(to - 1);
   lua_settop(L, base);
 }
 
