@@ -295,20 +295,28 @@ class Decoder {
 
 }  // namespace
 
+std::string encode_value(lua_State* L, int idx, std::string& out, const char* root) {
+  // One value of no parts, most messages' payload: no encoder to set up.
+  int type = lua_type(L, idx);
+  if (type == LUA_TNONE) type = LUA_TNIL;
+  const std::size_t mark = out.size();
+  out.push_back(1);  // the count, a one-byte varint
+  if (put_scalar(L, idx, type, out)) return {};
+  Encoder enc(L, out);
+  if (enc.value(idx, type)) return {};
+  out.resize(mark);
+  return enc.error(root);
+}
+
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root) {
+  if (n == 1) return encode_value(L, first, out, root);
   const std::size_t mark = out.size();
   put_varint(out, static_cast<std::uint64_t>(n));
-  // One value of no parts, most messages' payload: no encoder to set up.
-  int first_type = LUA_TNONE;
-  if (n == 1) {
-    first_type = lua_type(L, first);
-    if (put_scalar(L, first, first_type, out)) return {};
-  }
   Encoder enc(L, out);
   for (int i = 0; i < n; ++i) {
-    if (!enc.value(first + i, i == 0 ? first_type : LUA_TNONE)) {
+    if (!enc.value(first + i)) {
       out.resize(mark);
-      return enc.error(n > 1 ? root + std::to_string(i + 1) : std::string(root));
+      return enc.error(root + std::to_string(i + 1));
     }
   }
   return {};

@@ -26,6 +26,9 @@ inline constexpr int kMaxDepth = 256;
 // of the path is `root`, or `root<i>` for the i-th of several values) and
 // leaves out unchanged.
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root = "value");
+// The same for the one value at idx, or nil where the stack ends before idx
+// (a call's missing argument): what send encodes, without a lua_settop.
+std::string encode_value(lua_State* L, int idx, std::string& out, const char* root = "value");
 
 class StringCache;
 

@@ -169,9 +169,8 @@ struct Primitives {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       std::size_t tn;
       const char* topic = check_string(L, 2, &tn);
-      lua_settop(L, 3);
       std::string bytes;
-      std::string err = encode_values(L, 3, 1, bytes, "value");
+      std::string err = encode_value(L, 3, bytes);
       if (!err.empty()) return push_fail(L, err);
       return ok_or_fail(L, p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self));
     });

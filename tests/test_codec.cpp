@@ -171,6 +171,26 @@ TEST_CASE("unsendable values are refused with the path of the offending value") 
   CHECK(err.rfind("invalid: cannot send a table nested deeper than", 0) == 0);
 }
 
+TEST_CASE("encode_value encodes a missing argument as nil and names a refused value as value") {
+  // process.send's path: its payload argument may be left out.
+  State s;
+  lua_settop(s.L, 0);
+  lua_pushstring(s.L, "topic");
+  std::string out = "x";
+  REQUIRE(host::lua::encode_value(s.L, 2, out).empty());
+  CHECK(out == std::string("x\x01\x00", 3));  // appended: one value, nil
+  lua_pushnumber(s.L, 7);
+  std::string seven;
+  REQUIRE(host::lua::encode_value(s.L, 2, seven).empty());
+  REQUIRE(luaL_dostring(s.L, "return 7") == 0);
+  CHECK(seven == s.encode("return 7"));
+  lua_settop(s.L, 0);
+  REQUIRE(luaL_dostring(s.L, "return {f = print}") == 0);
+  std::string bad = "kept";
+  CHECK(host::lua::encode_value(s.L, 1, bad) == "invalid: cannot send function at value.f");
+  CHECK(bad == "kept");
+}
+
 TEST_CASE("a decoded table key that is nil or NaN is refused; a table key holding nil is not") {
   State s;
   // One value, a table: no array part, one entry whose key is the first
