@@ -296,8 +296,11 @@ class Decoder {
 }  // namespace
 
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root) {
+  return encode_value(L, idx, lua_type(L, idx), out, root);
+}
+
+std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root) {
   // One value of no parts, most messages' payload: no encoder to set up.
-  int type = lua_type(L, idx);
   if (type == LUA_TNONE) type = LUA_TNIL;
   const std::size_t mark = out.size();
   out.push_back(1);  // the count, a one-byte varint

@@ -29,6 +29,8 @@ std::string encode_values(lua_State* L, int first, int n, std::string& out, cons
 // The same for the one value at idx, or nil where the stack ends before idx
 // (a call's missing argument): what send encodes, without a lua_settop.
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root = "value");
+// The same when the caller has the value's type (lua_type(L, idx)) already.
+std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
 
 class StringCache;
 

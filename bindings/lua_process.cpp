@@ -169,9 +169,13 @@ struct Primitives {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
       std::size_t tn;
       const char* topic = check_string(L, 2, &tn);
+      // A nil payload (or none) travels as no bytes at all: nothing to
+      // encode, copy or decode (push_message reads it back as nil).
       std::string bytes;
-      std::string err = encode_value(L, 3, bytes);
-      if (!err.empty()) return push_fail(L, err);
+      if (const int type = lua_type(L, 3); type > LUA_TNIL) {
+        std::string err = encode_value(L, 3, type, bytes);
+        if (!err.empty()) return push_fail(L, err);
+      }
       return ok_or_fail(L, p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self));
     });
   }
@@ -1112,6 +1116,12 @@ namespace {
 [[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
   peers_.push_sender(L, ev.from);
   received_strings_.push(L, ev.topic);
+  // No bytes: nil (what send writes for a nil payload, and what a native
+  // sender's empty payload reads as).
+  if (ev.payload.empty()) {
+    lua_pushnil(L);
+    return true;
+  }
   if (push_simple_value(L, ev.payload, &received_strings_)) return true;
   std::string err;
   if (push_one_value(L, ev.payload, &err, &received_strings_)) return true;

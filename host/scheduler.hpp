@@ -135,7 +135,8 @@ class Scheduler {
   // ("not_found: no process <0.4.2>"). Events from one thread to one process
   // arrive in the order sent. send takes its payload by rvalue reference:
   // by value, a short (in-place) payload was copied once more on the way
-  // into the event, a memcpy call a message.
+  // into the event, a memcpy call a message. The payload is opaque here; a
+  // Lua process reads it with the codec, and an empty one as nil.
   std::string send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from = {});
   // Moves the event once, into the process's queue.
   std::string deliver(const Pid& to, Event&& event);

@@ -80,3 +80,22 @@ TEST_CASE("a run of queued messages reaches a Lua process whole and in order, le
   REQUIRE_MESSAGE(!info.failed, info.error);
   CHECK(codec.text(info.result) == want);
 }
+
+TEST_CASE("a message with no payload bytes reaches a Lua process with a nil payload") {
+  // What process.send writes for a nil payload; a native sender's empty
+  // payload reads the same.
+  Watchdog dog("lua delivery", 60s);
+  Scheduler s({.workers = 1});
+  lua::LuaRuntime rt(s, {.dir = HOST_TEST_SCRIPTS});
+  ExitLog exits(s);
+  Codec codec;
+  auto collector = rt.spawn("fixtures.collector", codec.number(3));
+  REQUIRE(collector);
+  REQUIRE(s.send(collector.pid, "n", codec.number(1), Pid{}).empty());
+  REQUIRE(s.send(collector.pid, "n", std::string(), Pid{}).empty());
+  REQUIRE(s.send(collector.pid, "n", codec.number(3), Pid{}).empty());
+  REQUIRE(exits.wait(collector.pid));
+  ExitInfo info = exits.get(collector.pid);
+  REQUIRE_MESSAGE(!info.failed, info.error);
+  CHECK(codec.text(info.result) == "1,nil,3");
+}

@@ -101,6 +101,13 @@ return { main = function()
       T.eq(v.k.nested[2], 2); T.eq(v[1.5], "float key"); T.eq(v[true], "bool key")
       T.eq(roundtrip(nil), nil)
     end },
+    { "a send without its payload argument delivers a nil payload", function()
+      local echo = assert(process.spawn("fixtures.echo"))
+      T.eq(process.send(echo, "bare"), true)
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "bare"); T.eq(m.payload, nil); T.eq(m.from, echo)
+      process.send(echo, "stop")
+    end },
     { "a 200-deep nested table round-trips", function()
       local v = roundtrip(deep(200))
       local n = 0
