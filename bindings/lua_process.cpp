@@ -123,8 +123,13 @@ struct Primitives {
       nret = push_fail(L, make_error(ErrorKind::Invalid, "not a PID: '" + std::string(dest) + "'"));
       return false;
     }
+    // A name: its PID from the last send to it while the names stay as
+    // they were, else from the registry's lookup (under its lock).
+    const std::uint32_t version = p.rt_.names().version();
+    if (p.peers_.find_name(s, version, out)) return true;
     if (auto pid = p.rt_.names().lookup(std::string(dest))) {
       out = *pid;
+      p.peers_.remember_name(L, idx, s, *pid, version);
       return true;
     }
     nret = push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + std::string(dest) + "'"));

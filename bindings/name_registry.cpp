@@ -15,6 +15,7 @@ std::string NameRegistry::register_name(const std::string& name, const Pid& pid)
     return make_error(ErrorKind::Exists, "name '" + name + "' is taken by " + it->second.to_string());
   }
   by_pid_[pid].push_back(name);
+  changed();
   return {};
 }
 
@@ -33,6 +34,7 @@ std::string NameRegistry::unregister(const std::string& name) {
   names.erase(std::remove(names.begin(), names.end(), name), names.end());
   if (names.empty()) by_pid_.erase(it->second);
   by_name_.erase(it);
+  changed();
   return {};
 }
 
@@ -42,6 +44,13 @@ void NameRegistry::release_all(const Pid& pid) {
   if (it == by_pid_.end()) return;
   for (const auto& name : it->second) by_name_.erase(name);
   by_pid_.erase(it);
+  changed();
+}
+
+void NameRegistry::changed() {
+  std::uint32_t next = version_.load(std::memory_order_relaxed) + 1;
+  if (next == 0) next = 1;  // 0 is PeerStrings's "not a name"
+  version_.store(next, std::memory_order_release);
 }
 
 }  // namespace host::lua

@@ -1,7 +1,14 @@
 // Registered process names (process.registry): name -> PID, released when
 // the process exits. Threads: any; one mutex guards both maps.
+//
+// version() changes with every change of the names (never to 0), so that a
+// process can keep the PID of the name it sends to and look it up again only
+// once the names changed: a lookup under the lock cost a send to a name
+// about 220 instructions more than a send to a PID (PeerStrings).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,8 +28,15 @@ class NameRegistry {
   std::string unregister(const std::string& name);
   // Releases every name of a process that exited.
   void release_all(const Pid& pid);
+  // Read before a lookup, it is older than what the lookup saw: a PID kept
+  // with it is looked up again at the next change.
+  std::uint32_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
+  // Under mu_, after the maps changed.
+  void changed();
+
+  std::atomic<std::uint32_t> version_{1};
   std::mutex mu_;
   std::unordered_map<std::string, Pid> by_name_;              // guarded by mu_
   std::unordered_map<Pid, std::vector<std::string>> by_pid_;  // guarded by mu_

@@ -43,6 +43,7 @@ void PeerStrings::push_new_sender(lua_State* L, const Pid& from) {
 void PeerStrings::remember_dest(lua_State* L, int idx, const char* s, const Pid& pid) {
   last_dest_ = pid;
   last_dest_text_ = s;
+  dest_name_version_ = 0;
   if (cache_) {
     // A miss of find: the slot holds another string, or none.
     const std::uint32_t slot = dest_slot(s);
@@ -52,6 +53,16 @@ void PeerStrings::remember_dest(lua_State* L, int idx, const char* s, const Pid&
   lua_pushvalue(L, idx);
   lua_rawseti(L, LUA_REGISTRYINDEX, last_dest_ref_);
   note_miss(L);
+}
+
+void PeerStrings::remember_name(lua_State* L, int idx, const char* s, const Pid& pid, std::uint32_t version) {
+  last_dest_ = pid;
+  last_dest_text_ = s;
+  dest_name_version_ = version;
+  // Held in the last destination's slot even once there is a cache (which
+  // holds PID strings only, and no longer needs the slot).
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, LUA_REGISTRYINDEX, last_dest_ref_);
 }
 
 const char* PeerStrings::put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid) {
@@ -79,7 +90,7 @@ void PeerStrings::note_miss(lua_State* L) {
         last_from_);
     lua_pop(L, 1);
   }
-  if (last_dest_text_) {
+  if (last_dest_text_ && dest_name_version_ == 0) {
     const std::uint32_t slot = dest_slot(last_dest_text_);
     lua_rawgeti(L, LUA_REGISTRYINDEX, last_dest_ref_);
     put(L, static_cast<int>(kSlots + slot + 1), lua_gettop(L), cache_->dests[slot], last_dest_);

@@ -15,6 +15,10 @@
 // table (so an address in the cache always names the same text): 6 KB of
 // entries and a 2 KB table, and up to 256 PID strings kept alive, only in
 // such processes.
+//
+// The last destination may be a registered name instead (remember_name):
+// then find does not know it, and find_name does while the names have not
+// changed since (NameRegistry::version). Names never go in the cache.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +60,7 @@ class PeerStrings {
   // the same address while the string lives), if s is the last sender's,
   // the last destination's or a cached destination's.
   bool find(const char* s, Pid& out) const {
-    if (s == last_dest_text_) {
+    if (s == last_dest_text_ && dest_name_version_ == 0) {
       out = last_dest_;
       return true;
     }
@@ -78,6 +82,19 @@ class PeerStrings {
   // pid. It becomes the last destination (and is cached, once there is a
   // cache).
   void remember_dest(lua_State* L, int idx, const char* s, const Pid& pid);
+
+  // The PID of the registered name whose string is s, if it is the last
+  // destination's and the names' version is still the one it was looked up
+  // with.
+  bool find_name(const char* s, std::uint32_t version, Pid& out) const {
+    if (s != last_dest_text_ || dest_name_version_ != version) return false;
+    out = last_dest_;
+    return true;
+  }
+  // The name at stack index idx (string s) named pid when the names were at
+  // `version` (read before the lookup; never 0): it becomes the last
+  // destination.
+  void remember_name(lua_State* L, int idx, const char* s, const Pid& pid, std::uint32_t version);
 
  private:
   // A PID and its string's bytes, which the cache's table holds.
@@ -114,6 +131,7 @@ class PeerStrings {
   int last_from_ref_ = -2;
   int last_dest_ref_ = -2;
   std::uint32_t misses_ = 0;
+  std::uint32_t dest_name_version_ = 0;  // the last destination is a name: its version (0: a PID)
   const char* last_from_text_ = nullptr;  // its string's bytes (nullptr: no sender)
   const char* last_dest_text_ = nullptr;
   std::unique_ptr<Cache> cache_;

@@ -1,6 +1,6 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k", "send_named" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -102,6 +102,21 @@ function B.send_1k(quick)
   local s = elapsed(t0)
   assert(m.payload == n * 1024, "sink lost bytes")
   return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+-- Counting's shape, to a registered name: what a send to a named server
+-- costs beside a send to its PID (counting).
+function B.send_named(quick)
+  local n = quick and 20000 or 200000
+  local counter = assert(process.spawn("nodes.counter"))
+  assert(process.registry.register("bench_counter", counter))
+  local t0 = time.now()
+  for _ = 1, n do process.send("bench_counter", "inc", nil) end
+  process.send("bench_counter", "total", nil)
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == n, "counter lost messages")
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
 end
 
 function B.counting(quick)

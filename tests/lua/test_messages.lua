@@ -160,6 +160,7 @@ return { main = function()
       -- By the time the monitor sees the exit, the PID and the name are gone.
       local _, lerr = process.registry.lookup("echo-srv")
       T.match(lerr, "^not_found")
+      T.match(select(2, process.send("echo-srv", "x", 1)), "^not_found: no process registered as 'echo%-srv'")
       T.match(select(2, process.send(echo, "x", 1)), "^not_found")
       T.eq(process.registry.register("me"), true)
       T.eq(process.registry.lookup("me"), process.pid())
@@ -168,6 +169,37 @@ return { main = function()
       T.match(select(2, process.registry.register("<0.1.1>")), "^invalid: bad name '<0%.1%.1>'")
       T.eq(process.registry.unregister("me"), true)
       T.match(select(2, process.registry.unregister("me")), "^not_found")
+    end },
+    { "sends to a name follow the registry as it changes, before and after many peers", function()
+      local a, b = assert(process.spawn("fixtures.echo")), assert(process.spawn("fixtures.echo"))
+      T.eq(process.registry.register("moving", a), true)
+      local function via_name(i)
+        T.eq(process.send("moving", "n", i), true)
+        local m = assert(process.receive(5))
+        T.eq(m.payload, i)
+        return m.from
+      end
+      T.eq(via_name(1), a); T.eq(via_name(2), a)
+      T.eq(process.registry.unregister("moving"), true)
+      T.match(select(2, process.send("moving", "n", 0)), "^not_found: no process registered as 'moving'")
+      T.eq(process.registry.register("moving", b), true)
+      T.eq(via_name(3), b)
+      -- A send to a PID between two to the name.
+      T.eq(process.send(a, "n", 4), true); T.eq(assert(process.receive(5)).from, a)
+      T.eq(via_name(5), b)
+      -- 70 new senders while the name is the last destination: this process
+      -- starts keeping many peers' strings (after 64), which must not keep
+      -- the name as if it were a PID.
+      for i = 1, 70 do assert(process.spawn("fixtures.relay", process.pid(), 1, i)) end
+      for _ = 1, 70 do T.eq(assert(process.receive(5)).topic, "seq") end
+      T.eq(process.registry.unregister("moving"), true)
+      T.eq(process.registry.register("moving", a), true)
+      T.eq(via_name(6), a)
+      T.eq(process.send(b, "n", 7), true); T.eq(assert(process.receive(5)).from, b)
+      T.eq(process.registry.unregister("moving"), true)
+      T.eq(process.registry.register("moving", b), true)
+      T.eq(via_name(8), b)
+      process.send(a, "stop"); process.send(b, "stop")
     end },
     { "inbox() and events() return the same channel on every call", function()
       T.ok(process.inbox() == process.inbox(), "inbox"); T.ok(process.events() == process.events(), "events")
