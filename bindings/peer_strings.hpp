@@ -58,7 +58,7 @@ class PeerStrings {
 
   // The PID whose string is s (a Lua string's bytes, so the same text is
   // the same address while the string lives), if s is the last sender's,
-  // the last destination's or a cached destination's.
+  // the last destination's (when that is a PID's) or a cached destination's.
   bool find(const char* s, Pid& out) const {
     if (s == last_dest_text_ && dest_name_version_ == 0) {
       out = last_dest_;

@@ -41,16 +41,31 @@ struct Codec {
   }
 };
 
+// One worker, a Lua runtime over the test scripts, and their exits.
+struct Delivery {
+  Watchdog dog{"lua delivery", 60s};
+  Scheduler s{{.workers = 1}};
+  lua::LuaRuntime rt{s, {.dir = HOST_TEST_SCRIPTS}};
+  ExitLog exits{s};
+  Codec codec;
+
+  // fixtures.collector's result once it has exited: its payloads, in order.
+  std::string collected(const Pid& collector) {
+    REQUIRE(exits.wait(collector));
+    ExitInfo info = exits.get(collector);
+    REQUIRE_MESSAGE(!info.failed, info.error);
+    return codec.text(info.result);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a run of queued messages reaches a Lua process whole and in order, less the one it cannot decode") {
-  Watchdog dog("lua delivery", 60s);
-  Scheduler s({.workers = 1});
-  lua::LuaRuntime rt(s, {.dir = HOST_TEST_SCRIPTS});
-  ExitLog exits(s);
-  Codec codec;
+  Delivery d;
+  Scheduler& s = d.s;
+  Codec& codec = d.codec;
   const int sent = 200, bad = 50;
-  auto collector = rt.spawn("fixtures.collector", codec.number(sent - 1));
+  auto collector = d.rt.spawn("fixtures.collector", codec.number(sent - 1));
   REQUIRE(collector);
   std::this_thread::sleep_for(100ms);  // it waits in process.receive
 
@@ -75,27 +90,17 @@ TEST_CASE("a run of queued messages reaches a Lua process whole and in order, le
     want += std::to_string(i);
   }
   release = true;
-  REQUIRE(exits.wait(collector.pid));
-  ExitInfo info = exits.get(collector.pid);
-  REQUIRE_MESSAGE(!info.failed, info.error);
-  CHECK(codec.text(info.result) == want);
+  CHECK(d.collected(collector.pid) == want);
 }
 
 TEST_CASE("a message with no payload bytes reaches a Lua process with a nil payload") {
   // What process.send writes for a nil payload; a native sender's empty
   // payload reads the same.
-  Watchdog dog("lua delivery", 60s);
-  Scheduler s({.workers = 1});
-  lua::LuaRuntime rt(s, {.dir = HOST_TEST_SCRIPTS});
-  ExitLog exits(s);
-  Codec codec;
-  auto collector = rt.spawn("fixtures.collector", codec.number(3));
+  Delivery d;
+  auto collector = d.rt.spawn("fixtures.collector", d.codec.number(3));
   REQUIRE(collector);
-  REQUIRE(s.send(collector.pid, "n", codec.number(1), Pid{}).empty());
-  REQUIRE(s.send(collector.pid, "n", std::string(), Pid{}).empty());
-  REQUIRE(s.send(collector.pid, "n", codec.number(3), Pid{}).empty());
-  REQUIRE(exits.wait(collector.pid));
-  ExitInfo info = exits.get(collector.pid);
-  REQUIRE_MESSAGE(!info.failed, info.error);
-  CHECK(codec.text(info.result) == "1,nil,3");
+  REQUIRE(d.s.send(collector.pid, "n", d.codec.number(1), Pid{}).empty());
+  REQUIRE(d.s.send(collector.pid, "n", std::string(), Pid{}).empty());
+  REQUIRE(d.s.send(collector.pid, "n", d.codec.number(3), Pid{}).empty());
+  CHECK(d.collected(collector.pid) == "1,nil,3");
 }
