@@ -357,8 +357,7 @@ struct Primitives {
     lua_settop(L, 0);
     std::string err = p.push_entry(L, entry);
     if (!err.empty()) return push_fail(L, err);
-    p.entry_ = entry;
-    log::set_current_pid(p.ctx_.self, p.entry_.c_str());  // the old name's buffer is gone
+    p.entry_ = entry;  // the log's lines name it from here on (log::set_current_pid)
     return 1;
   }
 

@@ -135,9 +135,11 @@ class StateArena {
   void link_large(LargeBlock* b);
   void unlink_large(LargeBlock* b);
 
-  FreeBlock* free_lists_[kClasses] = {};
+  // bump_ and limit_ first, beside the small classes' lists (a message's
+  // tables): the line an allocation reads (see LuaProcess's members).
   char* bump_ = nullptr;    // next unused byte of the newest chunk
   char* limit_ = nullptr;   // its end
+  FreeBlock* free_lists_[kClasses] = {};
   void* chunk_list_ = nullptr;  // chunks linked through their first word
   std::size_t chunks_ = 0;
   LargeBlock* large_ = nullptr;  // the large blocks, newest first

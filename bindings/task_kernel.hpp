@@ -196,41 +196,12 @@ class TaskKernel {
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
 
-  ExtLoader loader_ = nullptr;
-  void* loader_ctx_ = nullptr;
+  // The fields a step or a message reads come first, together: in a ring of
+  // 1000 processes each hop finds its process's lines evicted, and every
+  // line read is a cache miss (ThreadRing 1000, cachegrind). The rest,
+  // read at setup, for events or on slow paths, follow.
   RunQueue ready_;    // tasks to resume now
-  RunQueue yielded_;  // tasks that let other processes run (time.sleep(0))
-  int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
-  int inbox_ref_ = -2;
-  int events_ref_ = -2;
-  bool trap_links_ = false;  // process.set_options{trap_links = true}
-  int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (-2: not made yet; never replaced)
-  int ext_ref_ = -2;
-  int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it
-  bool watched_ = false;  // see note_watch
-  int coroutine_ref_ = -2;
-  int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload" (made by the first message)
-  // The EventName strings, by EventName + 1, each interned at its first
-  // event (push_event_name), the table made at the first event.
-  int event_names_ref_ = -2;
-  // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
-  // at the kMessagesBeforeCtor-th message; messages_ counts until then.
-  static constexpr int kMessagesBeforeCtor = 16;
-  int message_ctor_ref_ = -2;
-  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue (set with it)
-  const std::string* message_chunk_ = nullptr;
-  int messages_ = 0;
   lua_State* current_ = nullptr;
-  // Set by process.receive right before the task itself parks and yields
-  // nothing: run() sees the plain block without a sentinel to push and
-  // read back (a light userdata each way).
-  bool parking_ = false;
-  // The inbox's buffer may hold messages: set whenever the C half queues
-  // one there (or hands one to kernel_ext's deliver, which may), cleared by
-  // process.receive when it finds the buffer empty. Nothing else adds to
-  // it (kernel_ext's listen only puts back what it took), so a receive
-  // with the flag clear skips looking.
-  bool inbox_queued_ = false;
   lua_State* main_ = nullptr;
   // Tasks blocked in process.receive while the inbox's recvq was empty,
   // oldest first: older than every waiter in recvq, so a message goes to
@@ -244,6 +215,30 @@ class TaskKernel {
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
+  // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
+  // at the kMessagesBeforeCtor-th message; messages_ counts until then.
+  static constexpr int kMessagesBeforeCtor = 16;
+  const std::string* message_chunk_ = nullptr;
+  int messages_ = 0;
+  int message_ctor_ref_ = -2;
+  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue (set with it)
+  int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
+  int inbox_ref_ = -2;
+  int ext_ref_ = -2;
+  int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (-2: not made yet; never replaced)
+  int queue_buf_ = 0;   // between begin_queue and end_queue, with flat_inbox_:
+  int queue_tail_ = 0;  // the buffer's stack index and its tail so far
+  Outcome outcome_ = kWaiting;
+  // Set by process.receive right before the task itself parks and yields
+  // nothing: run() sees the plain block without a sentinel to push and
+  // read back (a light userdata each way).
+  bool parking_ = false;
+  // The inbox's buffer may hold messages: set whenever the C half queues
+  // one there (or hands one to kernel_ext's deliver, which may), cleared by
+  // process.receive when it finds the buffer empty. Nothing else adds to
+  // it (kernel_ext's listen only puts back what it took), so a receive
+  // with the flag clear skips looking.
+  bool inbox_queued_ = false;
   // The inbox's buffer holds each message as its three values, from, topic
   // and payload, in three slots: a queued message costs no table until it
   // is received, and receive.lua makes that one in its caller's loop, which
@@ -253,26 +248,36 @@ class TaskKernel {
   // message tables, as any channel's buffer holds its values, and
   // inbox[kTables] tells receive.lua so.
   bool flat_inbox_ = true;
-  int queue_buf_ = 0;   // between begin_queue and end_queue, with flat_inbox_:
-  int queue_tail_ = 0;  // the buffer's stack index and its tail so far
   // Senders on the inbox or a closed inbox: kernel_ext.lua's rules
   // (E.deliver, E.try_receive) instead of the fast paths.
   bool slow_inbox_ = false;
   // process.listen was called: a message whose topic has a listener goes to
   // its channel (listeners_ref_: kernel_ext's topic -> channel table).
   bool listening_ = false;
-  int listeners_ref_ = -2;
-  int pinned_ = 0;  // registry slots 1..pinned_ are pin()'s
-  // The registry's array part from the start (init): the pins and the first
-  // luaL_refs of a process.
-  static constexpr int kRegistrySlots = 16;
-  const std::string* receive_chunk_ = nullptr;  // see push_receive
   // process.receive's form (push_receive): the one wanted now, and the one
   // the process table was last given.
   enum class ReceiveForm : std::uint8_t { kC, kWaiting, kDraining };
   ReceiveForm wanted_receive_ = ReceiveForm::kC;
   ReceiveForm installed_receive_ = ReceiveForm::kC;
-  Outcome outcome_ = kWaiting;
+
+  ExtLoader loader_ = nullptr;
+  void* loader_ctx_ = nullptr;
+  RunQueue yielded_;  // tasks that let other processes run (time.sleep(0))
+  int events_ref_ = -2;
+  int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it
+  int coroutine_ref_ = -2;
+  int listeners_ref_ = -2;
+  // The EventName strings, by EventName + 1, each interned at its first
+  // event (push_event_name), the table made at the first event.
+  int event_names_ref_ = -2;
+  int message_key_refs_[3] = {-2, -2, -2};  // "from", "topic", "payload" (made by the first message)
+  int pinned_ = 0;  // registry slots 1..pinned_ are pin()'s
+  // The registry's array part from the start (init): the pins and the first
+  // luaL_refs of a process.
+  static constexpr int kRegistrySlots = 16;
+  bool trap_links_ = false;  // process.set_options{trap_links = true}
+  bool watched_ = false;     // see note_watch
+  const std::string* receive_chunk_ = nullptr;  // see push_receive
   std::string failure_;
 };
 

@@ -7,13 +7,15 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include "host/process.hpp"
+
 namespace host::log {
 namespace {
 
 // Set by the worker around each step; rendered only when a line is written,
 // so the hot path pays a store, not a formatting.
 thread_local Pid current_pid;
-thread_local const char* current_module = "";
+thread_local const Process* current_process = nullptr;
 
 class PidFlag final : public spdlog::custom_flag_formatter {
  public:
@@ -24,9 +26,10 @@ class PidFlag final : public spdlog::custom_flag_formatter {
     }
     std::string v = current_pid.to_string();
     dest.append(v.data(), v.data() + v.size());
-    if (*current_module) {
+    const char* name = current_process ? current_process->Name() : "";
+    if (*name) {
       dest.push_back(' ');
-      dest.append(current_module, current_module + std::strlen(current_module));
+      dest.append(name, name + std::strlen(name));
     }
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PidFlag>(); }
@@ -65,14 +68,14 @@ bool set_level(const std::string& name) {
   return false;
 }
 
-void set_current_pid(const Pid& pid, const char* module) {
+void set_current_pid(const Pid& pid, const Process* process) {
   current_pid = pid;
-  current_module = module;
+  current_process = process;
 }
 
 void clear_current_pid() {
   current_pid = Pid{};
-  current_module = "";
+  current_process = nullptr;
 }
 
 }  // namespace host::log

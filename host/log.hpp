@@ -10,6 +10,10 @@
 
 #include "host/pid.hpp"
 
+namespace host {
+class Process;
+}
+
 namespace host::log {
 
 // The named logger "host", created on first use.
@@ -19,9 +23,12 @@ std::shared_ptr<spdlog::logger> logger_ptr();
 // Sets the level by name (trace|debug|info|warn|error); false if unknown.
 bool set_level(const std::string& name);
 
-// The PID and module shown in log lines written on this thread ("-" when
-// none). `module` must outlive the matching clear_current_pid().
-void set_current_pid(const Pid& pid, const char* module = "");
+// The PID, and the name of the process (Process::Name, asked only when a
+// line is written), shown in log lines written on this thread ("-" when
+// none). `process` must outlive the matching clear_current_pid(). The worker
+// sets them around every step: asking for the name there read a cache line
+// of the process that the step does not need (ThreadRing 1000, cachegrind).
+void set_current_pid(const Pid& pid, const Process* process = nullptr);
 void clear_current_pid();
 
 }  // namespace host::log

@@ -153,7 +153,7 @@ void Worker::execute(ProcessSlot* slot) {
     log::logger().error("scheduler: process {} was queued but not ready", slot->pid().to_string());
     return;
   }
-  log::set_current_pid(slot->pid(), slot->process->Name());
+  log::set_current_pid(slot->pid(), slot->process.get());
   if (slot->terminate_requested.load(std::memory_order_acquire)) {
     s.finish(slot, true, {}, "terminated");
     log::clear_current_pid();
