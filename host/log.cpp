@@ -78,4 +78,8 @@ void clear_current_pid() {
   current_process = nullptr;
 }
 
+void forget_process(const Process* process) {
+  if (current_process == process) current_process = nullptr;
+}
+
 }  // namespace host::log

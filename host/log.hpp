@@ -30,5 +30,9 @@ bool set_level(const std::string& name);
 // of the process that the step does not need (ThreadRing 1000, cachegrind).
 void set_current_pid(const Pid& pid, const Process* process = nullptr);
 void clear_current_pid();
+// Called before a Process is destroyed: if it is this thread's current one,
+// later lines show its PID only, so that no line asks a freed process for
+// its name.
+void forget_process(const Process* process);
 
 }  // namespace host::log

@@ -348,7 +348,10 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     monitors.swap(slot->monitors);
     slot->pending.clear();
   }
-  if (auto proc = std::move(slot->process)) proc->Close();
+  if (auto proc = std::move(slot->process)) {
+    proc->Close();
+    log::forget_process(proc.get());
+  }
 
   ExitInfo info{pid, failed, failed ? std::string() : std::move(result), failed ? std::move(error) : std::string()};
   for (auto& hook : exit_hooks_) hook(info);
