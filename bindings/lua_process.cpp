@@ -1115,11 +1115,10 @@ namespace {
 }  // namespace
 
 // On the path of every message: the rare failure's logging is out of line.
-// Inlined into deliver_events's two calls: out of line it cost a message about 25
-// instructions of call and register saves (PingPong, callgrind).
-[[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
-  peers_.push_sender(L, ev.from);
-  received_strings_.push(L, ev.topic);
+// Both inlined into their callers (deliver_events, queue_run): out of line
+// they cost a message about 25 instructions of call and register saves
+// (PingPong, callgrind).
+[[gnu::always_inline]] inline bool LuaProcess::push_payload(lua_State* L, const Event& ev) {
   // No bytes: nil (what send writes for a nil payload, and what a native
   // sender's empty payload reads as).
   if (ev.payload.empty()) {
@@ -1129,9 +1128,63 @@ namespace {
   if (push_simple_value(L, ev.payload, &received_strings_)) return true;
   std::string err;
   if (push_one_value(L, ev.payload, &err, &received_strings_)) return true;
-  lua_pop(L, 2);
   log_dropped(ev, err);
   return false;
+}
+
+[[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
+  peers_.push_sender(L, ev.from);
+  received_strings_.push(L, ev.topic);
+  if (push_payload(L, ev)) return true;
+  lua_pop(L, 2);
+  return false;
+}
+
+[[gnu::noinline]] void LuaProcess::queue_run(lua_State* L, std::span<Event> run) {
+  const int base = lua_gettop(L);
+  kernel_.begin_queue(L, static_cast<int>(run.size()));
+  // A message from the same sender on the same topic as the one before
+  // (a producer's stream) takes that one's from and topic strings again,
+  // copied on the stack, instead of finding them (the sender's registry
+  // slot, the topic's cache): Counting's consumer, about 80 instructions a
+  // message. While the kernel takes each message off the stack, the two
+  // are kept in two slots of their own.
+  const bool popped = kernel_.queue_pops();
+  int kept = 0;
+  if (popped) {
+    lua_pushnil(L);
+    lua_pushnil(L);
+    kept = lua_gettop(L) - 1;
+  }
+  const Event* prev = nullptr;  // the last message pushed
+  int n = 0;
+  for (const Event& ev : run) {
+    if (prev && ev.from == prev->from && ev.topic == prev->topic) {
+      if (popped) {
+        lua_pushvalue(L, kept);
+        lua_pushvalue(L, kept + 1);
+      } else {  // the one before is on top: from, topic, value
+        lua_pushvalue(L, -3);
+        lua_pushvalue(L, -3);
+      }
+      if (!push_payload(L, ev)) {
+        lua_pop(L, 2);
+        continue;
+      }
+    } else {
+      if (!push_message(L, ev)) continue;
+      if (popped) {
+        lua_pushvalue(L, -3);
+        lua_replace(L, kept);
+        lua_pushvalue(L, -2);
+        lua_replace(L, kept + 1);
+      }
+    }
+    prev = &ev;
+    kernel_.queue_pushed(L);
+    ++n;
+  }
+  kernel_.end_queue(L, base, n);
 }
 
 // Hands each event to the kernel. A message whose payload cannot be decoded
@@ -1149,16 +1202,8 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
     // message goes. Asked again at each message handed over singly: a
     // parked task takes a run's first message, and the rest may then queue.
     if (end - i >= 2 && kernel_.queues_directly(L)) {
-      const int base = lua_gettop(L);
-      kernel_.begin_queue(L, static_cast<int>(end - i));
-      int n = 0;
-      for (; i < end; ++i) {
-        if (!push_message(L, events[i])) continue;
-        kernel_.queue_pushed(L);
-        ++n;
-      }
-      kernel_.end_queue(L, base, n);
-      --i;
+      queue_run(L, events.subspan(i, end - i));
+      i = end - 1;
       continue;
     }
     switch (ev.kind) {

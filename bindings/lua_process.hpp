@@ -84,6 +84,11 @@ class LuaProcess final : public Process {
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.
   bool push_message(lua_State* L, const Event& ev);
+  // Its value alone: false (logged, nothing pushed) when it cannot be
+  // decoded.
+  bool push_payload(lua_State* L, const Event& ev);
+  // A run of messages queued at once (deliver_events).
+  void queue_run(lua_State* L, std::span<Event> run);
   void flush_commands(StepOutput& out);
   void probe_jit();
   void forget_monitor(const Pid& target, std::uint64_t ref);

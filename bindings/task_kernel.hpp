@@ -69,6 +69,9 @@ class TaskKernel {
   // After each of those messages is pushed: while the inbox holds flat
   // messages (flat_inbox_), it goes into the buffer at once, popped.
   void queue_pushed(lua_State* L);
+  // Whether queue_pushed pops what was pushed (else the messages wait on
+  // the stack for end_queue). Fixed from begin_queue to end_queue.
+  bool queue_pops() const { return flat_inbox_; }
   // The names in an event table: its keys and its kinds.
   enum class EventName : std::uint8_t { kind, from, result, error, reason, modules, exit, cancel, link_down, reload };
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }

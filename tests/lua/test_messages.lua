@@ -270,6 +270,36 @@ return { main = function()
       T.eq(ev.result, "receive:a:1 select:b:2 receive:a:nil receive:c:five receive:a:7.5 receive:c:{eight} "
         .. "receive:a:false listen:b:{4} listen:b:nil listen:b:9")
     end },
+    { "a queued stream from two senders keeps each message's sender, topic and value", function()
+      -- One run of queued messages, the same sender and topic over and over
+      -- with changes of both in between, in a flat inbox and in one that
+      -- holds message tables.
+      for _, tables in ipairs { false, true } do
+        local mine = { { "x", 1 }, { "x", 2 }, { "y", 3 }, { "y", nil }, { "x", "five" } }
+        local relayed = 5
+        local total = #mine * 2 + relayed
+        local r = assert(process.spawn_monitored("fixtures.stream_receiver", total, tables))
+        time.sleep(0.05)  -- it is asleep, its inbox ready
+        for _, s in ipairs(mine) do assert(process.send(r, s[1], s[2])) end
+        local relay = assert(process.spawn("fixtures.relay", r, relayed, "R"))
+        for _, s in ipairs(mine) do assert(process.send(r, s[1], s[2])) end
+        local ev = T.next_event("exit", 10)
+        T.eq(ev.error, nil, "receiver error")
+        local me, from_me, from_relay = process.pid(), {}, {}
+        for entry in ev.result:gmatch("%S+") do
+          local from, topic, payload = entry:match("^(.-)|(.-)|(.*)$")
+          if from == me then from_me[#from_me + 1] = topic .. ":" .. payload
+          elseif from == relay then from_relay[#from_relay + 1] = topic .. ":" .. payload
+          else error("a message from " .. from) end
+        end
+        local want_me = {}
+        for round = 1, 2 do
+          for _, s in ipairs(mine) do want_me[#want_me + 1] = s[1] .. ":" .. tostring(s[2]) end
+        end
+        T.eq(table.concat(from_me, " "), table.concat(want_me, " "), "mine, tables " .. tostring(tables))
+        T.eq(table.concat(from_relay, " "), "seq:1 seq:2 seq:3 seq:4 seq:5", "relayed, tables " .. tostring(tables))
+      end
+    end },
     { "a listen with more messages queued than a Lua stack holds keeps them all, in order", function()
       local n = 30000
       local r = assert(process.spawn_monitored("fixtures.long_queue_then_listen", n))
