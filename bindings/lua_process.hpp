@@ -60,6 +60,8 @@ class LuaProcess final : public Process {
   // the one lua_newstate and lua_close run with, which also knows the
   // global state: the hot path need not check for it.
   static void* allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
+  // allocate's other cases: a resize, a large block, a new chunk, the limit.
+  [[gnu::noinline]] void* allocate_slow(void* ptr, std::size_t osize, std::size_t nsize);
   static void* allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
 
   // Pushes on L (the main state or one of its coroutines) the entry's method

@@ -75,6 +75,11 @@ void give_chunk(void* c) {
 
 }  // namespace
 
+void* StateArena::allocate_slow(std::size_t n) {
+  if (n > kMaxSmall) return allocate_large(n);
+  return carve_from_new_chunk(class_size(class_of(n)));
+}
+
 void* StateArena::carve_from_new_chunk(std::size_t size) {
   // The tail of the old chunk (less than one block) stays unused.
   void* c = take_chunk();

@@ -45,7 +45,17 @@ class StateArena {
 
   // nullptr when the system is out of memory.
   void* allocate(std::size_t n) {
-    if (n > kMaxSmall) return allocate_large(n);
+    if (void* p = try_allocate_small(n)) return p;
+    return allocate_slow(n);
+  }
+
+  // A small block from its class's free list or the newest chunk's unused
+  // part; nullptr when n is large or the chunk is full (allocate then
+  // takes a new chunk or mallocs). Calls nothing: the state's allocator,
+  // whose fast path this is, then saves no registers (a third of its
+  // instructions when it called out).
+  void* try_allocate_small(std::size_t n) {
+    if (n > kMaxSmall) return nullptr;
     const std::size_t c = class_of(n);
     const std::size_t size = class_size(c);
     if (FreeBlock* b = free_lists_[c]) {
@@ -54,7 +64,7 @@ class StateArena {
       ARENA_UNPOISON(b, size);
       return b;
     }
-    if (static_cast<std::size_t>(limit_ - bump_) < size) return carve_from_new_chunk(size);
+    if (static_cast<std::size_t>(limit_ - bump_) < size) return nullptr;
     void* p = bump_;
     bump_ += size;
     ARENA_UNPOISON(p, size);
@@ -127,6 +137,9 @@ class StateArena {
   }
   static constexpr std::size_t class_size(std::size_t c) { return c < 16 ? (c + 1) * 16 : 256 + (c - 15) * 128; }
 
+  // allocate's other cases, once try_allocate_small found nothing: a large
+  // block, or a small one from a new chunk.
+  void* allocate_slow(std::size_t n);
   void* carve_from_new_chunk(std::size_t size);
   void* move(void* p, std::size_t old_size, std::size_t new_size);
   void* allocate_large(std::size_t n);
