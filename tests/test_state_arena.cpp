@@ -127,6 +127,30 @@ TEST_CASE("a freed block of a size class is handed out again before new memory")
   CHECK(arena.chunk_count() == chunks);
 }
 
+TEST_CASE("try_allocate_small serves only what needs no new chunk and no malloc") {
+  // The state's allocator takes this path first and falls back to
+  // allocate: a block it returns must be one allocate would have given.
+  StateArena arena;
+  CHECK(arena.try_allocate_small(64) == nullptr);  // no chunk yet
+  CHECK(arena.try_allocate_small(StateArena::kMaxSmall + 1) == nullptr);
+  void* a = arena.allocate(64);
+  REQUIRE(a != nullptr);
+  CHECK(arena.chunk_count() == 1);
+  void* b = arena.try_allocate_small(64);  // the chunk's unused part
+  CHECK(b == static_cast<char*>(a) + 64);
+  arena.free(a, 64);
+  CHECK(arena.try_allocate_small(50) == a);  // the free list first (same 64-byte class)
+  CHECK(arena.try_allocate_small(StateArena::kMaxSmall + 1) == nullptr);  // large: never here
+  // Fill the chunk: then it answers nullptr and allocate takes a new one.
+  while (arena.try_allocate_small(2048)) {
+  }
+  CHECK(arena.chunk_count() == 1);
+  void* c = arena.allocate(2048);
+  CHECK(c != nullptr);
+  CHECK(arena.chunk_count() == 2);
+  CHECK(arena.large_count() == 0);
+}
+
 TEST_CASE("a block for the arena's life shares a chunk with the small blocks and goes with release") {
   // LuaProcess puts LuaJIT's global state (6.3 KB) there: in the chunk,
   // an idle process touches one page less than with it malloc'd beside.
