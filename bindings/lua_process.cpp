@@ -821,9 +821,9 @@ LuaProcess::~LuaProcess() {
 
 void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   auto* self = static_cast<LuaProcess*>(ud);
-  // The two common cases (a free, a new small block from a free list) call
-  // nothing, or call last: no register is saved on their way (a message
-  // makes and frees about eight blocks).
+  // The two common cases (a free; a new small block from a free list or
+  // the chunk's unused part) call nothing, or call last: no register is
+  // saved on their way (a message makes and frees about eight blocks).
   if (nsize == 0) {
     if (ptr) {
       self->used_ -= osize;
