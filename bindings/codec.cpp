@@ -103,6 +103,12 @@ class Encoder {
     return false;
   }
 
+  // One pass of lua_next (no lua_objlen, no second walk of the array):
+  // LuaJIT yields the array part first, in order, so the keys 1, 2, ...
+  // that come first are the array section; every entry after the first
+  // other key goes in the hash section, integer keys included (the
+  // receiver gets the same contents). Both counts are known only at the
+  // end: one-byte placeholders, widened in the rare count of 128 or more.
   bool table(int idx) {
     const void* self = lua_topointer(L_, idx);
     for (std::size_t i = 0; i < depth_; ++i)
@@ -111,35 +117,32 @@ class Encoder {
       return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
     ancestors_[depth_++] = self;
-    const std::size_t n = lua_objlen(L_, idx);
     out_.push_back(kTable);
-    put_varint(out_, n);
-    // The hash part's count goes before its entries but is known only after
-    // them (one pass of lua_next, not a counting pass too): a one-byte
-    // placeholder, widened below in the rare table of 128 keys or more.
-    const std::size_t count_at = out_.size();
+    const std::size_t n_at = out_.size();
     out_.push_back(0);
-    for (std::size_t i = 1; i <= n; ++i) {
-      lua_rawgeti(L_, idx, static_cast<int>(i));
-      bool ok = value(lua_gettop(L_));
-      lua_pop(L_, 1);
-      if (!ok) {
-        std::string key = "[";  // not "[" + ...: g++ 12 warns falsely (-Wrestrict) on that
-        key += std::to_string(i);
-        key += ']';
-        reversed_path_.push_back(std::move(key));
-        return false;
-      }
-    }
+    const std::size_t m_at = out_.size();
+    out_.push_back(0);
+    std::size_t n = 0;
     std::size_t m = 0;
+    bool in_array = true;
     lua_pushnil(L_);
     while (lua_next(L_, idx)) {
       const int top = lua_gettop(L_);
       const int key_type = lua_type(L_, top - 1);
-      if (key_type == LUA_TNUMBER && in_array(top - 1, n)) {
+      if (in_array && key_type == LUA_TNUMBER && lua_tonumber(L_, top - 1) == static_cast<double>(n + 1)) {
+        ++n;
+        if (!value(top)) {
+          std::string key = "[";  // not "[" + ...: g++ 12 warns falsely (-Wrestrict) on that
+          key += std::to_string(n);
+          key += ']';
+          reversed_path_.push_back(std::move(key));
+          lua_pop(L_, 2);
+          return false;
+        }
         lua_pop(L_, 1);
         continue;
       }
+      in_array = false;
       if (!value(top - 1, key_type) || !value(top)) {
         reversed_path_.push_back(key_text(top - 1));
         lua_pop(L_, 2);
@@ -148,22 +151,22 @@ class Encoder {
       lua_pop(L_, 1);
       ++m;
     }
-    if (m < 0x80) {
-      out_[count_at] = static_cast<char>(m);
-    } else {
-      std::string entries = out_.substr(count_at + 1);
-      out_.resize(count_at);
-      put_varint(out_, m);
-      out_ += entries;
-    }
+    put_count(m_at, m);  // the later one first: widening n's moves m's
+    put_count(n_at, n);
     --depth_;
     return true;
   }
 
-  // Whether the number key at key_idx lies in the array part 1..n.
-  bool in_array(int key_idx, std::size_t n) {
-    double k = lua_tonumber(L_, key_idx);
-    return k >= 1 && k <= static_cast<double>(n) && std::floor(k) == k;
+  // Writes count into its one-byte placeholder at `at`, widening it where
+  // the count takes more bytes.
+  void put_count(std::size_t at, std::size_t count) {
+    if (count < 0x80) {
+      out_[at] = static_cast<char>(count);
+      return;
+    }
+    std::string bytes;
+    put_varint(bytes, count);
+    out_.replace(at, 1, bytes);
   }
 
   // ".name", "[\"odd key\"]", "[3.5]" or "[<boolean key>]".

@@ -74,6 +74,60 @@ TEST_CASE("a table with 128 or more keys besides its array part round-trips") {
   }
 }
 
+TEST_CASE("an array part of 128 or more items, and keys outside it, round-trip") {
+  // The array section is the keys 1, 2, ... that lua_next yields first;
+  // its count, like the hash part's, is known only after its values: past
+  // 127 it takes two bytes or more, in front of the values written.
+  State s;
+  for (int items : {0, 1, 127, 128, 129, 300, 20000}) {
+    CAPTURE(items);
+    lua_pushinteger(s.L, items);
+    lua_setglobal(s.L, "ITEMS");
+    for (const char* extra : {"", "t.x = 'x' t[ITEMS + 2] = 'past a hole'"}) {
+      CAPTURE(extra);
+      std::string bytes = s.encode(
+          (std::string("local t = {} for i = 1, ITEMS do t[i] = i * 2 end ") + extra + " return t, 'after'").c_str());
+      REQUIRE(decode_values(s.L, bytes, nullptr) == 2);
+      lua_setglobal(s.L, "after");
+      lua_setglobal(s.L, "t");
+      REQUIRE(luaL_dostring(s.L,
+                            "assert(after == 'after') "
+                            "for i = 1, ITEMS do assert(t[i] == i * 2, i) end "
+                            "assert(t[ITEMS + 1] == nil) "
+                            "local n = 0 for _ in pairs(t) do n = n + 1 end "
+                            "if t.x then assert(t.x == 'x' and t[ITEMS + 2] == 'past a hole' and n == ITEMS + 2) "
+                            "else assert(n == ITEMS and #t == ITEMS) end") == 0);
+    }
+  }
+  // Keys the array section cannot hold, in any order: zero, negatives,
+  // fractions, holes, integer keys put in after the table was built.
+  std::string bytes = s.encode(
+      "local t = {[0] = 'zero', 'a', 'b', nil, 'd', [-1] = 'neg', [1.5] = 'half', [1e300] = 'big'} "
+      "t[7] = 'seven' t.k = 'key' return t");
+  REQUIRE(decode_values(s.L, bytes, nullptr) == 1);
+  lua_setglobal(s.L, "t");
+  REQUIRE(luaL_dostring(s.L,
+                        "local want = {[0] = 'zero', [1] = 'a', [2] = 'b', [4] = 'd', [-1] = 'neg', [1.5] = 'half', "
+                        "[1e300] = 'big', [7] = 'seven', k = 'key'} "
+                        "for k, v in pairs(want) do assert(t[k] == v, tostring(k)) end "
+                        "for k, v in pairs(t) do assert(want[k] == v, tostring(k)) end") == 0);
+}
+
+TEST_CASE("a table's bytes: its array items, then its other keys") {
+  State s;
+  using host::lua::kInt;
+  using host::lua::kString;
+  using host::lua::kTable;
+  using host::lua::kTrue;
+  // One value; a table of 2 array items (10 and 20 as zigzag varints) and
+  // 1 other key.
+  const std::string want{1, kTable, 2, 1, kInt, 20, kInt, 40, kString, 1, 'k', kTrue};
+  CHECK(s.encode("return {10, 20, k = true}") == want);
+  std::string err;
+  s.encode("return {1, 2, print}", &err);
+  CHECK(err == "invalid: cannot send function at value[3]");
+}
+
 TEST_CASE("decoding through a string cache gives the same strings, past its slots and length") {
   State s;
   host::lua::StringCache cache;
