@@ -1,6 +1,7 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k", "send_named" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k", "send_tables",
+  "send_named" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -102,6 +103,25 @@ function B.send_1k(quick)
   local s = elapsed(t0)
   assert(m.payload == n * 1024, "sink lost bytes")
   return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+-- Table payloads through the codec: a 100-item array and a record of 8
+-- items and 3 keys, alternately, to a sink that adds up their lengths.
+function B.send_tables(quick)
+  local n = quick and 2000 or 20000
+  local sink = assert(process.spawn("nodes.sink", process.pid(), 2 * n))
+  local array = {}
+  for i = 1, 100 do array[i] = i end
+  local record = { 1, 2, 3, 4, 5, 6, 7, 8, name = "record", ok = true, ratio = 0.5 }
+  local t0 = time.now()
+  for _ = 1, n do
+    process.send(sink, "array", array)
+    process.send(sink, "record", record)
+  end
+  local m = process.receive()
+  local s = elapsed(t0)
+  assert(m.payload == n * (100 + 8), "sink lost items")
+  return { params = "n=" .. n .. " arrays and records", seconds = s, per_op = s / (2 * n) * 1e6, unit = "us/message" }
 end
 
 -- Counting's shape, to a registered name: what a send to a named server

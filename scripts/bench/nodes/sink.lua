@@ -1,4 +1,4 @@
--- send_1k: counts the bytes of N messages, then reports.
+-- send_1k, send_tables: adds up the lengths of N messages' payloads (bytes, or array items), then reports.
 local M = {}
 
 function M.main(report_to, n)
