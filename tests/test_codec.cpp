@@ -31,6 +31,15 @@ struct State {
     lua_settop(L, 0);
     return out;
   }
+  // Encodes and decodes a chunk that returns a table and 'after' (which
+  // checks that the bytes after the table are read right); the decoded
+  // values become the globals t and after.
+  void round_trip_table(const char* chunk) {
+    std::string bytes = encode(chunk);
+    REQUIRE(decode_values(L, bytes, nullptr) == 2);
+    lua_setglobal(L, "after");
+    lua_setglobal(L, "t");
+  }
 };
 
 }  // namespace
@@ -62,11 +71,7 @@ TEST_CASE("a table with 128 or more keys besides its array part round-trips") {
     CAPTURE(keys);
     lua_pushinteger(s.L, keys);
     lua_setglobal(s.L, "KEYS");
-    std::string bytes = s.encode(
-        "local t = {'a', 'b'} for i = 1, KEYS do t['k' .. i] = i end t[10] = 'ten' return t, 'after'");
-    REQUIRE(decode_values(s.L, bytes, nullptr) == 2);
-    lua_setglobal(s.L, "after");
-    lua_setglobal(s.L, "t");
+    s.round_trip_table("local t = {'a', 'b'} for i = 1, KEYS do t['k' .. i] = i end t[10] = 'ten' return t, 'after'");
     REQUIRE(luaL_dostring(s.L,
                           "assert(after == 'after' and t[1] == 'a' and t[2] == 'b' and t[10] == 'ten') "
                           "local n = 0 for k, v in pairs(t) do n = n + 1 end assert(n == KEYS + 3) "
@@ -85,11 +90,8 @@ TEST_CASE("an array part of 128 or more items, and keys outside it, round-trip")
     lua_setglobal(s.L, "ITEMS");
     for (const char* extra : {"", "t.x = 'x' t[ITEMS + 2] = 'past a hole'"}) {
       CAPTURE(extra);
-      std::string bytes = s.encode(
+      s.round_trip_table(
           (std::string("local t = {} for i = 1, ITEMS do t[i] = i * 2 end ") + extra + " return t, 'after'").c_str());
-      REQUIRE(decode_values(s.L, bytes, nullptr) == 2);
-      lua_setglobal(s.L, "after");
-      lua_setglobal(s.L, "t");
       REQUIRE(luaL_dostring(s.L,
                             "assert(after == 'after') "
                             "for i = 1, ITEMS do assert(t[i] == i * 2, i) end "
@@ -101,12 +103,11 @@ TEST_CASE("an array part of 128 or more items, and keys outside it, round-trip")
   }
   // Keys the array section cannot hold, in any order: zero, negatives,
   // fractions, holes, integer keys put in after the table was built.
-  std::string bytes = s.encode(
+  s.round_trip_table(
       "local t = {[0] = 'zero', 'a', 'b', nil, 'd', [-1] = 'neg', [1.5] = 'half', [1e300] = 'big'} "
-      "t[7] = 'seven' t.k = 'key' return t");
-  REQUIRE(decode_values(s.L, bytes, nullptr) == 1);
-  lua_setglobal(s.L, "t");
+      "t[7] = 'seven' t.k = 'key' return t, 'after'");
   REQUIRE(luaL_dostring(s.L,
+                        "assert(after == 'after') "
                         "local want = {[0] = 'zero', [1] = 'a', [2] = 'b', [4] = 'd', [-1] = 'neg', [1.5] = 'half', "
                         "[1e300] = 'big', [7] = 'seven', k = 'key'} "
                         "for k, v in pairs(want) do assert(t[k] == v, tostring(k)) end "
