@@ -110,13 +110,12 @@ class Encoder {
   // receiver gets the same contents). Both counts are known only at the
   // end: one-byte placeholders, widened in the rare count of 128 or more.
   bool table(int idx) {
-    const void* self = lua_topointer(L_, idx);
-    for (std::size_t i = 0; i < depth_; ++i)
-      if (ancestors_[i] == self) return fail(ErrorKind::Invalid, "cannot send a table with a cycle");
+    if (depth_ > 0 && in_cycle(idx)) return fail(ErrorKind::Invalid, "cannot send a table with a cycle");
     if (depth_ >= ancestors_.size())
       return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
-    ancestors_[depth_++] = self;
+    ancestor_index_[depth_] = idx;
+    ancestors_[depth_++] = nullptr;  // its address once a nested table asks (in_cycle)
     out_.push_back(kTable);
     const std::size_t n_at = out_.size();
     out_.push_back(0);
@@ -157,13 +156,25 @@ class Encoder {
     return true;
   }
 
-  // Writes count into its one-byte placeholder at `at`, widening it where
-  // the count takes more bytes.
-  void put_count(std::size_t at, std::size_t count) {
-    if (count < 0x80) {
-      out_[at] = static_cast<char>(count);
-      return;
+  // Whether the table at idx is one of those being encoded. Their
+  // addresses are taken here, the first time a nested table asks: a flat
+  // table (most payloads) never pays for lua_topointer (30 instructions).
+  bool in_cycle(int idx) {
+    const void* self = lua_topointer(L_, idx);
+    for (std::size_t i = 0; i < depth_; ++i) {
+      if (!ancestors_[i]) ancestors_[i] = lua_topointer(L_, ancestor_index_[i]);
+      if (ancestors_[i] == self) return true;
     }
+    return false;
+  }
+
+  // Writes count into its one-byte placeholder at `at`, widening it where
+  // the count takes more bytes (out of line: rare).
+  void put_count(std::size_t at, std::size_t count) {
+    if (count < 0x80) [[likely]] out_[at] = static_cast<char>(count);
+    else widen_count(at, count);
+  }
+  [[gnu::noinline]] void widen_count(std::size_t at, std::size_t count) {
     std::string bytes;
     put_varint(bytes, count);
     out_.replace(at, 1, bytes);
@@ -199,7 +210,10 @@ class Encoder {
 
   lua_State* L_;
   std::string& out_;
-  std::array<const void*, kMaxDepth> ancestors_;  // the tables being encoded, outermost first
+  // The tables being encoded, outermost first: their stack indices, and
+  // their addresses, each null until in_cycle needs it.
+  std::array<int, kMaxDepth> ancestor_index_;
+  std::array<const void*, kMaxDepth> ancestors_;
   std::size_t depth_ = 0;
   ErrorKind error_kind_ = ErrorKind::Invalid;
   std::string error_;                        // what went wrong, without the path
@@ -251,7 +265,9 @@ class Decoder {
         // the input is corrupt (and must not size an allocation).
         std::uint64_t left = static_cast<std::uint64_t>(end_ - p_);
         if (n > left || m > left || n + 2 * m > left) return fail("table size beyond the input");
-        if (!lua_checkstack(L_, 4)) return fail("out of Lua stack");
+        // A table takes three slots (itself, a key, a value); at depth 0
+        // decode_values has made room for them (n + 4 slots for n values).
+        if (depth > 0 && !lua_checkstack(L_, 4)) return fail("out of Lua stack");
         lua_createtable(L_, static_cast<int>(n), static_cast<int>(m));
         for (std::uint64_t i = 1; i <= n; ++i) {
           if (!value(depth + 1)) return false;

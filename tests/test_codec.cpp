@@ -226,6 +226,29 @@ TEST_CASE("unsendable values are refused with the path of the offending value") 
   CHECK(err.rfind("invalid: cannot send a table nested deeper than", 0) == 0);
 }
 
+TEST_CASE("a cycle is found through any ancestor; a table met again outside its own subtree is not one") {
+  // The encoder takes its ancestors' addresses only when a nested table
+  // asks: the root's, a middle one's, a sibling's slot reused.
+  State s;
+  std::string err;
+  s.encode("local t = {} t.self = t return t", &err);
+  CHECK(err == "invalid: cannot send a table with a cycle at value.self");
+  s.encode("local t = {x = {}} t.x.y = {z = t.x} return t", &err);
+  CHECK(err == "invalid: cannot send a table with a cycle at value.x.y.z");
+  s.encode("local t = {{}, {}} t[2][1] = {t[2]} return t", &err);
+  CHECK(err == "invalid: cannot send a table with a cycle at value[2][1][1]");
+  s.round_trip_table("local t = {a = {}} t.b = {c = t.a, d = {e = t.a}} t.a.f = 1 return t, 'end'");
+  REQUIRE(luaL_dostring(s.L,
+                        "assert(after == 'end') assert(t.a.f == 1 and t.b.c.f == 1 and t.b.d.e.f == 1) "
+                        "assert(t.a ~= t.b.c and t.b.c ~= t.b.d.e)") == 0);
+  s.round_trip_table("local s = {1} return {s, {s, {s}}, s}, 'end'");
+  REQUIRE(luaL_dostring(s.L, "assert(after == 'end') assert(t[1][1] == 1 and t[2][1][1] == 1 and t[2][2][1][1] == 1 "
+                             "and t[3][1] == 1)") == 0);
+  // x, whose address its nested table asked for, then inside its sibling.
+  s.round_trip_table("local x = {{7}} return {x, {x}}, 'end'");
+  REQUIRE(luaL_dostring(s.L, "assert(after == 'end') assert(t[1][1][1] == 7 and t[2][1][1][1] == 7)") == 0);
+}
+
 TEST_CASE("encode_value encodes a missing argument as nil and names a refused value as value") {
   // process.send's path: its payload argument may be left out.
   State s;
