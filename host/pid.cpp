@@ -42,9 +42,10 @@ std::optional<Pid> Pid::parse(std::string_view text) {
     }
   }
   if (p != end) return std::nullopt;
-  Pid pid{parts[0], parts[1], parts[2]};
-  if (!pid.valid()) return std::nullopt;
-  return pid;
+  // Generation 0 is well formed but names no process (Erlang's PIDs end in
+  // 0, and a user may write one): a send to it is not_found, like a send
+  // to a dead process, not a malformed PID.
+  return Pid{parts[0], parts[1], parts[2]};
 }
 
 }  // namespace host

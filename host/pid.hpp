@@ -24,6 +24,8 @@ struct Pid {
   // kMaxText holds "<4294967295.4294967295.4294967295>".
   static constexpr std::size_t kMaxText = 36;
   std::size_t format(char (&buf)[kMaxText]) const;
+  // The PID text names, or nullopt when it is not of that form. Generation
+  // 0 parses (to a PID that is not valid(), naming no process).
   static std::optional<Pid> parse(std::string_view text);
 };
 

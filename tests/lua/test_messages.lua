@@ -142,6 +142,14 @@ return { main = function()
       T.eq(ok, nil); T.match(err, "^not_found: no process registered as 'no%-such%-name'")
       ok, err = process.send("<0.999999.7>", "x", 1)
       T.match(err, "^not_found")
+      -- Written as Erlang's PIDs are, ending in 0: well formed, and no
+      -- process has it (the dead process's own index included).
+      for _, text in ipairs { "<0.999999.0>", (pid:gsub("%.%d+>$", ".0>")) } do
+        ok, err = process.send(text, "x", 1)
+        T.eq(ok, nil); T.match(err, "^not_found", text)
+        T.match(select(2, process.monitor(text)), "^not_found", "monitor " .. text)
+        T.match(select(2, process.link(text)), "^not_found", "link " .. text)
+      end
       T.raises(function() process.send(42, "x", 1) end, "bad argument #1")
       T.raises(function() process.send(pid, nil, 1) end, "bad argument #2")
     end },
