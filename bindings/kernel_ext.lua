@@ -310,11 +310,24 @@ function Channel.send(ch, v)
   return true
 end
 
+-- process.listen's channels (below), here for close.
+local listeners = {}      -- topic -> channel
+local listened = {}       -- channel -> its topic, while it listens
+
 function Channel.close(ch)
   check_channel(ch, "close")
   if ch == inbox then I.slow_inbox() end
   if ch[CLOSED] then return true end
   ch[CLOSED] = true
+  -- A listener closed stops listening: its topic's later messages go to
+  -- the inbox again (or to a new listen), and what it holds stays for its
+  -- receives until drained. Kept, they would wait in a channel that says
+  -- it is closed.
+  local topic = listened[ch]
+  if topic then
+    listened[ch] = nil
+    listeners[topic] = nil
+  end
   while true do
     local r = live_waiter(ch[RECVQ])
     if not r then break end
@@ -388,7 +401,6 @@ for _, ch in ipairs({ inbox, events }) do
   ch.receive = Channel.receive
   setmetatable(ch, Channel)
 end
-local listeners = {}      -- topic -> channel
 local exit_watchers = {}  -- monitor ref -> channel (process.watch)
 
 E.deliver = deliver
@@ -416,6 +428,7 @@ local function listen(topic)
   if l then return l end
   l = new_channel(0)
   listeners[topic] = l
+  listened[l] = topic
   I.listening(listeners)
   -- Move what already waits in the inbox for this topic, keeping the rest
   -- in order (in place: the C half holds the inbox's queues).

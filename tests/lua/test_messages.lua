@@ -229,6 +229,33 @@ return { main = function()
       T.eq(process.receive(1).topic, "a"); T.eq(process.receive(1).topic, "b"); T.eq(process.receive(1).topic, "c")
       T.eq(side:receive().payload, 2); T.eq(side:receive().payload, 4); T.eq(side:receive().payload, 6)
     end },
+    { "a closed listener stops listening: what it holds drains, its topic goes to the inbox again", function()
+      local me = process.pid()
+      local side = process.listen("side")
+      process.send(me, "side", 1)
+      T.eq(side:receive().payload, 1)
+      process.send(me, "side", 2)
+      time.sleep(0)  -- 2 reaches the listener before it closes
+      T.eq(side:close(), true)
+      process.send(me, "side", 3)
+      process.send(me, "other", 4)
+      local v, ok = side:receive()
+      T.eq(v.payload, 2); T.eq(ok, true)
+      v, ok = side:receive()
+      T.eq(v, nil); T.eq(ok, false)
+      local m = process.receive(1)
+      T.eq(m.topic, "side"); T.eq(m.payload, 3)
+      T.eq(process.receive(1).payload, 4)
+      -- Listening again: a new channel, which takes what waits in the inbox.
+      process.send(me, "side", 5)
+      time.sleep(0)
+      local again = process.listen("side")
+      T.ok(again ~= side, "a new channel")
+      process.send(me, "side", 6)
+      T.eq(again:receive().payload, 5); T.eq(again:receive().payload, 6)
+      T.eq(again:close(), true)
+      T.eq(process.receive(0.05), nil)
+    end },
     { "waiters on the inbox get messages oldest first, each with its own returns", function()
       -- Each way twice: in a fresh process (the C receive) and after 20
       -- messages (bindings/receive.lua over it, which makes the table of a
