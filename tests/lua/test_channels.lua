@@ -47,6 +47,16 @@ return { main = function()
       r = channel.select { a:case_send("into a") }
       T.ok(r.channel == a, "send case"); T.eq(a:receive(), "into a")
     end },
+    { "select takes the first ready case in the order given", function()
+      local a, b = channel.new(100), channel.new(100)
+      for i = 1, 100 do a:send(i); b:send(i) end
+      for i = 1, 100 do
+        local r = channel.select { b:case_receive(), a:case_receive() }
+        T.ok(r.channel == b, "b first"); T.eq(r.value, i)
+      end
+      local r = channel.select { b:case_receive(), a:case_receive() }
+      T.ok(r.channel == a, "then a"); T.eq(r.value, 1)
+    end },
     { "select with default never blocks", function()
       local a = channel.new()
       local r = channel.select { a:case_receive(), default = true }
