@@ -12,16 +12,18 @@
 --   }
 --
 -- restart: "permanent" (always restarted), "transient" (restarted only when
--- it failed), "temporary" (never). Strategies: one_for_one restarts the
--- child that ended; one_for_all restarts all of them; rest_for_one restarts
--- it and the children listed after it. Children are linked to the
+-- it failed), "temporary" (never: once it has ended, or been stopped because
+-- a sibling failed, it does not run again, as in OTP). Strategies:
+-- one_for_one restarts the child that ended; one_for_all restarts all of
+-- them; rest_for_one restarts it and the children listed after it. Children are linked to the
 -- supervisor and monitored by it; start links the supervisor to its caller,
 -- so if the supervisor gives up (restart intensity exceeded) the failure
 -- reaches its parent. A cancel stops the children (last first), then the
 -- supervisor.
 --
 -- After a hot reload, supervisor.restart_children(sup) restarts every child
--- on the newest code (new spawns always use it).
+-- on the newest code (new spawns always use it), but a temporary child that
+-- has ended.
 local request = require("request")
 
 local M = {}
@@ -75,7 +77,8 @@ function M.which_children(sup, timeout)
   return r, err
 end
 
--- Restarts every child (on the newest code). Returns true or nil, err.
+-- Restarts every child (on the newest code), but a temporary child that
+-- has ended. Returns true or nil, err.
 function M.restart_children(sup, timeout)
   local r, err = call_supervisor("restart_children", sup, timeout)
   return r, err
@@ -86,7 +89,9 @@ function M.run(spec)
   spec = check_spec(spec)
   process.set_options { trap_links = true }
   if spec.name then assert(process.registry.register(spec.name)) end
-  local children = {}  -- in spec order: { spec = c, pid = pid or nil }
+  -- In spec order: { spec = c, pid = pid or nil, ended = true once a
+  -- temporary child is over for good }.
+  local children = {}
   for i, c in ipairs(spec.children) do children[i] = { spec = c } end
   local by_pid = {}
   local restarts = {}
@@ -143,9 +148,16 @@ function M.run(spec)
     end
   end
 
+  -- A strategy stops the temporary children among from..to for good.
+  local function end_temporaries(from, to)
+    for j = from, to do
+      if children[j].spec.restart == "temporary" then children[j].ended = true end
+    end
+  end
+
   local function start_range(from, to)
     for i = from, to do
-      if children[i].pid == nil then
+      if children[i].pid == nil and not children[i].ended then
         local ok, err = start_child(i)
         if not ok then
           log.error("supervisor: child '%s' did not start: %s", children[i].spec.id, err)
@@ -171,14 +183,17 @@ function M.run(spec)
         local failed = m.error ~= nil
         if failed then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
         local restart = c.restart == "permanent" or (c.restart == "transient" and failed)
+        if c.restart == "temporary" then children[i].ended = true end
         if restart then
           note_restart()
           if spec.strategy == "one_for_one" then
             start_range(i, i)
           elseif spec.strategy == "one_for_all" then
+            end_temporaries(1, #children)
             stop_all()
             start_range(1, #children)
           else  -- rest_for_one
+            end_temporaries(i + 1, #children)
             for j = #children, i + 1, -1 do stop_child(j) end
             start_range(i, #children)
           end

@@ -103,6 +103,28 @@ return { main = function()
       T.eq(kids[1].pid, nil); T.eq(kids[2].pid, nil)
       process.cancel(sup)
     end },
+    { "a temporary child stopped because a sibling failed is not started again", function()
+      -- OTP's rule: rest_for_one and one_for_all stop the temporary
+      -- children they reach, and never restart them; restart_children
+      -- does not start one that has ended either.
+      for _, strategy in ipairs({ "rest_for_one", "one_for_all" }) do
+        local list = children({ "a", "b" })
+        list[3] = { id = "tmp", entry = "fixtures.child", args = { me, "tmp" }, restart = "temporary" }
+        local sup = assert(supervisor.start { strategy = strategy, children = list })
+        local first = started(3)
+        process.send(first.b, "crash", nil)
+        local again = started(strategy == "rest_for_one" and 1 or 2)
+        T.ok(again.b and not again.tmp, strategy .. ": b restarted, tmp not")
+        T.eq(process.receive(0.2), nil, strategy .. ": nothing else started")
+        local kids = supervisor.which_children(sup)
+        T.eq(kids[3].id, "tmp"); T.eq(kids[3].pid, nil, strategy .. ": tmp stays stopped")
+        T.eq(supervisor.restart_children(sup), true)
+        local third = started(2)
+        T.ok(third.a and third.b and not third.tmp, strategy .. ": restart_children leaves tmp ended")
+        T.eq(process.receive(0.2), nil, strategy .. ": tmp not started by restart_children")
+        process.cancel(sup)
+      end
+    end },
     { "past the restart intensity the supervisor gives up and its parent hears of it", function()
       local sup = assert(supervisor.start { intensity = 2, period = 10, children = children({ "x" }) })
       process.monitor(sup)
