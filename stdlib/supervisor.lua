@@ -51,7 +51,8 @@ local function check_spec(spec)
 end
 
 -- Starts a supervisor linked to the caller and returns its PID once every
--- child has started (or nil, err).
+-- child has started, or nil, err at the first child that does not start
+-- (the supervisor then fails, which reaches the caller over the link).
 function M.start(spec)
   local pid, err = process.spawn_linked("supervisor:run", check_spec(spec))
   if not pid then return nil, err end
@@ -168,7 +169,16 @@ function M.run(spec)
     end
   end
 
-  start_range(1, #children)
+  -- The first start, as in OTP: a child that does not start stops the
+  -- ones started before it and the supervisor, with that child's error
+  -- (no retries: a restart that fails is retried, within the intensity).
+  for i = 1, #children do
+    local ok, err = start_child(i)
+    if not ok then
+      stop_all()
+      error(string.format("supervisor: child '%s' did not start: %s", children[i].spec.id, err), 0)
+    end
+  end
 
   local events, inbox = process.events(), process.inbox()
   while true do

@@ -103,6 +103,24 @@ return { main = function()
       T.eq(kids[1].pid, nil); T.eq(kids[2].pid, nil)
       process.cancel(sup)
     end },
+    { "a child that does not start at first fails start at once with its error", function()
+      local list = children({ "a" })
+      list[2] = { id = "x", entry = "fixtures.no_such_module" }
+      local sup, err = supervisor.start { children = list }
+      T.eq(sup, nil)
+      T.match(err, "child 'x' did not start: not_found: module 'fixtures%.no_such_module'")
+      -- The supervisor's failure over its link (trapped here) says why.
+      T.match(T.next_event("link_down").error, "^supervisor: child 'x' did not start")
+      -- a, started before x, was stopped with it (maybe before it ran):
+      -- at most its one report, and no retry started anything.
+      local reports = 0
+      while true do
+        local m = process.receive(0.2)
+        if not m then break end
+        T.eq(m.payload.id, "a"); reports = reports + 1
+      end
+      T.ok(reports <= 1, "a started once at most")
+    end },
     { "a temporary child stopped because a sibling failed is not started again", function()
       -- OTP's rule: rest_for_one and one_for_all stop the temporary
       -- children they reach, and never restart them; restart_children
