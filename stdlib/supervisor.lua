@@ -15,15 +15,15 @@
 -- it failed), "temporary" (never: once it has ended, or been stopped because
 -- a sibling failed, it does not run again, as in OTP). Strategies:
 -- one_for_one restarts the child that ended; one_for_all restarts all of
--- them; rest_for_one restarts it and the children listed after it. Children are linked to the
--- supervisor and monitored by it; start links the supervisor to its caller,
+-- them; rest_for_one restarts it and the children listed after it.
+-- Children are linked to the supervisor and monitored by it; start links the supervisor to its caller,
 -- so if the supervisor gives up (restart intensity exceeded) the failure
 -- reaches its parent. A cancel stops the children (last first), then the
 -- supervisor.
 --
--- After a hot reload, supervisor.restart_children(sup) restarts every child
--- on the newest code (new spawns always use it), but a temporary child that
--- has ended.
+-- After a hot reload, supervisor.restart_children(sup) restarts on the
+-- newest code every child but a temporary one that has ended (new spawns
+-- always use the newest code).
 local request = require("request")
 
 local M = {}
@@ -78,8 +78,8 @@ function M.which_children(sup, timeout)
   return r, err
 end
 
--- Restarts every child (on the newest code), but a temporary child that
--- has ended. Returns true or nil, err.
+-- Restarts every child but a temporary one that has ended (on the newest
+-- code). Returns true or nil, err.
 function M.restart_children(sup, timeout)
   local r, err = call_supervisor("restart_children", sup, timeout)
   return r, err
