@@ -16,8 +16,9 @@
 -- a sibling failed, it does not run again, as in OTP). Strategies:
 -- one_for_one restarts the child that ended; one_for_all restarts all of
 -- them; rest_for_one restarts it and the children listed after it.
--- Children are linked to the supervisor and monitored by it; start links the supervisor to its caller,
--- so if the supervisor gives up (restart intensity exceeded) the failure
+-- Children are linked to the supervisor and monitored by it; start links
+-- the supervisor to its caller, so if the supervisor gives up (restart
+-- intensity exceeded, or a child that does not start at first) the failure
 -- reaches its parent. A cancel stops the children (last first), then the
 -- supervisor.
 --
