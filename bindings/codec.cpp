@@ -110,12 +110,19 @@ class Encoder {
   // receiver gets the same contents). Both counts are known only at the
   // end: one-byte placeholders, widened in the rare count of 128 or more.
   bool table(int idx) {
-    if (depth_ > 0 && in_cycle(idx)) return fail(ErrorKind::Invalid, "cannot send a table with a cycle");
+    // The root's address only once a nested table asks (in_cycle): a flat
+    // table (most payloads) never pays for lua_topointer (30 instructions).
+    const void* self = nullptr;
+    if (depth_ > 0) {
+      self = lua_topointer(L_, idx);
+      if (in_cycle(self)) return fail(ErrorKind::Invalid, "cannot send a table with a cycle");
+    } else {
+      root_index_ = idx;
+    }
     if (depth_ >= ancestors_.size())
       return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
-    ancestor_index_[depth_] = idx;
-    ancestors_[depth_++] = nullptr;  // its address once a nested table asks (in_cycle)
+    ancestors_[depth_++] = self;
     out_.push_back(kTable);
     const std::size_t n_at = out_.size();
     out_.push_back(0);
@@ -156,15 +163,12 @@ class Encoder {
     return true;
   }
 
-  // Whether the table at idx is one of those being encoded. Their
-  // addresses are taken here, the first time a nested table asks: a flat
-  // table (most payloads) never pays for lua_topointer (30 instructions).
-  bool in_cycle(int idx) {
-    const void* self = lua_topointer(L_, idx);
-    for (std::size_t i = 0; i < depth_; ++i) {
-      if (!ancestors_[i]) ancestors_[i] = lua_topointer(L_, ancestor_index_[i]);
+  // Whether the table at address self is one of those being encoded; the
+  // root's address is taken here, the first time a nested table asks.
+  bool in_cycle(const void* self) {
+    if (!ancestors_[0]) ancestors_[0] = lua_topointer(L_, root_index_);
+    for (std::size_t i = 0; i < depth_; ++i)
       if (ancestors_[i] == self) return true;
-    }
     return false;
   }
 
@@ -210,10 +214,10 @@ class Encoder {
 
   lua_State* L_;
   std::string& out_;
-  // The tables being encoded, outermost first: their stack indices, and
-  // their addresses, each null until in_cycle needs it.
-  std::array<int, kMaxDepth> ancestor_index_;
+  // The tables being encoded, outermost first: their addresses, the root's
+  // null until in_cycle needs it (its stack index is root_index_).
   std::array<const void*, kMaxDepth> ancestors_;
+  int root_index_ = 0;
   std::size_t depth_ = 0;
   ErrorKind error_kind_ = ErrorKind::Invalid;
   std::string error_;                        // what went wrong, without the path
