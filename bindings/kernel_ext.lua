@@ -312,7 +312,6 @@ end
 
 -- process.listen's channels (below), here for close.
 local listeners = {}      -- topic -> channel
-local listened = {}       -- channel -> its topic, while it listens
 
 function Channel.close(ch)
   check_channel(ch, "close")
@@ -323,10 +322,11 @@ function Channel.close(ch)
   -- the inbox again (or to a new listen), and what it holds stays for its
   -- receives until drained. Kept, they would wait in a channel that says
   -- it is closed.
-  local topic = listened[ch]
-  if topic then
-    listened[ch] = nil
-    listeners[topic] = nil
+  for topic, l in pairs(listeners) do
+    if l == ch then
+      listeners[topic] = nil
+      break
+    end
   end
   while true do
     local r = live_waiter(ch[RECVQ])
@@ -428,7 +428,6 @@ local function listen(topic)
   if l then return l end
   l = new_channel(0)
   listeners[topic] = l
-  listened[l] = topic
   I.listening(listeners)
   -- Move what already waits in the inbox for this topic, keeping the rest
   -- in order (in place: the C half holds the inbox's queues).
