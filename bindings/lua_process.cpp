@@ -863,6 +863,10 @@ void* LuaProcess::allocate_global(void* ud, void* ptr, std::size_t osize, std::s
     }
     return g;
   }
+  // lua_newstate's globals hash part: a scratch block (small_globals.hpp).
+  if (nsize == small_globals::kHashBytes && !ptr && !self->L_ && !self->globals_scratch_) {
+    if ((self->globals_scratch_ = small_globals::take_scratch())) return self->globals_scratch_;
+  }
   // Freed last (by lua_close, or by a lua_newstate that failed): it goes
   // with the arena. LuaJIT never resizes it.
   if (ptr == self->global_state_ && nsize == 0) {
@@ -989,9 +993,14 @@ void LuaProcess::install_globals() {
   lua_setmetatable(L, LUA_GLOBALSINDEX);
 }
 
+// The error Prepare's setup raises when small_globals cannot replace the
+// globals table.
+constexpr const char* kTablesUnexpected = "LuaJIT's tables are not as small_globals expects";
+
 bool LuaProcess::Prepare() {
   L_ = lua_newstate(&LuaProcess::allocate_global, this);
   if (!L_) return false;
+  if (globals_scratch_ && !small_globals::holds_globals(L_, globals_scratch_)) return prepare_without_small_globals();
   lua_setallocf(L_, &LuaProcess::allocate, this);
   // No collection while the kernel is set up (and until Init has loaded the
   // script's module): everything it allocates stays alive, so a collection
@@ -1002,6 +1011,9 @@ bool LuaProcess::Prepare() {
   int rc = lua_cpcall(L_, [](lua_State* S) -> int {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
     lua_settop(S, 0);
+    // The globals table LuaJIT made, its hash part in the scratch block,
+    // is emptied and replaced before anything reads it (small_globals.hpp).
+    if (p.globals_scratch_ && !small_globals::replace(S)) luaL_error(S, kTablesUnexpected);
     // No library is open yet, not even the base library (open_base).
     // The JIT compiler comes on later (jit_probe_hook), once the process
     // has shown it runs long enough to be worth it; probe_jit disarms the
@@ -1024,10 +1036,25 @@ bool LuaProcess::Prepare() {
     return 0;
   }, this);
   if (rc != 0) {
+    const char* e = lua_tostring(L_, -1);
+    if (globals_scratch_ && e && !std::strcmp(e, kTablesUnexpected)) return prepare_without_small_globals();
     Close();
     return false;
   }
   return true;
+}
+
+bool LuaProcess::prepare_without_small_globals() {
+  // Something live of this state may be in the scratch block: the state is
+  // dropped unused (no finalizer or machine code yet, nothing for lua_close
+  // to do), and this and the next states keep LuaJIT's own globals table.
+  log::logger().debug("{}; the globals tables stay as LuaJIT makes them", kTablesUnexpected);
+  small_globals::disable();
+  arena_.release();
+  used_ = 0;
+  L_ = nullptr;
+  global_state_ = globals_scratch_ = nullptr;
+  return Prepare();
 }
 
 void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, loaded_ref_); }
@@ -1404,6 +1431,7 @@ void LuaProcess::Close() {
   }
   L_ = nullptr;
   global_state_ = nullptr;
+  globals_scratch_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
 }
 

@@ -23,6 +23,7 @@
 
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
+#include "bindings/small_globals.hpp"
 #include "bindings/state_arena.hpp"
 #include "bindings/string_cache.hpp"
 #include "bindings/task_kernel.hpp"
@@ -71,6 +72,8 @@ class LuaProcess final : public Process {
   // Pushes the chunk Preload loaded if it is `mod`, and forgets it either way.
   bool take_preloaded(lua_State* L, const Module& mod);
   void install_globals();
+  // Prepare again, with small_globals switched off for good.
+  bool prepare_without_small_globals();
   // Pushes package.loaded (the registry's _LOADED), which Prepare makes.
   void push_loaded(lua_State* L) const;
   // Pushes the `process` API table.
@@ -132,6 +135,7 @@ class LuaProcess final : public Process {
   TaskKernel kernel_;
   std::uint64_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them
   void* global_state_ = nullptr;  // LuaJIT's, in the arena for the state's life (allocate)
+  void* globals_scratch_ = nullptr;  // where lua_newstate's globals hash part went (small_globals.hpp)
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs

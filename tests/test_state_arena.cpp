@@ -4,7 +4,8 @@
 // state runs on it (and can be dropped without lua_close: the arena frees
 // its large blocks too), a block for the arena's life shares its chunk, and
 // arenas on several threads trade chunks through the shared pool without
-// losing or sharing one.
+// losing or sharing one. A state's first chunk is the smaller kind, and
+// lua_newstate's globals hash part is the block small_globals takes for it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/small_globals.hpp"
 #include "bindings/state_arena.hpp"
 #include "tests/watchdog.hpp"
 
@@ -238,4 +240,96 @@ TEST_CASE("arenas on several threads trade chunks through the pool without shari
     }
     for (auto& th : ts) th.join();
   }
+}
+
+TEST_CASE("a state's first chunk holds kFirstChunkBytes, the later ones kChunkBytes") {
+  // Counted in 128-byte blocks: a chunk gives its 16-byte header and any
+  // tail shorter than a block to nothing else.
+  StateArena arena;
+  std::vector<unsigned char*> blocks;
+  auto fill_chunk = [&] {
+    const std::size_t before = arena.chunk_count();
+    std::size_t n = 0;
+    for (;;) {
+      auto* p = static_cast<unsigned char*>(arena.allocate(128));
+      REQUIRE(p != nullptr);
+      std::memset(p, static_cast<int>(blocks.size() & 0xff), 128);
+      blocks.push_back(p);
+      if (arena.chunk_count() != before) return n;  // p opened the next chunk
+      ++n;
+    }
+  };
+  arena.allocate(128);  // opens the first chunk
+  CHECK(arena.chunk_count() == 1);
+  CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
+  CHECK(fill_chunk() + 1 == (StateArena::kChunkBytes - 16) / 128);
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    REQUIRE(std::all_of(blocks[i], blocks[i] + 128, [&](unsigned char c) { return c == (i & 0xff); }));
+  arena.release();
+  CHECK(arena.chunk_count() == 0);
+  // Released, the arena starts again from a first chunk.
+  arena.allocate(128);
+  CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
+}
+
+namespace {
+// lua_newstate's allocator as LuaProcess has it: the first block of the
+// globals hash part's size comes from small_globals' scratch, which must
+// never come back.
+struct ScratchState {
+  StateArena arena;
+  void* scratch = nullptr;
+  bool handed = false;
+  bool freed = false;
+};
+
+void* scratch_alloc(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
+  auto* s = static_cast<ScratchState*>(ud);
+  if (ptr && ptr == s->scratch) {
+    s->freed = true;
+    return nullptr;
+  }
+  if (!ptr && nsize == host::lua::small_globals::kHashBytes && !s->handed) {
+    s->handed = true;
+    return s->scratch;
+  }
+  return lua_alloc(&s->arena, ptr, osize, nsize);
+}
+}  // namespace
+
+TEST_CASE("small_globals: lua_newstate's globals hash part is the scratch block, and once replaced never comes back") {
+  // Were LuaJIT's table layout or allocation order other than
+  // small_globals expects, LuaProcess would keep the big table (and every
+  // idle process 1.4 KB more): this says whether it is as expected here.
+  for (int round = 0; round < 3; ++round) {
+    ScratchState s;
+    s.scratch = host::lua::small_globals::take_scratch();
+    REQUIRE(s.scratch != nullptr);
+    lua_State* L = lua_newstate(scratch_alloc, &s);
+    REQUIRE(L != nullptr);
+    REQUIRE(host::lua::small_globals::holds_globals(L, s.scratch));
+    const void* first = lua_topointer(L, LUA_GLOBALSINDEX);
+    bool replaced = false;
+    REQUIRE(lua_cpcall(L, [](lua_State* S) -> int {
+      *static_cast<bool*>(lua_touserdata(S, 1)) = host::lua::small_globals::replace(S);
+      return 0;
+    }, &replaced) == 0);
+    CHECK(replaced);
+    CHECK(lua_topointer(L, LUA_GLOBALSINDEX) != first);
+    CHECK_FALSE(host::lua::small_globals::holds_globals(L, s.scratch));
+    // The state runs on its new globals, through full collections that
+    // free the first table, and closes: the scratch block is never freed.
+    luaL_openlibs(L);
+    REQUIRE(luaL_dostring(L, "for i = 1, 200 do _G['g' .. i] = i end collectgarbage() "
+                             "local n = 0 for k, v in pairs(_G) do if type(k) == 'string' and k:match('^g%d+$') then "
+                             "n = n + 1 assert(v == tonumber(k:sub(2))) end end assert(n == 200) collectgarbage()") == 0);
+    lua_close(L);
+    CHECK_FALSE(s.freed);
+  }
+  // A state whose globals hash part came from elsewhere does not pass.
+  StateArena arena;
+  lua_State* L = lua_newstate(lua_alloc, &arena);
+  REQUIRE(L != nullptr);
+  CHECK_FALSE(host::lua::small_globals::holds_globals(L, host::lua::small_globals::take_scratch()));
+  lua_close(L);
 }
