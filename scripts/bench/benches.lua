@@ -1,7 +1,7 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "queue_memory", "pingpong", "ring", "send_1k", "send_tables",
-  "send_named" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "queue_memory", "pingpong", "ring",
+  "send_1k", "send_tables", "send_named" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -37,14 +37,18 @@ function B.spawn_conc(quick)
   return { params = "n=" .. n .. " concurrent", seconds = s, per_op = s / n * 1e6, unit = "us/spawn" }
 end
 
-function B.idle_memory(quick, h)
+-- n processes of `node` blocked in receive: the RSS each adds, and the Lua
+-- heap of the last one, which it reports before all are stopped. Run it
+-- alone (`-- idle_memory`): after other benchmarks, the chunks they left
+-- in the arenas' pools are reused without adding RSS.
+local function idle_processes(name, node, quick, h)
   local n = quick and 10000 or 100000
   collectgarbage()
   local before = h.rss_kb()
   local t0 = time.now()
   local pids = {}
   for i = 1, n do
-    pids[i] = assert(process.spawn("nodes.idle"))
+    pids[i] = assert(process.spawn(node))
     if i % 1000 == 0 then time.sleep(0) end
   end
   -- Ask the last one for its heap: by the time it answers, all have started.
@@ -54,10 +58,16 @@ function B.idle_memory(quick, h)
   local after = h.rss_kb()
   for i = 1, n do process.send(pids[i], "stop", nil) end
   local per_kb = (after - before) / n
-  print(string.format("idle_memory: %.1f KB RSS per process, %.1f KB counted Lua heap per process", per_kb, heap / 1024))
-  print(string.format("MEMORY idle_memory %.2f", per_kb))  -- for tests/bench/compare.sh
+  print(string.format("%s: %.1f KB RSS per process, %.1f KB counted Lua heap per process", name, per_kb, heap / 1024))
+  print(string.format("MEMORY %s %.2f", name, per_kb))  -- for tests/bench/compare.sh
   return { params = "n=" .. n, seconds = s, per_op = per_kb, unit = "KB RSS/proc" }
 end
+
+-- The Savina-style idle process: a one-function module, nothing opened.
+function B.idle_memory(quick, h) return idle_processes("idle_memory", "nodes.idle", quick, h) end
+
+-- One that has used the base library and keeps a small table.
+function B.idle_memory_lib(quick, h) return idle_processes("idle_memory_lib", "nodes.idle_lib", quick, h) end
 
 function B.pingpong(quick)
   local n = quick and 20000 or 200000
