@@ -152,13 +152,16 @@ return { main = function()
       T.ok(pid)
     end },
     { "monitor gets exactly one exit event; unmonitor stops it", function()
-      local pid = assert(process.spawn("fixtures.crash", "after", 0.05))
+      -- It crashes 0.3 s from now, the monitors made well before (a loaded
+      -- CI machine may hold this process tens of milliseconds), and the
+      -- select below waits past the crash.
+      local pid = assert(process.spawn("fixtures.crash", "after", 0.3))
       T.eq(process.monitor(pid), true)
       T.eq(process.monitor(pid), true)
       T.eq(process.unmonitor(pid), true)
       local quiet = assert(process.spawn("fixtures.crash", "after", 0.01))
       process.monitor(quiet); process.unmonitor(quiet)
-      local r = channel.select { process.events():case_receive(), time.after(0.3):case_receive() }
+      local r = channel.select { process.events():case_receive(), time.after(0.7):case_receive() }
       T.eq(r.value, r.value)  -- either a number (timeout) or an event: no exit may arrive
       T.ok(type(r.value) == "number", "no exit event after unmonitor")
       T.match(select(2, process.monitor(pid)), "^not_found")
