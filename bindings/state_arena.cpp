@@ -74,6 +74,9 @@ class ChunkPool {
       const std::size_t bytes = chunk_bytes_ * kSlabChunks;
       void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED) return nullptr;
+      // Small pages only: where transparent huge pages are on for every
+      // mapping, a slab's first touch would make 2 MB of it resident.
+      madvise(m, bytes, MADV_NOHUGEPAGE);
       slab_next_ = static_cast<char*>(m);
       slab_end_ = slab_next_ + bytes;
     }
