@@ -64,6 +64,9 @@ class LuaProcess final : public Process {
   // allocate's other cases: a resize, a large block, a new chunk, the limit.
   [[gnu::noinline]] void* allocate_slow(void* ptr, std::size_t osize, std::size_t nsize);
   static void* allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize);
+  // allocate_global's own cases: the global state's block and its free,
+  // and the globals hash part (small_globals.hpp).
+  [[gnu::noinline]] void* allocate_newstate_special(void* ptr, std::size_t osize, std::size_t nsize);
 
   // Pushes on L (the main state or one of its coroutines) the entry's method
   // function, loading the newest module version; or returns the error (SPEC
