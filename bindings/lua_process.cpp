@@ -1143,11 +1143,12 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
-void LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
+bool LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
   auto it = monitors_.find(target);
-  if (it == monitors_.end()) return;
-  std::erase(it->second, ref);
+  if (it == monitors_.end()) return false;
+  const bool held = std::erase(it->second, ref) != 0;
   if (it->second.empty()) monitors_.erase(it);
+  return held;
 }
 
 void LuaProcess::flush_commands(StepOutput& out) {
@@ -1271,7 +1272,10 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         kernel_.event(L, Name::cancel, {Name::from, Name::reason});
         break;
       case EventKind::Exit: {
-        forget_monitor(ev.from, ev.tag);  // an exit ends its monitor
+        // An exit ends its monitor. One already on its way when unmonitor or
+        // unwatch dropped the monitor is dropped too: as with Erlang's
+        // demonitor, none comes after.
+        if (!forget_monitor(ev.from, ev.tag)) break;
         push_pid(L, ev.from);
         const bool failed = ev.failed;
         if (failed) {

@@ -99,7 +99,8 @@ class LuaProcess final : public Process {
   void queue_run(lua_State* L, std::span<Event> run);
   void flush_commands(StepOutput& out);
   void probe_jit();
-  void forget_monitor(const Pid& target, std::uint64_t ref);
+  // Drops monitor `ref` of target; false when it held none such.
+  bool forget_monitor(const Pid& target, std::uint64_t ref);
 
   // What a step or a message reads comes first, together (with the
   // arena's first line and the kernel's first fields): in a ring of 1000
