@@ -71,7 +71,16 @@ function M.call(dest, topic, value, timeout)
   end
   local timer = time.after(secs)
   local r = channel.select { box:case_receive(), watch:case_receive(), timer:case_receive() }
-  if r.channel ~= watch then process.unwatch(pid, watch) end
+  local exited = r.channel == watch
+  if exited then
+    -- A reply the callee sent just before it exited can arrive in the same
+    -- step as its exit, which woke this select before the dispatcher could
+    -- hand the reply over: one yield lets it, and the reply wins.
+    time.sleep(0)
+    local late = channel.select { box:case_receive(), default = true }
+    if not late.default then r = late end
+  end
+  if not exited then process.unwatch(pid, watch) end
   if r.channel ~= box then
     pending[ref] = nil
     if r.channel == timer then return nil, "timeout" end

@@ -55,9 +55,11 @@ end
 -- child has started, or nil, err at the first child that does not start
 -- (the supervisor then fails, which reaches the caller over the link).
 function M.start(spec)
-  local pid, err = process.spawn_linked("supervisor:run", check_spec(spec))
+  local pid, err = process.spawn_linked("supervisor:run", check_spec(spec), process.pid())
   if not pid then return nil, err end
-  -- The supervisor answers calls only after starting its children.
+  -- The supervisor answers calls only after starting its children; one
+  -- whose child did not start answers this first call with that error
+  -- (waiting for it: it may have failed before the call was made).
   local ok, cerr = request.call(pid, "$supervisor", { op = "which_children" }, spec.start_timeout or 30)
   if not ok then return nil, cerr end
   return pid
@@ -86,8 +88,8 @@ function M.restart_children(sup, timeout)
   return r, err
 end
 
--- The supervisor process.
-function M.run(spec)
+-- The supervisor process; starter is the process whose start waits for it.
+function M.run(spec, starter)
   spec = check_spec(spec)
   process.set_options { trap_links = true }
   if spec.name then assert(process.registry.register(spec.name)) end
@@ -170,6 +172,24 @@ function M.run(spec)
     end
   end
 
+  -- start's call, answered with why the first start failed. The call may
+  -- not have come yet (start watches the supervisor first, and would only
+  -- learn that it had gone), so it is awaited, unless the starter is gone.
+  local function fail_start_call(why)
+    local inbox, events, deadline = process.inbox(), process.events(), time.after(spec.start_timeout or 30)
+    while true do
+      local r = channel.select { inbox:case_receive(), events:case_receive(), deadline:case_receive() }
+      local m = r.value
+      if r.channel == deadline then return end
+      if r.channel == events then
+        if m.kind == "link_down" and m.from == starter then return end
+      elseif m.from == starter and m.topic == "$supervisor" and request.is_call(m) then
+        request.fail(m, why)
+        return
+      end
+    end
+  end
+
   -- The first start, as in OTP: a child that does not start stops the
   -- ones started before it and the supervisor, with that child's error
   -- (no retries: a restart that fails is retried, within the intensity).
@@ -177,7 +197,9 @@ function M.run(spec)
     local ok, err = start_child(i)
     if not ok then
       stop_all()
-      error(string.format("supervisor: child '%s' did not start: %s", children[i].spec.id, err), 0)
+      local why = string.format("supervisor: child '%s' did not start: %s", children[i].spec.id, err)
+      if starter then fail_start_call(why) end
+      error(why, 0)
     end
   end
 
