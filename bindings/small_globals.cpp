@@ -49,7 +49,7 @@ bool holds_globals(lua_State* L, const void* scratch) {
   const void* t = lua_topointer(L, LUA_GLOBALSINDEX);
   if (!t || !scratch) return false;
   const HashPart h = read(t);
-  return h.node == scratch && h.hmask == kHashBytes / 24 - 1 &&
+  return h.node == scratch && h.hmask == kHashNodes - 1 &&
          h.freetop == static_cast<const unsigned char*>(scratch) + kHashBytes;
 }
 

@@ -29,7 +29,8 @@ struct lua_State;
 namespace host::lua::small_globals {
 
 // The size of lua_newstate's globals hash part: 64 nodes of 24 bytes.
-inline constexpr std::size_t kHashBytes = 64 * 24;
+inline constexpr std::size_t kHashNodes = 64;
+inline constexpr std::size_t kHashBytes = kHashNodes * 24;
 
 // While enabled: this thread's scratch block for a new state's globals
 // hash part; nullptr once disabled.
