@@ -1,6 +1,6 @@
 -- idle_memory_lib: has used the base library (tostring, ipairs) and keeps
--- a small table, then waits in receive until stopped; answers "heap" with
--- its memory.
+-- a small table, then waits as nodes.idle does.
+local idle = require("nodes.idle")
 local M = {}
 
 function M.main()
@@ -9,11 +9,7 @@ function M.main()
   local count = 0
   for _ in ipairs(names) do count = count + 1 end
   assert(count == 10)
-  while true do
-    local m = process.receive()
-    if m.topic == "stop" then return end
-    if m.topic == "heap" then process.send(m.from, "heap", process.memory()) end
-  end
+  return idle.main()
 end
 
 return M
