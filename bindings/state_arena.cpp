@@ -1,16 +1,13 @@
-// StateArena: size classes, chunk carving, and the chunk pool shared by all
-// states.
+// StateArena: size classes, chunk carving, and each thread's chunks in
+// front of the shared pools.
 #include "bindings/state_arena.hpp"
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
+#include "bindings/chunk_pool.hpp"
 #include "host/config.hpp"
 
 namespace host::lua {
@@ -21,88 +18,13 @@ namespace {
 // aligned) whose first word links the arena's chunks together.
 constexpr std::size_t kHeader = 16;
 
-// Two kinds of chunk, each with its own pool. A state's first chunk
-// (kFirstChunkBytes) holds all an idle process keeps; first chunks are
-// carved side by side out of slabs of kSlabChunks, so neighbours share the
-// pages at their edges and an idle process costs about its chunk's bytes of
-// RSS, not a whole number of pages (16 KB chunks from malloc cost every idle
-// process 4 pages for about 15 KB). Later chunks (kChunkBytes) come from
-// malloc. Slabs are never unmapped; a first chunk the pool has no room for
-// gives its inner pages back to the system instead (madvise).
-constexpr std::size_t kSlabChunks = 256;
-
-// The chunks no state holds. Any thread; everything is guarded by mu_.
-class ChunkPool {
- public:
-  ChunkPool(std::size_t chunk_bytes, bool slabs) : chunk_bytes_(chunk_bytes), slabs_(slabs) {}
-
-  // Moves up to n chunks into out: pooled ones, else new slab chunks.
-  void take(std::vector<void*>& out, std::size_t n) {
-    std::lock_guard lock(mu_);
-    while (n > 0 && !free_.empty()) {
-      out.push_back(free_.back());
-      free_.pop_back();
-      --n;
-    }
-    while (slabs_ && n-- > 0) {
-      void* c = carve_from_slab();
-      if (!c) break;
-      out.push_back(c);
-    }
-  }
-  // Takes the last n chunks of in; frees those beyond the pool's cap (a
-  // slab chunk keeps its place in the pool, without its inner pages).
-  void give(std::vector<void*>& in, std::size_t n) {
-    std::lock_guard lock(mu_);
-    while (n-- > 0 && !in.empty()) {
-      void* c = in.back();
-      in.pop_back();
-      if (free_.size() < config::kArenaPoolMaxChunks) {
-        free_.push_back(c);
-      } else if (slabs_) {
-        drop_inner_pages(c);
-        free_.push_back(c);
-      } else {
-        std::free(c);
-      }
-    }
-  }
-
- private:
-  void* carve_from_slab() {
-    if (slab_next_ == slab_end_) {
-      const std::size_t bytes = chunk_bytes_ * kSlabChunks;
-      void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (m == MAP_FAILED) return nullptr;
-      // Small pages only: where transparent huge pages are on for every
-      // mapping, a slab's first touch would make 2 MB of it resident.
-      madvise(m, bytes, MADV_NOHUGEPAGE);
-      slab_next_ = static_cast<char*>(m);
-      slab_end_ = slab_next_ + bytes;
-    }
-    void* c = slab_next_;
-    slab_next_ += chunk_bytes_;
-    return c;
-  }
-  void drop_inner_pages(void* c) const {
-    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto begin = (reinterpret_cast<std::uintptr_t>(c) + page - 1) & ~(page - 1);
-    const auto end = (reinterpret_cast<std::uintptr_t>(c) + chunk_bytes_) & ~(page - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  }
-
-  const std::size_t chunk_bytes_;
-  const bool slabs_;
-  std::mutex mu_;
-  std::vector<void*> free_;
-  char* slab_next_ = nullptr;
-  char* slab_end_ = nullptr;
-};
-
-// Never destroyed: states may close while static destructors run.
+// Two kinds of chunk, each with its own pool (chunk_pool.hpp): a state's
+// first chunk (kFirstChunkBytes, all an idle process keeps) carved from
+// slabs, so that an idle process costs about its chunk's bytes of RSS; later
+// chunks (kChunkBytes) from malloc. Never destroyed: states may close while static destructors run.
 ChunkPool& pool(bool first) {
-  static ChunkPool* p = new ChunkPool(StateArena::kChunkBytes, false);
-  static ChunkPool* f = new ChunkPool(StateArena::kFirstChunkBytes, true);
+  static ChunkPool* p = new ChunkPool(StateArena::kChunkBytes, false, config::kArenaPoolMaxChunks);
+  static ChunkPool* f = new ChunkPool(StateArena::kFirstChunkBytes, true, config::kArenaPoolMaxChunks);
   return first ? *f : *p;
 }
 

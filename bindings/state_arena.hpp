@@ -41,7 +41,7 @@ class StateArena {
   static constexpr std::size_t kChunkBytes = 16 * 1024;
   // A state's first chunk: an idle process's heap fits it (13.6 KB for
   // the benchmarks' idle module, tests/lua/test_processes.lua checks a
-  // like one); see state_arena.cpp for why it is not a whole number of pages.
+  // like one); see chunk_pool.hpp for why it is not a whole number of pages.
   static constexpr std::size_t kFirstChunkBytes = 14 * 1024;
   static constexpr std::size_t kMaxSmall = 2048;
 

@@ -6,7 +6,12 @@
 // arenas on several threads trade chunks through the shared pool without
 // losing or sharing one. A state's first chunk is the smaller kind, and
 // lua_newstate's globals hash part is the block small_globals takes for it.
+// A chunk pool keeps what it is given up to its cap; past it a slab chunk
+// keeps its place without its inner pages, a malloc'd one is freed.
 #include <doctest/doctest.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,10 +22,12 @@
 
 #include <lua.hpp>
 
+#include "bindings/chunk_pool.hpp"
 #include "bindings/small_globals.hpp"
 #include "bindings/state_arena.hpp"
 #include "tests/watchdog.hpp"
 
+using host::lua::ChunkPool;
 using host::lua::StateArena;
 using host::testing::Watchdog;
 using namespace std::chrono_literals;
@@ -332,4 +339,71 @@ TEST_CASE("small_globals: lua_newstate's globals hash part is the scratch block,
   REQUIRE(L != nullptr);
   CHECK_FALSE(host::lua::small_globals::holds_globals(L, host::lua::small_globals::take_scratch()));
   lua_close(L);
+}
+
+namespace {
+
+// How many of the pages wholly inside [p, p + n) are resident.
+std::size_t resident_inner_pages(void* p, std::size_t n) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + n) & ~(page - 1);
+  if (end <= begin) return 0;
+  std::vector<unsigned char> vec((end - begin) / page);
+  REQUIRE(mincore(reinterpret_cast<void*>(begin), end - begin, vec.data()) == 0);
+  return static_cast<std::size_t>(std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return v & 1; }));
+}
+
+}  // namespace
+
+TEST_CASE("a slab pool keeps chunks up to its cap; past it a chunk stays pooled without its inner pages") {
+  constexpr std::size_t kBytes = StateArena::kFirstChunkBytes;
+  ChunkPool pool(kBytes, true, 4);
+  std::vector<void*> chunks;
+  pool.take(chunks, 6);
+  REQUIRE(chunks.size() == 6);
+  // Side by side in one slab, each written through (made resident).
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    if (i > 0) CHECK(static_cast<char*>(chunks[i]) == static_cast<char*>(chunks[i - 1]) + kBytes);
+    std::memset(chunks[i], static_cast<int>(0x40 + i), kBytes);
+  }
+  const std::size_t inner = resident_inner_pages(chunks[0], kBytes);
+  REQUIRE(inner >= 2);  // 14 KB holds at least two whole pages
+  std::vector<void*> given = chunks;
+  pool.give(given, 6);  // the last one given first: chunks[5] .. chunks[2] fit the cap
+  CHECK(given.empty());
+  CHECK(pool.pooled() == 6);
+  for (std::size_t i = 2; i < 6; ++i) CHECK(resident_inner_pages(chunks[i], kBytes) == inner);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(resident_inner_pages(chunks[i], kBytes) == 0);
+  // The chunks come back, every one usable, before any new slab chunk.
+  std::vector<void*> again;
+  pool.take(again, 6);
+  std::sort(again.begin(), again.end());
+  CHECK(again == chunks);
+  for (void* c : again) {
+    std::memset(c, 0x7f, kBytes);
+    CHECK(static_cast<unsigned char*>(c)[kBytes - 1] == 0x7f);
+  }
+  // One more is carved after them.
+  std::vector<void*> more;
+  pool.take(more, 1);
+  REQUIRE(more.size() == 1);
+  CHECK(static_cast<char*>(more[0]) == static_cast<char*>(chunks[5]) + kBytes);
+}
+
+TEST_CASE("a malloc pool frees the chunks past its cap and makes none itself") {
+  ChunkPool pool(StateArena::kChunkBytes, false, 2);
+  std::vector<void*> out;
+  pool.take(out, 3);
+  CHECK(out.empty());
+  std::vector<void*> chunks;
+  for (int i = 0; i < 5; ++i) chunks.push_back(std::malloc(StateArena::kChunkBytes));
+  const std::vector<void*> kept{chunks[4], chunks[3]};
+  pool.give(chunks, 5);  // two kept, three freed (ASan would name a leak or a double free)
+  CHECK(chunks.empty());
+  CHECK(pool.pooled() == 2);
+  pool.take(out, 5);
+  REQUIRE(out.size() == 2);
+  CHECK(((out[0] == kept[0] && out[1] == kept[1]) || (out[0] == kept[1] && out[1] == kept[0])));
+  for (void* c : out) std::free(c);
 }
