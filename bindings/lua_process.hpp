@@ -46,6 +46,8 @@ class LuaProcess final : public Process {
   // After Prepare: loads the newest version of `module` without running it,
   // for Init to use if its entry is that version. Nothing when it fails.
   void Preload(const std::string& module);
+  // Whether Preload loaded `module` (some version of it).
+  bool preloaded(const std::string& module) const { return preloaded_ && preloaded_->name == module; }
   std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;

@@ -37,7 +37,8 @@ class SpareProcesses {
   SpareProcesses& operator=(const SpareProcesses&) = delete;
 
   // A prepared process, or null when there is none (which raises the
-  // number kept). `module` (the entry's) is what the next spares load.
+  // number kept): one that loaded `module` when there is one. `module` (the
+  // entry's) is what the next spares load.
   std::unique_ptr<LuaProcess> take(const std::string& module);
   // Makes one spare if fewer than the target exist or are being made. False
   // when there were enough (or memory ran out): the idle job's contract.
