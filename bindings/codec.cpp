@@ -9,11 +9,14 @@
 
 #include <lua.hpp>
 
+#include "bindings/luajit_layout.hpp"
 #include "bindings/string_cache.hpp"
 #include "host/error.hpp"
 
 namespace host::lua {
 namespace {
+
+bool raw_tables_checked();
 
 void put_long_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -77,7 +80,8 @@ inline bool put_scalar(lua_State* L, int idx, int type, std::string& out) {
 // fails: each table on the way out adds its key, innermost first.
 class Encoder {
  public:
-  Encoder(lua_State* L, std::string& out) : L_(L), out_(out) {}
+  // raw: tables may be read straight from LuaJIT's memory (raw_table).
+  Encoder(lua_State* L, std::string& out, bool raw = raw_tables_checked()) : L_(L), out_(out), raw_(raw) {}
 
   // Encodes the value at absolute index idx (of type `type` when the
   // caller knows it).
@@ -88,6 +92,9 @@ class Encoder {
     const char* what = type == LUA_TTHREAD ? "coroutine" : type == LUA_TFUNCTION ? "function" : "userdata";
     return fail(ErrorKind::Invalid, std::string("cannot send ") + what);
   }
+
+  // The table at idx through raw_table alone (for its check).
+  bool raw_only(int idx) { return raw_table(static_cast<const unsigned char*>(lua_topointer(L_, idx)), 0); }
 
   // The error of a failed value(), naming the value's path under root.
   std::string error(const std::string& root) const {
@@ -110,6 +117,11 @@ class Encoder {
   // receiver gets the same contents). Both counts are known only at the
   // end: one-byte placeholders, widened in the rare count of 128 or more.
   bool table(int idx) {
+    if (depth_ == 0 && raw_) {
+      const std::size_t mark = out_.size();
+      if (raw_only(idx)) return true;
+      out_.resize(mark);
+    }
     // The root's address only once a nested table asks (in_cycle): a flat
     // table (most payloads) never pays for lua_topointer (30 instructions).
     const void* self = nullptr;
@@ -163,6 +175,87 @@ class Encoder {
     return true;
   }
 
+  // The table t (a GCtab) read straight from LuaJIT's memory, in the order
+  // lua_next gives (the array part, then the hash part), so the bytes are
+  // table()'s: about a fifth of its instructions, which are mostly the C
+  // API's checks of each call. Tables of nil, booleans, numbers, strings
+  // and such tables only: false (out_ partly written) at anything else (a
+  // value that cannot be sent, a cycle, nesting too deep), and table() then
+  // walks it again through the C API, which names what was wrong.
+  bool raw_table(const unsigned char* t, std::size_t depth) {
+    namespace LL = luajit_layout;
+    if (depth >= ancestors_.size()) return false;
+    for (std::size_t i = 0; i < depth; ++i)
+      if (ancestors_[i] == t) return false;
+    ancestors_[depth] = t;
+    out_.push_back(kTable);
+    const std::size_t n_at = out_.size();
+    out_.push_back(0);
+    const std::size_t m_at = out_.size();
+    out_.push_back(0);
+    std::size_t n = 0;
+    std::size_t m = 0;
+    bool in_array = true;  // as in table(): keys 1, 2, ... while they come first
+    const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
+    const std::uint32_t asize = LL::load32(t + LL::kAsizeOffset);
+    for (std::uint32_t i = 0; i < asize; ++i) {
+      const std::uint64_t v = LL::load64(array + 8 * std::size_t{i});
+      if (LL::is_nil(v)) continue;
+      if (in_array && i == n + 1) {
+        ++n;
+      } else {
+        in_array = false;
+        put_number(out_, static_cast<double>(i));
+        ++m;
+      }
+      if (!raw_value(v, depth)) return false;
+    }
+    const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
+    const std::uint32_t hmask = LL::load32(t + LL::kHmaskOffset);
+    for (std::uint32_t i = 0; i <= hmask; ++i) {
+      const unsigned char* slot = node + LL::kNodeBytes * std::size_t{i};
+      const std::uint64_t v = LL::load64(slot);
+      if (LL::is_nil(v)) continue;
+      const std::uint64_t k = LL::load64(slot + LL::kNodeKeyOffset);
+      if (in_array && LL::is_number(k) && LL::number(k) == static_cast<double>(n + 1)) {
+        ++n;
+      } else {
+        in_array = false;
+        if (!raw_value(k, depth)) return false;
+        ++m;
+      }
+      if (!raw_value(v, depth)) return false;
+    }
+    // The later count first: widening n's moves m's.
+    put_count(m_at, m);
+    put_count(n_at, n);
+    return true;
+  }
+
+  // One TValue of a table at depth `depth`: a scalar inline (most are), a
+  // table through raw_table.
+  [[gnu::always_inline]] bool raw_value(std::uint64_t v, std::size_t depth) {
+    namespace LL = luajit_layout;
+    if (LL::is_number(v)) {
+      put_number(out_, LL::number(v));
+      return true;
+    }
+    const std::uint32_t tag = LL::tag(v);
+    if (tag == LL::kTagStr) {
+      const unsigned char* s = LL::object(v);
+      const std::uint32_t n = LL::load32(s + LL::kStrLenOffset);
+      out_.push_back(kString);
+      put_varint(out_, n);
+      out_.append(reinterpret_cast<const char*>(s + LL::kStrBytes), n);
+      return true;
+    }
+    if (tag == LL::kTagFalse || tag == LL::kTagTrue) {
+      out_.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
+      return true;
+    }
+    return tag == LL::kTagTab && raw_table(LL::object(v), depth + 1);
+  }
+
   // Whether the table at address self is one of those being encoded; the
   // root's address is taken here, the first time a nested table asks.
   bool in_cycle(const void* self) {
@@ -214,6 +307,7 @@ class Encoder {
 
   lua_State* L_;
   std::string& out_;
+  const bool raw_;
   // The tables being encoded, outermost first: their addresses, the root's
   // null until in_cycle needs it (its stack index is root_index_).
   std::array<const void*, kMaxDepth> ancestors_;
@@ -316,6 +410,127 @@ class Decoder {
   std::string error_;
 };
 
+// Tables of the shapes raw_table meets, made by Lua itself (no library
+// needed): array parts with holes and a key 0, hash parts of every key type,
+// nesting, a table met twice, keys past the array part, grown tables.
+constexpr const char* kRawCheckTables = R"lua(
+local long = "" for i = 1, 60 do long = long .. "long text " end
+local t = {}
+t[1] = {}
+t[2] = { n = 1 }
+t[3] = { 1, 2, 3, "x", true, false, -0.0, 0/0, 1/0, -1/0, -1.5, 2^53, 2^63, -2^70, long }
+t[4] = { [0] = 1, 2, 3 }
+t[5] = { 1, nil, 3, nil, 5 }
+t[6] = { a = true, b = false, [1.5] = "f", [-3] = 0/0, [true] = "t", [false] = long, [""] = 0 }
+t[7] = { x = { y = { z = "deep", { 1, { 2 } } } } }
+t[8] = { 1, 2, x = 3, [10] = 4, [3] = 5 }
+local big = {} for i = 1, 200 do big[i] = i * 3 end for i = 1, 150 do big["k" .. i] = { i } end
+t[9] = big
+local grown = {} for i = 1, 40 do grown[i] = i end for i = 1, 40, 3 do grown[i] = nil end grown.s = "s"
+t[10] = grown
+local shared = { 1 }
+t[11] = { shared, shared, { shared } }
+local holes = {} holes[2] = 2 holes[3] = 3
+t[12] = holes
+local keys = {} for i = 1, 300 do keys[i * 1.5] = i end
+t[13] = keys
+return t, { 1, function() end }, { x = { y = {} } }
+)lua";
+
+// Whether LuaJIT lays out tables and strings as luajit_layout.hpp says,
+// checked once on a state of its own. First what needs no pointer read
+// from the layout followed (a string's bytes and length; a new table's
+// sizes, its array in place, values set through the C API found where
+// expected); then raw_table's bytes against table()'s for tables of every
+// shape, and its refusal of a function and of a cycle.
+bool check_raw_tables() {
+  namespace LL = luajit_layout;
+  lua_State* L = luaL_newstate();
+  if (!L) return false;
+  struct Closer {
+    lua_State* L;
+    ~Closer() { lua_close(L); }
+  } closer{L};
+  for (std::size_t len : {0, 1, 5, 40, 300}) {
+    std::string text(len, 'a');
+    for (std::size_t i = 0; i < len; ++i) text[i] = static_cast<char>('a' + i % 26);
+    lua_pushlstring(L, text.data(), len);
+    const auto* g = static_cast<const unsigned char*>(lua_topointer(L, -1));
+    const char* bytes = lua_tostring(L, -1);
+    if (!g || bytes != reinterpret_cast<const char*>(g + LL::kStrBytes) || LL::load32(g + LL::kStrLenOffset) != len)
+      return false;
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, 5, 3);
+  const auto* t = static_cast<const unsigned char*>(lua_topointer(L, -1));
+  const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
+  const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
+  if (LL::load32(t + LL::kAsizeOffset) != 6 || LL::load32(t + LL::kHmaskOffset) != 3 ||
+      array != t + LL::kTableBytes || LL::load_ptr(t + LL::kFreetopOffset) != node + 4 * LL::kNodeBytes)
+    return false;
+  lua_pushnumber(L, 42.5);
+  lua_rawseti(L, -2, 1);
+  lua_pushboolean(L, 1);
+  lua_rawseti(L, -2, 2);
+  lua_pushliteral(L, "key");
+  lua_pushliteral(L, "value");
+  const void* key = lua_topointer(L, -2);
+  const void* val = lua_topointer(L, -1);
+  lua_rawset(L, -3);
+  if (!LL::is_number(LL::load64(array + 8)) || LL::number(LL::load64(array + 8)) != 42.5 ||
+      LL::tag(LL::load64(array + 16)) != LL::kTagTrue || !LL::is_nil(LL::load64(array + 24)))
+    return false;
+  int found = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::uint64_t v = LL::load64(node + i * LL::kNodeBytes);
+    const std::uint64_t k = LL::load64(node + i * LL::kNodeBytes + LL::kNodeKeyOffset);
+    if (LL::is_nil(v)) continue;
+    if (LL::tag(v) != LL::kTagStr || LL::object(v) != val || LL::tag(k) != LL::kTagStr || LL::object(k) != key)
+      return false;
+    ++found;
+  }
+  if (found != 1) return false;
+  lua_pop(L, 1);
+  if (luaL_loadstring(L, kRawCheckTables) != 0 || lua_pcall(L, 0, 3, 0) != 0) return false;
+  // The tables: the same bytes both ways.
+  for (int i = 1; i <= static_cast<int>(lua_objlen(L, 1)); ++i) {
+    lua_rawgeti(L, 1, i);
+    const int idx = lua_gettop(L);
+    std::string api, raw;
+    if (!Encoder(L, api, false).value(idx) || !Encoder(L, raw, false).raw_only(idx) || api != raw) return false;
+    lua_pop(L, 1);
+  }
+  // A function, and a cycle (made here): refused, for table() to name.
+  std::string out;
+  if (Encoder(L, out, false).raw_only(2)) return false;
+  lua_getfield(L, 3, "x");
+  lua_getfield(L, -1, "y");
+  lua_pushvalue(L, 3);
+  lua_setfield(L, -2, "back");
+  lua_pop(L, 2);
+  out.clear();
+  return !Encoder(L, out, false).raw_only(3);
+}
+
+bool raw_tables_checked() {
+  static const bool ok = check_raw_tables();
+  return ok;
+}
+
+// encode_values' general case, with the table walk chosen.
+std::string encode_values_through(lua_State* L, int first, int n, std::string& out, const char* root, bool raw) {
+  const std::size_t mark = out.size();
+  put_varint(out, static_cast<std::uint64_t>(n));
+  Encoder enc(L, out, raw);
+  for (int i = 0; i < n; ++i) {
+    if (!enc.value(first + i)) {
+      out.resize(mark);
+      return enc.error(root + std::to_string(i + 1));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root) {
@@ -334,18 +549,15 @@ std::string encode_value(lua_State* L, int idx, int type, std::string& out, cons
   return enc.error(root);
 }
 
+bool reads_tables_raw() { return raw_tables_checked(); }
+
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root) {
   if (n == 1) return encode_value(L, first, out, root);
-  const std::size_t mark = out.size();
-  put_varint(out, static_cast<std::uint64_t>(n));
-  Encoder enc(L, out);
-  for (int i = 0; i < n; ++i) {
-    if (!enc.value(first + i)) {
-      out.resize(mark);
-      return enc.error(root + std::to_string(i + 1));
-    }
-  }
-  return {};
+  return encode_values_through(L, first, n, out, root, raw_tables_checked());
+}
+
+std::string encode_values_through_api(lua_State* L, int first, int n, std::string& out) {
+  return encode_values_through(L, first, n, out, "value", false);
 }
 
 void push_string(lua_State* L, std::string_view s, StringCache* strings) {

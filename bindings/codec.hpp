@@ -32,6 +32,16 @@ std::string encode_value(lua_State* L, int idx, std::string& out, const char* ro
 // The same when the caller has the value's type (lua_type(L, idx)) already.
 std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
 
+// Whether tables are read straight from LuaJIT's memory (codec.cpp,
+// raw_table: a fifth of the C API walk's instructions), which holds where
+// a check on a state of the codec's own, made at the first encode, found
+// LuaJIT's layout as expected; else every table goes through the C API.
+bool reads_tables_raw();
+// encode_values through the C API walk alone, whatever reads_tables_raw
+// says (the root of a refused value's path is "value<i>"): for tests that
+// compare the two walks.
+std::string encode_values_through_api(lua_State* L, int first, int n, std::string& out);
+
 class StringCache;
 
 // Pushes the values encoded in bytes; returns how many, or -1 with *error set.

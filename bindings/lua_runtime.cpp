@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "bindings/codec.hpp"
 #include "bindings/lua_process.hpp"
 #include "host/error.hpp"
 
@@ -33,6 +34,9 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=receive", k_receive_source, receive_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("process.receive does not compile: " + err);
+  // The codec's check of LuaJIT's table layout (reads_tables_raw) runs
+  // once; here, rather than in some process's first send.
+  (void)reads_tables_raw();
   err = ModuleCache::compile("=message", k_message_source, message_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the message constructor does not compile: " + err);
   scheduler_.set_idle_job([this] { return spares_.make_one(); });

@@ -7,19 +7,18 @@
 
 #include <lua.hpp>
 
+#include "bindings/luajit_layout.hpp"
+
 namespace host::lua::small_globals {
 
 namespace {
 
-std::atomic<bool> enabled{true};
+using luajit_layout::kFreetopOffset;
+using luajit_layout::kHmaskOffset;
+using luajit_layout::kNodeOffset;
+using luajit_layout::kTableBytes;
 
-// LuaJIT 2.1's GCtab in GC64 mode (lj_obj.h): 64 bytes; the hash part's
-// address at byte 40, its size minus one (hmask) at 52, and its first
-// free node from the end (freetop) at 56.
-constexpr std::size_t kTableBytes = 64;
-constexpr std::size_t kNodeOffset = 40;
-constexpr std::size_t kHmaskOffset = 52;
-constexpr std::size_t kFreetopOffset = 56;
+std::atomic<bool> enabled{true};
 
 struct HashPart {
   void* node;

@@ -17,20 +17,22 @@
 // Which allocation is the hash part is known only from LuaJIT's order
 // (the first of that size in lua_newstate), so holds_globals checks it
 // after lua_newstate against the table itself (its layout in LuaJIT 2.1's
-// GC64 mode, lj_obj.h's GCtab). Where the check fails (another LuaJIT
+// GC64 mode, luajit_layout.hpp). Where the check fails (another LuaJIT
 // build), the state is dropped unused and the scratch is switched off for
 // good (disable): the states keep LuaJIT's own table.
 #pragma once
 
 #include <cstddef>
 
+#include "bindings/luajit_layout.hpp"
+
 struct lua_State;
 
 namespace host::lua::small_globals {
 
-// The size of lua_newstate's globals hash part: 64 nodes of 24 bytes.
+// The size of lua_newstate's globals hash part: 64 nodes.
 inline constexpr std::size_t kHashNodes = 64;
-inline constexpr std::size_t kHashBytes = kHashNodes * 24;
+inline constexpr std::size_t kHashBytes = kHashNodes * luajit_layout::kNodeBytes;
 
 // While enabled: this thread's scratch block for a new state's globals
 // hash part; nullptr once disabled.

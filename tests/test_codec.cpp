@@ -1,5 +1,6 @@
 // Tests of the value codec (bindings/codec.hpp): round trips, refusals with
-// paths, and a decoder that survives truncated and corrupted input.
+// paths, a decoder that survives truncated and corrupted input, and tables
+// read straight from LuaJIT's memory giving the C API walk's bytes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -337,4 +338,95 @@ TEST_CASE("random and corrupted bytes never crash the decoder") {
     REQUIRE(lua_gettop(s.L) == 0);
   }
   CHECK(decoded > 0);  // some corruptions are still valid values
+}
+
+TEST_CASE("tables read straight from LuaJIT's memory give the C API walk's bytes, for tables of every shape") {
+  // On this LuaJIT the layout check passes: were it to fail silently, every
+  // table would take the slower walk and this would say so.
+  CHECK(host::lua::reads_tables_raw());
+  State s;
+  // Random tables: arrays with holes and a key 0, keys of every sendable
+  // type, strings from empty to past 256 bytes (with NUL bytes), numbers of
+  // every kind, tables shared and nested, counts past 127, tables grown and
+  // shrunk by assignment (their parts resized), chains nested to 250.
+  REQUIRE(luaL_dostring(s.L, R"lua(
+    local random = math.random
+    math.randomseed(7)
+    local strings = { "", "n", "\0x\0", "hello", string.rep("ab", 40), string.rep("z", 300) }
+    local numbers = { 0, -0.0, 1, -1, 127, 128, -129, 2^31, 2^53, 2^63, -2^63, 2^70, 0.5, -1e-300, 1/0, -1/0, 0/0 }
+    local function scalar()
+      local r = random(4)
+      if r == 1 then return strings[random(#strings)] .. (random(2) == 1 and tostring(random(100)) or "") end
+      if r == 2 then return numbers[random(#numbers)] end
+      if r == 3 then return random(2) == 1 end
+      return random(-1000, 1000)
+    end
+    local function key()
+      local r = random(5)
+      if r == 1 then return random(0, 40) end
+      if r == 2 then return random(-5, 5) + 0.25 end
+      if r == 3 then return random(2) == 1 end
+      return scalar() == scalar() and "k" or "k" .. random(300)
+    end
+    local shared = { 1, x = "shared" }
+    function make(depth)
+      local t = {}
+      local shape = random(6)
+      if shape == 1 then for i = 1, random(0, 200) do t[i] = scalar() end
+      elseif shape == 2 then for i = 1, random(0, 40) do t[i] = scalar() end for i = 1, 40, random(2, 5) do t[i] = nil end
+      elseif shape == 3 then for _ = 1, random(0, 160) do local k = key() if k == k then t[k] = scalar() end end
+      elseif shape == 4 then t[0] = scalar() for i = 1, random(0, 10) do t[i] = scalar() end t.x = scalar()
+      elseif shape == 5 then for i = 1, random(0, 30) do t[i] = scalar() end for i = random(0, 30), 1, -1 do t[i] = nil end t.after = true
+      else t = { scalar(), scalar(), name = scalar(), [scalar() == 1 and 1.5 or 2.5] = scalar() } end
+      if depth < 4 then
+        for _ = 1, random(0, 3) do t[key()] = make(depth + 1) end
+        if random(3) == 1 then t.shared, t[#t + 1] = shared, shared end
+      end
+      return t
+    end
+    function chain(n) local t = {} local c = t for i = 1, n do c.next = { i } c = c.next end return t end
+  )lua") == 0);
+  const auto same = [&](const char* what) {
+    const int top = lua_gettop(s.L);
+    std::string raw, api;
+    REQUIRE(encode_values(s.L, 1, top, raw).empty());
+    REQUIRE(host::lua::encode_values_through_api(s.L, 1, top, api).empty());
+    INFO(what);
+    CHECK(raw == api);
+    lua_settop(s.L, 0);
+    return raw == api;
+  };
+  for (int i = 0; i < 400; ++i) {
+    lua_settop(s.L, 0);
+    REQUIRE(luaL_dostring(s.L, "return make(0)") == 0);
+    if (!same("random table")) break;
+  }
+  REQUIRE(luaL_dostring(s.L, "return make(0), 'two', make(1)") == 0);
+  same("several values");
+  REQUIRE(luaL_dostring(s.L, "return chain(250)") == 0);
+  same("a chain 250 deep");
+  // Each encodes as the walk found it, and decodes back to equal tables.
+  REQUIRE(luaL_dostring(s.L, "return { 1, nil, 3, [0] = 0, [-1] = -1, x = { y = { 'z' } }, [true] = false }") == 0);
+  std::string bytes;
+  REQUIRE(encode_values(s.L, 1, 1, bytes).empty());
+  lua_settop(s.L, 0);
+  REQUIRE(decode_values(s.L, bytes, nullptr) == 1);
+  lua_setglobal(s.L, "t");
+  CHECK(luaL_dostring(s.L, "assert(t[1] == 1 and t[2] == nil and t[3] == 3 and t[0] == 0 and t[-1] == -1 "
+                           "and t.x.y[1] == 'z' and t[true] == false)") == 0);
+}
+
+TEST_CASE("a refusal found by the raw walk is named by the C API walk, as before") {
+  // The raw walk gives up at a function, a cycle or nesting too deep, deep
+  // inside a table whose other parts it already wrote: the result is the
+  // C API walk's error, and nothing is left in the output.
+  State s;
+  std::string out = "prefix";
+  REQUIRE(luaL_dostring(s.L, "return { 1, 2, { a = 'x', b = { 'y', f = print } } }") == 0);
+  CHECK(encode_values(s.L, 1, 1, out) == "invalid: cannot send function at value[3].b.f");
+  CHECK(out == "prefix");
+  lua_settop(s.L, 0);
+  REQUIRE(luaL_dostring(s.L, "local t = { n = 1 } t.inner = { list = { 1, 2, t } } return t") == 0);
+  CHECK(encode_values(s.L, 1, 1, out) == "invalid: cannot send a table with a cycle at value.inner.list[3]");
+  CHECK(out == "prefix");
 }

@@ -1,0 +1,69 @@
+// LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the two places
+// that read it directly: small_globals (the globals table's hash part) and
+// the codec's table walk (codec.cpp). Neither trusts it blindly: each
+// checks it against the C API on a real state first and keeps to the C API
+// where the check fails (another LuaJIT build). Threads: any.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace host::lua::luajit_layout {
+
+// GCtab: 64 bytes. Its array part (TValues, keys 0 .. asize-1) at 16, the
+// hash part (Nodes, hmask + 1 of them) at 40, asize at 48, hmask at 52,
+// the hash part's first free node from the end (freetop) at 56.
+inline constexpr std::size_t kTableBytes = 64;
+inline constexpr std::size_t kArrayOffset = 16;
+inline constexpr std::size_t kNodeOffset = 40;
+inline constexpr std::size_t kAsizeOffset = 48;
+inline constexpr std::size_t kHmaskOffset = 52;
+inline constexpr std::size_t kFreetopOffset = 56;
+
+// Node: its value, then its key (TValues), then its chain link: 24 bytes.
+inline constexpr std::size_t kNodeBytes = 24;
+inline constexpr std::size_t kNodeKeyOffset = 8;
+
+// GCstr: 24 bytes, its length (32 bits) at 20, its bytes right after it.
+inline constexpr std::size_t kStrBytes = 24;
+inline constexpr std::size_t kStrLenOffset = 20;
+
+// A TValue is 64 bits: a double, or a type tag in its top 17 bits (read
+// sign-extended) over a 47-bit pointer; nil is all ones.
+inline constexpr std::uint32_t kTagFalse = ~1u;
+inline constexpr std::uint32_t kTagTrue = ~2u;
+inline constexpr std::uint32_t kTagStr = ~4u;
+inline constexpr std::uint32_t kTagTab = ~11u;
+inline constexpr std::uint32_t kTagNumX = ~13u;  // tags below this one are numbers (doubles)
+inline constexpr std::uint64_t kPointerMask = (std::uint64_t{1} << 47) - 1;
+
+inline std::uint64_t load64(const void* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline std::uint32_t load32(const void* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline const unsigned char* load_ptr(const void* p) {
+  const unsigned char* v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline bool is_nil(std::uint64_t tv) { return tv == ~std::uint64_t{0}; }
+inline std::uint32_t tag(std::uint64_t tv) { return static_cast<std::uint32_t>(static_cast<std::int64_t>(tv) >> 47); }
+inline bool is_number(std::uint64_t tv) { return tag(tv) < kTagNumX; }
+inline double number(std::uint64_t tv) {
+  double d;
+  std::memcpy(&d, &tv, sizeof d);
+  return d;
+}
+inline const unsigned char* object(std::uint64_t tv) {
+  return reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(tv & kPointerMask));
+}
+
+}  // namespace host::lua::luajit_layout
