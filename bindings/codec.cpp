@@ -135,11 +135,7 @@ class Encoder {
       return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
     ancestors_[depth_++] = self;
-    out_.push_back(kTable);
-    const std::size_t n_at = out_.size();
-    out_.push_back(0);
-    const std::size_t m_at = out_.size();
-    out_.push_back(0);
+    const std::size_t n_at = open_table();
     std::size_t n = 0;
     std::size_t m = 0;
     bool in_array = true;
@@ -169,8 +165,7 @@ class Encoder {
       lua_pop(L_, 1);
       ++m;
     }
-    put_count(m_at, m);  // the later one first: widening n's moves m's
-    put_count(n_at, n);
+    close_table(n_at, n, m);
     --depth_;
     return true;
   }
@@ -188,11 +183,7 @@ class Encoder {
     for (std::size_t i = 0; i < depth; ++i)
       if (ancestors_[i] == t) return false;
     ancestors_[depth] = t;
-    out_.push_back(kTable);
-    const std::size_t n_at = out_.size();
-    out_.push_back(0);
-    const std::size_t m_at = out_.size();
-    out_.push_back(0);
+    const std::size_t n_at = open_table();
     std::size_t n = 0;
     std::size_t m = 0;
     bool in_array = true;  // as in table(): keys 1, 2, ... while they come first
@@ -226,9 +217,7 @@ class Encoder {
       }
       if (!raw_value(v, depth)) return false;
     }
-    // The later count first: widening n's moves m's.
-    put_count(m_at, m);
-    put_count(n_at, n);
+    close_table(n_at, n, m);
     return true;
   }
 
@@ -263,6 +252,21 @@ class Encoder {
     for (std::size_t i = 0; i < depth_; ++i)
       if (ancestors_[i] == self) return true;
     return false;
+  }
+
+  // Writes a table's tag and its two counts' one-byte placeholders;
+  // returns where the first is (close_table fills them).
+  std::size_t open_table() {
+    out_.push_back(kTable);
+    const std::size_t at = out_.size();
+    out_.push_back(0);
+    out_.push_back(0);
+    return at;
+  }
+  // The later count first: widening n's moves m's.
+  void close_table(std::size_t n_at, std::size_t n, std::size_t m) {
+    put_count(n_at + 1, m);
+    put_count(n_at, n);
   }
 
   // Writes count into its one-byte placeholder at `at`, widening it where
