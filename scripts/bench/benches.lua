@@ -70,7 +70,7 @@ function B.idle_memory(quick, h) return idle_processes("idle_memory", "nodes.idl
 function B.idle_memory_lib(quick, h) return idle_processes("idle_memory_lib", "nodes.idle_lib", quick, h) end
 
 function B.pingpong(quick)
-  local n = quick and 20000 or 200000
+  local n = quick and 20000 or 1000000
   local pong = assert(process.spawn("nodes.pong"))
   local t0 = time.now()
   local msg = { n = 0 }
@@ -150,7 +150,7 @@ function B.send_named(quick)
 end
 
 function B.counting(quick)
-  local n = quick and 20000 or 200000
+  local n = quick and 20000 or 5000000
   local counter = assert(process.spawn("nodes.counter"))
   local t0 = time.now()
   for _ = 1, n do process.send(counter, "inc", nil) end
@@ -180,17 +180,17 @@ local function threadring(size, hops)
   return { params = "procs=" .. size .. " hops=" .. hops, seconds = s, per_op = s / hops * 1e6, unit = "us/hop" }
 end
 
-function B.threadring100(quick) return threadring(100, quick and 20000 or 200000) end
+function B.threadring100(quick) return threadring(100, quick and 20000 or 2000000) end
 
 -- The 1000-process ring of the Lua process benchmarks; RING_SIZE changes
 -- the ring (BENCHMARKS.md compares 10, 100 and 1000).
 function B.ring(quick)
   return threadring(tonumber(os.getenv("RING_SIZE")) or 1000, quick and 100000 or 1000000)
 end
-function B.threadring1000(quick) return threadring(1000, quick and 10000 or 100000) end
+function B.threadring1000(quick) return threadring(1000, quick and 10000 or 1000000) end
 
 function B.fj_create(quick)
-  local n = quick and 2000 or 20000
+  local n = quick and 2000 or 150000
   local t0 = time.now()
   for i = 1, n do
     local pid = assert(process.spawn_monitored("nodes.once"))
@@ -207,7 +207,7 @@ end
 -- A actors each get N messages (round robin) and do a little arithmetic
 -- per message; each reports when it has seen N.
 function B.fj_throughput(quick)
-  local actors, n = 40, quick and 2000 or 20000
+  local actors, n = 40, quick and 2000 or 60000
   local me = process.pid()
   local pids = {}
   for i = 1, actors do pids[i] = assert(process.spawn("nodes.fj_worker", me, n)) end
@@ -224,7 +224,7 @@ end
 
 -- W workers each ping a random other worker N times, waiting for each pong.
 function B.big(quick)
-  local workers, n = 100, quick and 500 or 5000
+  local workers, n = 100, quick and 500 or 10000
   local me = process.pid()
   local pids = {}
   for i = 1, workers do pids[i] = assert(process.spawn("nodes.big_worker", me, n, i)) end
@@ -240,7 +240,7 @@ end
 
 -- A mall pairs meeting requests from C creatures until M meetings happened.
 function B.chameneos(quick)
-  local creatures, meetings = 10, quick and 20000 or 200000
+  local creatures, meetings = 10, quick and 20000 or 600000
   local t0 = time.now()
   assert(process.spawn("nodes.chameneos:mall", process.pid(), creatures, meetings))
   local m = process.receive()
@@ -251,14 +251,16 @@ function B.chameneos(quick)
 end
 
 function B.fib(quick)
-  local n = quick and 14 or 17
-  local want = ({ [14] = 377, [17] = 1597 })[n]
+  local n = quick and 14 or 24
+  local fibs = { [0] = 0, 1 }
+  for i = 2, n + 1 do fibs[i] = fibs[i - 1] + fibs[i - 2] end
+  local want = fibs[n]
   local t0 = time.now()
   assert(process.spawn("nodes.fib", n, process.pid()))
   local m = process.receive()
   local s = elapsed(t0)
   assert(m.payload == want, "fib(" .. n .. ") = " .. tostring(m.payload))
-  local procs = 2 * ({ [14] = 610, [17] = 2584 })[n] - 1  -- calls of the naive recursion
+  local procs = 2 * fibs[n + 1] - 1  -- calls of the naive recursion
   return { params = "n=" .. n, seconds = s, per_op = s / procs * 1e6, unit = "us/process" }
 end
 

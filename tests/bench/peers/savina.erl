@@ -20,21 +20,21 @@ timeit(F) ->
     {(erlang:monotonic_time(microsecond) - T0) / 1.0e6, R}.
 
 run(pingpong, Q) ->
-    N = pick(Q, 20000, 200000),
+    N = pick(Q, 20000, 1000000),
     Pong = spawn(fun pong/0),
     {S, ok} = timeit(fun() -> ping(Pong, 1, N) end),
     S;
 run(counting, Q) ->
-    N = pick(Q, 20000, 200000),
+    N = pick(Q, 20000, 5000000),
     Self = self(),
     C = spawn(fun() -> counter(0) end),
     {S, Total} = timeit(fun() -> send_n(C, N), C ! {total, Self}, receive {total, T} -> T end end),
     N = Total,
     S;
-run(threadring100, Q) -> threadring(100, pick(Q, 20000, 200000));
-run(threadring1000, Q) -> threadring(1000, pick(Q, 10000, 100000));
+run(threadring100, Q) -> threadring(100, pick(Q, 20000, 2000000));
+run(threadring1000, Q) -> threadring(1000, pick(Q, 10000, 1000000));
 run(fj_create, Q) ->
-    N = pick(Q, 2000, 20000),
+    N = pick(Q, 2000, 150000),
     Self = self(),
     {S, Sum} = timeit(fun() ->
         [begin P = spawn(fun() -> receive {go, I} -> Self ! {r, I} end end), P ! {go, I} end
@@ -44,7 +44,7 @@ run(fj_create, Q) ->
     Sum = N * (N + 1) div 2,
     S;
 run(fj_throughput, Q) ->
-    {Actors, N} = {40, pick(Q, 2000, 20000)},
+    {Actors, N} = {40, pick(Q, 2000, 60000)},
     Self = self(),
     Pids = [spawn(fun() -> fj_worker(Self, N, 0, 0.0) end) || _ <- lists:seq(1, Actors)],
     {S, Sum} = timeit(fun() ->
@@ -54,7 +54,7 @@ run(fj_throughput, Q) ->
     Sum = Actors * N,
     S;
 run(big, Q) ->
-    {Workers, N} = {100, pick(Q, 500, 5000)},
+    {Workers, N} = {100, pick(Q, 500, 10000)},
     Self = self(),
     Pids = [spawn(fun() -> big_start(Self, N, I) end) || I <- lists:seq(1, Workers)],
     Peers = list_to_tuple(Pids),
@@ -62,7 +62,7 @@ run(big, Q) ->
     Pings = Workers * N,
     S;
 run(chameneos, Q) ->
-    {Creatures, Meetings} = {10, pick(Q, 20000, 200000)},
+    {Creatures, Meetings} = {10, pick(Q, 20000, 600000)},
     Self = self(),
     {S, Total} = timeit(fun() ->
         spawn(fun() -> mall_start(Self, Creatures, Meetings) end),
@@ -87,7 +87,7 @@ run(idle_memory, Q) ->
     [P ! stop || P <- Pids],
     S;
 run(fib, Q) ->
-    {N, Want} = pick(Q, {14, 377}, {17, 1597}),
+    {N, Want} = pick(Q, {14, 377}, {24, 46368}),
     Self = self(),
     {S, V} = timeit(fun() -> spawn(fun() -> fibp(N, Self) end), receive {fib, X} -> X end end),
     Want = V,

@@ -36,7 +36,7 @@ func must(ok bool, what string) {
 const mailbox = 256
 
 func pingpong(quick bool) time.Duration {
-	n := pick(quick, 20000, 200000)
+	n := pick(quick, 20000, 1000000)
 	ping, pong := make(chan int, mailbox), make(chan int, mailbox)
 	go func() {
 		for i := range ping {
@@ -52,7 +52,7 @@ func pingpong(quick bool) time.Duration {
 }
 
 func counting(quick bool) time.Duration {
-	n := pick(quick, 20000, 200000)
+	n := pick(quick, 20000, 5000000)
 	inc, total := make(chan struct{}, mailbox), make(chan int)
 	done := make(chan struct{})
 	go func() {
@@ -106,7 +106,7 @@ func threadring(size, hops int) time.Duration {
 }
 
 func fjCreate(quick bool) time.Duration {
-	n := pick(quick, 2000, 20000)
+	n := pick(quick, 2000, 150000)
 	results := make(chan int, mailbox)
 	t0 := time.Now()
 	for i := 1; i <= n; i++ {
@@ -123,7 +123,7 @@ func fjCreate(quick bool) time.Duration {
 }
 
 func fjThroughput(quick bool) time.Duration {
-	actors, n := 40, pick(quick, 2000, 20000)
+	actors, n := 40, pick(quick, 2000, 60000)
 	done := make(chan int, actors)
 	inboxes := make([]chan struct{}, actors)
 	for i := range inboxes {
@@ -161,7 +161,7 @@ type bigMsg struct {
 }
 
 func big(quick bool) time.Duration {
-	workers, n := 100, pick(quick, 500, 5000)
+	workers, n := 100, pick(quick, 500, 10000)
 	inboxes := make([]chan bigMsg, workers)
 	for i := range inboxes {
 		inboxes[i] = make(chan bigMsg, mailbox)
@@ -223,7 +223,7 @@ func complement(a, b string) string {
 }
 
 func chameneos(quick bool) time.Duration {
-	creatures, meetings := 10, pick(quick, 20000, 200000)
+	creatures, meetings := 10, pick(quick, 20000, 600000)
 	mall := make(chan meet, mailbox)
 	met := make(chan int, creatures)
 	colors := []string{"blue", "red", "yellow"}
@@ -282,7 +282,7 @@ func fibp(n int, parent chan<- int) {
 }
 
 func fib(quick bool) time.Duration {
-	n, want := 17, 1597
+	n, want := 24, 46368
 	if quick {
 		n, want = 14, 377
 	}
@@ -349,9 +349,9 @@ func main() {
 	case "counting":
 		d = counting(quick)
 	case "threadring100":
-		d = threadring(100, pick(quick, 20000, 200000))
+		d = threadring(100, pick(quick, 20000, 2000000))
 	case "threadring1000":
-		d = threadring(1000, pick(quick, 10000, 100000))
+		d = threadring(1000, pick(quick, 10000, 1000000))
 	case "fj_throughput":
 		d = fjThroughput(quick)
 	case "big":
