@@ -757,8 +757,10 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
       restart(L, co);
     } else {
       // YIELD, or a plain coroutine.yield at the top of a task: let other
-      // processes run, then resume it.
-      lua_settop(co, 0);
+      // processes run, then resume it; with the values after YIELD, which
+      // yield_to_others' primitive returns (none for time.sleep(0)).
+      if (sentinel == &kYield) lua_remove(co, 1);
+      else lua_settop(co, 0);
       yielded_.push(co);
     }
     return;
@@ -967,6 +969,16 @@ int TaskKernel::l_new_task(lua_State* L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   self(L).new_task(L, 1, lua_gettop(L) - 1);
   return 1;
+}
+
+bool TaskKernel::can_yield_to_others(lua_State* L) const { return current_ != nullptr && lua_isyieldable(L); }
+
+int TaskKernel::yield_to_others(lua_State* L, int nresults) {
+  // YIELD first: kernel_ext's coroutine wrapper passes it up through a
+  // user's coroutines and the values back down; after_resume keeps them.
+  lua_pushlightuserdata(L, &kYield);
+  lua_insert(L, -nresults - 1);
+  return lua_yield(L, nresults + 1);
 }
 
 // I.current() -> the running task's thread, or nothing outside a task

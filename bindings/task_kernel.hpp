@@ -57,6 +57,15 @@ class TaskKernel {
 
   // A message event: from, topic and value on top of L (popped).
   void message(lua_State* L);
+  // For a C primitive that may let other processes run before it returns
+  // (process.send to a receiver far behind): whether L can yield to the
+  // kernel here (it is a task, or a coroutine in one, with no C call in
+  // between), and the yield itself, which the primitive returns. The
+  // nresults values on top of L are what the primitive returns once the
+  // task is resumed, behind the other processes.
+  bool can_yield_to_others(lua_State* L) const;
+  int yield_to_others(lua_State* L, int nresults);
+
   // Whether a message now would go straight to the end of the inbox's
   // buffer (nobody waits, no listeners, and the buffer flat or the
   // constructor loaded): then a run of messages may be handed over at

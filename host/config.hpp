@@ -85,6 +85,16 @@ inline constexpr int kLuaGcPause = 300;
 // runs its tasks after each batch (bindings/lua_process.cpp, step_body).
 inline constexpr std::size_t kDeliverBatch = 64;
 
+// A Lua process's send to another process whose queue of events not yet
+// taken by a step is at least this long yields to other processes after
+// it (process.send still returns true): the sender slows to the pace its
+// receiver keeps, as BEAM charges a sender to a long queue. Without it a
+// producer that outran its consumer left it a queue of millions of events
+// (Counting: 319 MB RSS in a slow run), which the consumer then read from
+// cold memory, slower still. 1024 events are about 100 KB: the consumer
+// takes them while they are in its caches.
+inline constexpr std::size_t kSendBacklogYield = 1024;
+
 // Lua state arenas (bindings/state_arena.hpp): chunks of closed states wait
 // in a pool of their kind (first or later chunks) for the next states. Each
 // thread keeps up to twice the batch itself and trades whole batches with

@@ -189,7 +189,8 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
-std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from) {
+std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,
+                            std::size_t* backlog) {
   // Built in place in the queue, under the lock: no Event to construct,
   // move and destroy around it (three strings each). The message path's
   // only copy of the topic.
@@ -199,6 +200,7 @@ std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&&
     ev.from = from;
     ev.topic.append(topic);  // into the empty string: a plain copy, where assign takes the general replace
     ev.payload = std::move(payload);
+    if (backlog) *backlog = slot.pending.size();
   });
   return alive ? std::string() : not_found(to);
 }

@@ -136,8 +136,12 @@ class Scheduler {
   // arrive in the order sent. send takes its payload by rvalue reference:
   // by value, a short (in-place) payload was copied once more on the way
   // into the event, a memcpy call a message. The payload is opaque here; a
-  // Lua process reads it with the codec, and an empty one as nil.
-  std::string send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from = {});
+  // Lua process reads it with the codec, and an empty one as nil. Where
+  // backlog is given, it is set to the events now waiting for the target's
+  // next step, this one included (read under the lock the send takes
+  // anyway): how far the target's steps are behind its senders.
+  std::string send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from = {},
+                   std::size_t* backlog = nullptr);
   // Moves the event once, into the process's queue.
   std::string deliver(const Pid& to, Event&& event);
   std::string cancel(const Pid& to, std::string reason, const Pid& from = {});
