@@ -89,10 +89,10 @@ inline constexpr std::size_t kDeliverBatch = 64;
 // taken by a step is at least this long yields to other processes after
 // it (process.send still returns true): the sender slows to the pace its
 // receiver keeps, as BEAM charges a sender to a long queue. Without it a
-// producer that outran its consumer left it a queue of millions of events
-// (Counting: 319 MB RSS in a slow run), which the consumer then read from
-// cold memory, slower still. 1024 events are about 100 KB: the consumer
-// takes them while they are in its caches.
+// producer that outran its consumer filled memory at its full speed
+// (Counting: 103 MB peak RSS on one worker, 319 MB in a slow two-worker
+// run; 7-13 MB with it). 1024 events are about 100 KB. For memory, not
+// speed: Counting's slow runs stay (BENCHMARKS.md, change 66).
 inline constexpr std::size_t kSendBacklogYield = 1024;
 
 // Lua state arenas (bindings/state_arena.hpp): chunks of closed states wait
