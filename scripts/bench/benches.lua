@@ -207,7 +207,7 @@ end
 -- A actors each get N messages (round robin) and do a little arithmetic
 -- per message; each reports when it has seen N.
 function B.fj_throughput(quick)
-  local actors, n = 40, quick and 2000 or 60000
+  local actors, n = 40, quick and 2000 or 100000
   local me = process.pid()
   local pids = {}
   for i = 1, actors do pids[i] = assert(process.spawn("nodes.fj_worker", me, n)) end

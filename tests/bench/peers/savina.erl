@@ -44,7 +44,7 @@ run(fj_create, Q) ->
     Sum = N * (N + 1) div 2,
     S;
 run(fj_throughput, Q) ->
-    {Actors, N} = {40, pick(Q, 2000, 60000)},
+    {Actors, N} = {40, pick(Q, 2000, 100000)},
     Self = self(),
     %% Each worker's mailbox grows to N messages by design: keep them off
     %% its heap, as OTP's documentation advises for such processes (with

@@ -123,7 +123,7 @@ func fjCreate(quick bool) time.Duration {
 }
 
 func fjThroughput(quick bool) time.Duration {
-	actors, n := 40, pick(quick, 2000, 60000)
+	actors, n := 40, pick(quick, 2000, 100000)
 	done := make(chan int, actors)
 	inboxes := make([]chan struct{}, actors)
 	for i := range inboxes {
