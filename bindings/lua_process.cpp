@@ -181,16 +181,15 @@ struct Primitives {
         std::string err = encode_value(L, 3, type, bytes);
         if (!err.empty()) return push_fail(L, err);
       }
-      std::size_t backlog = 0;
-      std::string err = p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self, &backlog);
-      if (!err.empty()) return push_fail(L, err);
-      lua_pushboolean(L, 1);
+      std::size_t backlog = 0;  // stays 0 when the send fails
+      const int nret =
+          ok_or_fail(L, p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self, &backlog));
       // The receiver is far behind: let it (and others) run before this
       // process sends more (config::kSendBacklogYield). Not when it sends
       // to itself: its queue would only move into its own heap.
       if (backlog >= config::kSendBacklogYield && to != p.ctx_.self && p.kernel_.can_yield_to_others(L))
-        return p.kernel_.yield_to_others(L, 1);
-      return 1;
+        return p.kernel_.yield_to_others(L, nret);
+      return nret;
     });
   }
 
