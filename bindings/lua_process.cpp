@@ -13,6 +13,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
@@ -71,12 +72,15 @@ bool push_one_value(lua_State* L, const std::string& bytes, std::string* err, St
   return true;
 }
 
-// Argument idx must be a string (numbers are not coerced: a PID, a name or
-// a topic given as a number is a programming error). Raises "bad argument
-// #idx to 'fname' (string expected, got TYPE)".
-const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
-  if (lua_type(L, idx) != LUA_TSTRING) luaL_typerror(L, idx, "string");
-  return lua_tolstring(L, idx, len);
+// Argument idx (>= 1) must be a string (numbers are not coerced: a PID, a
+// name or a topic given as a number is a programming error). Raises "bad
+// argument #idx to 'fname' (string expected, got TYPE)". Read from the
+// stack directly (stack_args.hpp): a send checks two.
+[[gnu::cold, gnu::noinline]] void raise_not_string(lua_State* L, int idx) { luaL_typerror(L, idx, "string"); }
+inline const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
+  const char* s = stack_args::string(L, idx, len);
+  if (!s) raise_not_string(L, idx);
+  return s;
 }
 
 // Pushes fn and, where variant is not negative, makes it a closure over
@@ -177,7 +181,7 @@ struct Primitives {
       // A nil payload (or none) travels as no bytes at all: nothing to
       // encode, copy or decode (push_message reads it back as nil).
       std::string bytes;
-      if (const int type = lua_type(L, 3); type > LUA_TNIL) {
+      if (const int type = stack_args::type(L, 3); type > LUA_TNIL) {
         std::string err = encode_value(L, 3, type, bytes);
         if (!err.empty()) return push_fail(L, err);
       }

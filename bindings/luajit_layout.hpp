@@ -1,8 +1,9 @@
-// LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the two places
-// that read it directly: small_globals (the globals table's hash part) and
-// the codec's table walk (codec.cpp). Neither trusts it blindly: each
-// checks it against the C API on a real state first and keeps to the C API
-// where the check fails (another LuaJIT build). Threads: any.
+// LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the three places
+// that read it directly: small_globals (the globals table's hash part),
+// the codec's table walk (codec.cpp) and stack_args (a C function's
+// arguments). None trusts it blindly: each checks it against the C API on
+// a real state first and keeps to the C API where the check fails
+// (another LuaJIT build). Threads: any.
 #pragma once
 
 #include <cstddef>
@@ -29,12 +30,22 @@ inline constexpr std::size_t kNodeKeyOffset = 8;
 inline constexpr std::size_t kStrBytes = 24;
 inline constexpr std::size_t kStrLenOffset = 20;
 
+// lua_State: the first argument of a running C function (base) at 32, the
+// slot above its last (top) at 40.
+inline constexpr std::size_t kStateBaseOffset = 32;
+inline constexpr std::size_t kStateTopOffset = 40;
+
 // A TValue is 64 bits: a double, or a type tag in its top 17 bits (read
 // sign-extended) over a 47-bit pointer; nil is all ones.
 inline constexpr std::uint32_t kTagFalse = ~1u;
 inline constexpr std::uint32_t kTagTrue = ~2u;
+inline constexpr std::uint32_t kTagLightUserdata = ~3u;
 inline constexpr std::uint32_t kTagStr = ~4u;
+inline constexpr std::uint32_t kTagThread = ~6u;
+inline constexpr std::uint32_t kTagFunc = ~8u;
+inline constexpr std::uint32_t kTagCdata = ~10u;
 inline constexpr std::uint32_t kTagTab = ~11u;
+inline constexpr std::uint32_t kTagUserdata = ~12u;
 inline constexpr std::uint32_t kTagNumX = ~13u;  // tags below this one are numbers (doubles)
 inline constexpr std::uint64_t kPointerMask = (std::uint64_t{1} << 47) - 1;
 

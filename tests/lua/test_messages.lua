@@ -152,6 +152,11 @@ return { main = function()
       end
       T.raises(function() process.send(42, "x", 1) end, "bad argument #1")
       T.raises(function() process.send(pid, nil, 1) end, "bad argument #2")
+      -- Read straight from the stack (bindings/stack_args.hpp): a number
+      -- is not a string, and a missing argument is named as such.
+      T.raises(function() process.send(pid, 7, 1) end, "bad argument #2 to 'send' %(string expected, got number%)")
+      T.raises(function() process.send(pid) end, "bad argument #2 to 'send' %(string expected, got no value%)")
+      T.raises(function() process.send() end, "bad argument #1 to 'send' %(string expected, got no value%)")
     end },
     { "the registry names a process, refuses a taken name and releases names on exit", function()
       local echo = assert(process.spawn("fixtures.echo"))

@@ -1,0 +1,94 @@
+// stack_args: the one-time check of the layout it reads.
+#include "bindings/stack_args.hpp"
+
+#include <cstring>
+#include <string>
+
+namespace host::lua::stack_args {
+namespace {
+
+namespace LL = luajit_layout;
+
+// Called with arguments of every type a script can pass: whether the
+// layout's reads give what the C API gives for each, and for the slots
+// past the last. The base and top pointers are checked against the
+// argument count before anything is read through them: with another
+// layout they would be other fields, and reading through those could
+// fault.
+int probe(lua_State* L) {
+  const int n = lua_gettop(L);
+  const unsigned char* base = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateBaseOffset);
+  const unsigned char* top = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateTopOffset);
+  bool ok = base != nullptr && top > base && reinterpret_cast<std::uintptr_t>(base) % 8 == 0 &&
+            static_cast<std::size_t>(top - base) == static_cast<std::size_t>(n) * 8;
+  for (int i = 1; ok && i <= n + 2; ++i) {
+    const unsigned char* at = detail::slot(L, i);
+    const int api_type = lua_type(L, i);
+    const int raw_type = at ? detail::type_of(LL::load64(at)) : LUA_TNONE;
+    ok = api_type == raw_type;
+    if (!ok || !at) continue;
+    std::uint64_t tv = LL::load64(at);
+    if (api_type == LUA_TSTRING) {
+      std::size_t len = 0;
+      const char* bytes = lua_tolstring(L, i, &len);
+      ok = LL::tag(tv) == LL::kTagStr && LL::object(tv) + LL::kStrBytes == reinterpret_cast<const unsigned char*>(bytes) &&
+           LL::load32(LL::object(tv) + LL::kStrLenOffset) == len;
+    } else if (api_type == LUA_TNUMBER) {
+      ok = LL::number(tv) == lua_tonumber(L, i);
+    } else if (api_type == LUA_TTABLE || api_type == LUA_TFUNCTION || api_type == LUA_TTHREAD) {
+      // (A full userdata's lua_topointer is its block, past the object.)
+      ok = LL::object(tv) == lua_topointer(L, i);
+    }
+  }
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
+// Pushes one argument of each kind (13 values).
+void push_arguments(lua_State* L) {
+  static int anchor;
+  lua_pushnil(L);
+  lua_pushboolean(L, 0);
+  lua_pushboolean(L, 1);
+  lua_pushnumber(L, 1.5);
+  lua_pushnumber(L, -0.0);
+  lua_pushliteral(L, "");
+  lua_pushliteral(L, "inc");
+  const std::string long_text(300, 'x');
+  lua_pushlstring(L, long_text.data(), long_text.size());
+  lua_createtable(L, 1, 1);
+  lua_pushcfunction(L, probe);
+  lua_newthread(L);
+  lua_newuserdata(L, 16);
+  lua_pushlightuserdata(L, &anchor);
+}
+
+// Calls probe with the arguments from C, then from Lua (with fewer
+// arguments, on a stack grown first), and returns whether both agreed.
+bool check() {
+  lua_State* L = luaL_newstate();
+  if (!L) return false;
+  struct Closer {
+    lua_State* L;
+    ~Closer() { lua_close(L); }
+  } closer{L};
+  lua_pushcfunction(L, probe);
+  push_arguments(L);
+  if (lua_pcall(L, 13, 1, 0) != 0 || !lua_toboolean(L, -1)) return false;
+  lua_settop(L, 0);
+  if (!lua_checkstack(L, 200)) return false;
+  for (int i = 0; i < 150; ++i) lua_pushinteger(L, i);
+  lua_settop(L, 0);
+  if (luaL_loadstring(L, "local f, a, b, c = ... return f(a, b, nil, c, 'topic', 7)") != 0) return false;
+  lua_pushcfunction(L, probe);
+  lua_pushliteral(L, "<0.1.2>");
+  lua_createtable(L, 0, 0);
+  lua_pushboolean(L, 1);
+  return lua_pcall(L, 4, 1, 0) == 0 && lua_toboolean(L, -1);
+}
+
+}  // namespace
+
+const bool detail::layout_ok = check();
+
+}  // namespace host::lua::stack_args

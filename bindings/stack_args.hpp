@@ -1,0 +1,86 @@
+// stack_args: a C function's arguments read straight from LuaJIT's stack,
+// for the process API's calls made once a message (process.send: its
+// destination, topic and payload's type). Through the C API each of
+// lua_type and lua_tolstring resolves its index (index2adr) and checks it,
+// 30-40 instructions a call, and a send made five such calls: read here,
+// Counting's send takes about 420 instructions instead of 540 (`callgrind`,
+// BENCHMARKS.md change 67).
+// The layout (luajit_layout.hpp) is checked once, against the C API on a
+// state of its own (layout_matches); where it does not match (another
+// LuaJIT build), both functions are the C API's. Threads: any; L is the
+// state of the C function running on this thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <lua.hpp>
+
+#include "bindings/luajit_layout.hpp"
+
+namespace host::lua::stack_args {
+
+namespace detail {
+// Set by stack_args.cpp's check when the program starts (a static
+// initialiser: a plain load on the hot path, where a function-local static
+// cost a call and its guard). Read before that, it is false, which is
+// safe: the C API's path.
+extern const bool layout_ok;
+}  // namespace detail
+
+// Whether this LuaJIT lays out a running C function's arguments, their
+// types and strings as luajit_layout.hpp says.
+inline bool layout_matches() { return detail::layout_ok; }
+
+namespace detail {
+// Argument idx's TValue, or nullptr past the last argument.
+inline const unsigned char* slot(lua_State* L, int idx) {
+  namespace LL = luajit_layout;
+  const unsigned char* base = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateBaseOffset);
+  const unsigned char* top = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateTopOffset);
+  const unsigned char* at = base + static_cast<std::size_t>(idx - 1) * 8;
+  return at < top ? at : nullptr;
+}
+
+// lua_type's answer for a TValue, by its tag.
+inline int type_of(std::uint64_t tv) {
+  namespace LL = luajit_layout;
+  if (LL::is_number(tv)) return LUA_TNUMBER;
+  switch (LL::tag(tv)) {
+    case ~0u: return LUA_TNIL;
+    case LL::kTagFalse:
+    case LL::kTagTrue: return LUA_TBOOLEAN;
+    case LL::kTagLightUserdata: return LUA_TLIGHTUSERDATA;
+    case LL::kTagStr: return LUA_TSTRING;
+    case LL::kTagThread: return LUA_TTHREAD;
+    case LL::kTagFunc: return LUA_TFUNCTION;
+    case LL::kTagCdata: return 10;  // LuaJIT's LUA_TCDATA
+    case LL::kTagTab: return LUA_TTABLE;
+    case LL::kTagUserdata: return LUA_TUSERDATA;
+    default: return -2;  // no type a stack slot holds: layout_matches fails on it
+  }
+}
+}  // namespace detail
+
+// lua_type(L, idx) for argument idx (>= 1) of the running C function.
+inline int type(lua_State* L, int idx) {
+  if (!layout_matches()) return lua_type(L, idx);
+  const unsigned char* at = detail::slot(L, idx);
+  return at ? detail::type_of(luajit_layout::load64(at)) : LUA_TNONE;
+}
+
+// The bytes of argument idx (>= 1) when it is a string (a number is not
+// converted), with its length in *len; nullptr otherwise.
+inline const char* string(lua_State* L, int idx, std::size_t* len) {
+  namespace LL = luajit_layout;
+  if (!layout_matches()) return lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, len) : nullptr;
+  const unsigned char* at = detail::slot(L, idx);
+  if (!at) return nullptr;
+  const std::uint64_t tv = LL::load64(at);
+  if (LL::tag(tv) != LL::kTagStr) return nullptr;
+  const unsigned char* s = LL::object(tv);
+  if (len) *len = LL::load32(s + LL::kStrLenOffset);
+  return reinterpret_cast<const char*>(s + LL::kStrBytes);
+}
+
+}  // namespace host::lua::stack_args
