@@ -1,7 +1,7 @@
 // stack_args: the one-time check of the layout it reads.
 #include "bindings/stack_args.hpp"
 
-#include <cstring>
+#include <cstdint>
 #include <string>
 
 namespace host::lua::stack_args {
