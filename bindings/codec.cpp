@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <lua.hpp>
@@ -446,12 +447,9 @@ return t, { 1, function() end }, { x = { y = {} } }
 // shape, and its refusal of a function and of a cycle.
 bool check_raw_tables() {
   namespace LL = luajit_layout;
-  lua_State* L = luaL_newstate();
+  const std::unique_ptr<lua_State, decltype(&lua_close)> state(luaL_newstate(), &lua_close);
+  lua_State* L = state.get();
   if (!L) return false;
-  struct Closer {
-    lua_State* L;
-    ~Closer() { lua_close(L); }
-  } closer{L};
   for (std::size_t len : {0, 1, 5, 40, 300}) {
     std::string text(len, 'a');
     for (std::size_t i = 0; i < len; ++i) text[i] = static_cast<char>('a' + i % 26);

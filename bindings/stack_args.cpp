@@ -2,6 +2,7 @@
 #include "bindings/stack_args.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace host::lua::stack_args {
@@ -66,12 +67,9 @@ void push_arguments(lua_State* L) {
 // Calls probe with the arguments from C, then from Lua (with fewer
 // arguments, on a stack grown first), and returns whether both agreed.
 bool check() {
-  lua_State* L = luaL_newstate();
+  const std::unique_ptr<lua_State, decltype(&lua_close)> state(luaL_newstate(), &lua_close);
+  lua_State* L = state.get();
   if (!L) return false;
-  struct Closer {
-    lua_State* L;
-    ~Closer() { lua_close(L); }
-  } closer{L};
   lua_pushcfunction(L, probe);
   push_arguments(L);
   if (lua_pcall(L, 13, 1, 0) != 0 || !lua_toboolean(L, -1)) return false;
