@@ -1,11 +1,11 @@
-// stack_args: a C function's arguments read straight from LuaJIT's stack,
-// for the process API's calls made once a message (process.send: its
-// destination, topic and payload's type). Through the C API each of
-// lua_type and lua_tolstring resolves its index (index2adr) and checks it,
-// 30-40 instructions a call, and a send made five such calls: read here,
-// Counting's send takes about 420 instructions instead of 540 (`callgrind`,
-// BENCHMARKS.md change 67).
-// The layout (luajit_layout.hpp) is checked once, against the C API on a
+// stack_args: a C function's stack slots (by positive index: its arguments
+// and what it pushed) read straight from LuaJIT's stack, for the calls
+// made once a message (process.send: its destination, topic and payload's
+// type; the kernel's receive and delivery: whether a value is nil).
+// Through the C API each of lua_type and lua_tolstring resolves its index
+// (index2adr) and checks it, 30-40 instructions a call, and a send made
+// five such calls: read here, Counting's send takes about 420 instructions
+// instead of 540 (`callgrind`, BENCHMARKS.md change 67). The layout (luajit_layout.hpp) is checked once, against the C API on a
 // state of its own (layout_matches); where it does not match (another
 // LuaJIT build), both functions are the C API's. Threads: any; L is the
 // state of the C function running on this thread.
@@ -33,7 +33,7 @@ extern const bool layout_ok;
 inline bool layout_matches() { return detail::layout_ok; }
 
 namespace detail {
-// Argument idx's TValue, or nullptr past the last argument.
+// Slot idx's TValue, or nullptr at or above the top (as index2adr).
 inline const unsigned char* slot(lua_State* L, int idx) {
   namespace LL = luajit_layout;
   const unsigned char* base = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateBaseOffset);
@@ -62,14 +62,14 @@ inline int type_of(std::uint64_t tv) {
 }
 }  // namespace detail
 
-// lua_type(L, idx) for argument idx (>= 1) of the running C function.
+// lua_type(L, idx) for slot idx (>= 1) of the running C function.
 inline int type(lua_State* L, int idx) {
   if (!layout_matches()) return lua_type(L, idx);
   const unsigned char* at = detail::slot(L, idx);
   return at ? detail::type_of(luajit_layout::load64(at)) : LUA_TNONE;
 }
 
-// The bytes of argument idx (>= 1) when it is a string (a number is not
+// The bytes of slot idx (>= 1) when it is a string (a number is not
 // converted), with its length in *len; nullptr otherwise.
 inline const char* string(lua_State* L, int idx, std::size_t* len) {
   namespace LL = luajit_layout;

@@ -9,6 +9,8 @@
 
 #include <lua.hpp>
 
+#include "bindings/stack_args.hpp"
+
 namespace host::lua {
 
 namespace {
@@ -492,7 +494,8 @@ void TaskKernel::message(lua_State* L) {
   // its three values and makes the table itself, in its own code; not one
   // from the host (from nil), which receive.lua could not tell from
   // nil, "timeout".
-  if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw && !lua_isnil(L, base + 1)) {
+  if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw &&
+      stack_args::type(L, base + 1) != LUA_TNIL) {
     lua_State* co = parked_.front().co;
     parked_.erase(parked_.begin());
     wake(L, co, 3);
@@ -1062,14 +1065,14 @@ int TaskKernel::receive(lua_State* L, bool raw) {
       }
       buf.shift_values(3);
       // receive.lua makes the table of one with a sender itself.
-      if (raw && !lua_isnil(L, top + 2)) return 3;
+      if (raw && stack_args::type(L, top + 2) != LUA_TNIL) return 3;
       k.push_message_table(L, top + 2);
       return 1;
     }
     k.inbox_queued_ = false;
     lua_settop(L, top);
   }
-  bool timed = !lua_isnoneornil(L, 1);
+  bool timed = stack_args::type(L, 1) > LUA_TNIL;
   lua_Number secs = 0;
   if (timed) {
     k.push_ext(L);
