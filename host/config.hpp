@@ -95,6 +95,22 @@ inline constexpr std::size_t kDeliverBatch = 64;
 // speed: Counting's slow runs stay (BENCHMARKS.md, change 66).
 inline constexpr std::size_t kSendBacklogYield = 1024;
 
+// A process whose step took fewer than kStreamBatch events while more came
+// in (a stream's consumer: its step ends and it is requeued at once) is
+// given time to gather a batch before it runs again, on a worker with
+// nothing else to run anywhere: its worker waits while its events keep
+// coming, each within kStreamQuiet of the one before, until kStreamBatch
+// are there or kStreamWait has passed (Worker::gather_batch). Two cores
+// passing a stream in steps of a few events move its queue's cache lines
+// between them at every step: Counting on two workers was slower than on
+// one, and takes 0.31-0.39 s with this against 0.41-0.50 s (BENCHMARKS.md,
+// change 68). What it costs: a stream's events wait up to kStreamWait
+// more, and a step that a request ends waits kStreamQuiet when nothing
+// else comes (a plain 10 us wait made Chameneos three times slower).
+inline constexpr std::uint32_t kStreamBatch = 128;
+inline constexpr std::chrono::nanoseconds kStreamQuiet{500};
+inline constexpr std::chrono::microseconds kStreamWait{20};
+
 // Lua state arenas (bindings/state_arena.hpp): chunks of closed states wait
 // in a pool of their kind (first or later chunks) for the next states. Each
 // thread keeps up to twice the batch itself and trades whole batches with

@@ -38,6 +38,10 @@ struct ProcessSlot {
   // --- guarded by mu ---
   std::uint32_t generation = 1;  // of the current occupant when alive, else of the next
   bool alive = false;
+  // Events ever posted to this slot: written under mu, read without it by
+  // a worker gathering a batch (Worker::gather_batch), which only compares
+  // two readings.
+  std::atomic<std::uint32_t> arrivals{0};
   std::vector<Event> pending;    // the MPSC event queue: producers push, the worker swaps it out
   std::vector<Pid> links;
   std::vector<Monitor> monitors; // who watches this process

@@ -177,6 +177,7 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   if (!lock) return false;
   under_lock(*slot);
   if (event) slot->pending.push_back(std::move(*event));
+  slot->arrivals.store(slot->arrivals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const ProcessState::Wake wake = slot->state.on_event_arrived();
   lock.unlock();
   // Ready now, and in no queue: nothing can run or finish it until we queue it.

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <exception>
 
 #include "host/config.hpp"
@@ -159,9 +160,11 @@ void Worker::execute(ProcessSlot* slot) {
     log::clear_current_pid();
     return;
   }
+  std::uint32_t taken_mark;
   {
     std::lock_guard lock(slot->mu);
     events_.swap(slot->pending);
+    taken_mark = slot->arrivals.load(std::memory_order_relaxed);
   }
   out_.reset();
   fed_ = 0;
@@ -185,6 +188,7 @@ void Worker::execute(ProcessSlot* slot) {
     }
     if (epoch_.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
   }
+  const std::size_t taken = events_.size();
   events_.clear();
   switch (out_.status) {
     case Status::Done:
@@ -204,11 +208,36 @@ void Worker::execute(ProcessSlot* slot) {
     case Status::Idle: {
       s.dispatch(slot, out_);
       RunState waiting = out_.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
-      if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) push_local(slot);
+      if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) {
+        if (taken < config::kStreamBatch) gather_batch(slot, taken_mark);
+        push_local(slot);
+      }
       break;
     }
   }
   log::clear_current_pid();
+}
+
+void Worker::gather_batch(ProcessSlot* slot, std::uint32_t mark) {
+  using Clock = std::chrono::steady_clock;
+  if (scheduler_.any_work_visible()) return;
+  const auto start = Clock::now();
+  auto last = start;
+  std::uint32_t seen = slot->arrivals.load(std::memory_order_relaxed);
+  while (seen - mark < config::kStreamBatch) {
+    for (int i = 0; i < 16; ++i) cpu_relax();
+    const auto now = Clock::now();
+    const std::uint32_t a = slot->arrivals.load(std::memory_order_relaxed);
+    if (a != seen) {
+      seen = a;
+      last = now;
+    } else if (now - last > config::kStreamQuiet) {
+      return;
+    }
+    if (now - start > config::kStreamWait || scheduler_.any_work_visible() ||
+        scheduler_.stopping_workers_.load(std::memory_order_relaxed))
+      return;
+  }
 }
 
 }  // namespace host

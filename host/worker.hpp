@@ -69,6 +69,9 @@ class Worker {
   ProcessSlot* find_work();
   ProcessSlot* steal_work();
   void execute(ProcessSlot* slot);
+  // See config::kStreamBatch. `mark` is the slot's arrivals when its step
+  // took its events.
+  void gather_batch(ProcessSlot* slot, std::uint32_t mark);
   std::uint64_t next_random();
 
   Scheduler& scheduler_;

@@ -183,6 +183,73 @@ TEST_CASE("messages from each sender arrive exactly once and in order, from thre
   }
 }
 
+TEST_CASE("a stream's consumer that waits to gather a batch gets every message once and in order, and a pair still answers") {
+  // Two workers and a stream from a thread: the consumer's steps end with
+  // more already queued, so its worker, with nothing else to run, waits
+  // for a batch (Worker::gather_batch) before it re-runs it. The producer
+  // pauses now and then, so that some waits end on the quiet rule and some
+  // on the batch's size. Then a ping-pong pair, whose steps a gather must
+  // not hold: a lost requeue would hang either part (the watchdog).
+  Watchdog dog("gather stress", std::chrono::seconds(120));
+  Scheduler s({.workers = 2});
+  ExitLog exits(s);
+  const std::uint64_t per = static_cast<std::uint64_t>(scaled(200000));
+  auto consumer = s.spawn(make_fn([per](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                            for (auto& e : events) {
+                              if (e.kind != EventKind::Message) continue;
+                              if (std::stoull(e.payload) != p.counter)
+                                return fail(out, "got " + e.payload + ", expected " + std::to_string(p.counter));
+                              if (++p.counter == per) return done(out, "all");
+                            }
+                            out.status = Status::Idle;
+                          }),
+                          "consumer", "");
+  REQUIRE(consumer);
+  std::thread producer([&] {
+    for (std::uint64_t i = 0; i < per; ++i) {
+      REQUIRE(s.send(consumer.pid, "n", std::to_string(i)).empty());
+      if (i % 5000 == 0) std::this_thread::sleep_for(50us);
+    }
+  });
+  producer.join();
+  REQUIRE(exits.wait(consumer.pid, 100s));
+  CHECK_MESSAGE(exits.get(consumer.pid).result == "all", exits.get(consumer.pid).error);
+
+  const std::uint64_t rounds = static_cast<std::uint64_t>(scaled(20000));
+  auto pong = s.spawn(make_fn([](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                        for (auto& e : events) {
+                          if (e.kind != EventKind::Message) continue;
+                          if (e.topic == "stop") return done(out);
+                          if (!p.ctx().scheduler->send(e.from, "pong", std::string(e.payload), p.ctx().self).empty())
+                            return fail(out, "pong's send");
+                        }
+                        out.status = Status::Idle;
+                      }),
+                      "pong", "");
+  REQUIRE(pong);
+  auto ping = s.spawn(make_fn([rounds, to = pong.pid](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                        auto send_next = [&] {
+                          return p.ctx().scheduler->send(to, "ping", std::to_string(p.counter), p.ctx().self).empty();
+                        };
+                        if (p.steps == 1 && !send_next()) return fail(out, "ping's send");
+                        for (auto& e : events) {
+                          if (e.kind != EventKind::Message) continue;
+                          if (e.payload != std::to_string(p.counter)) return fail(out, "pong out of step: " + e.payload);
+                          if (++p.counter == rounds) {
+                            p.ctx().scheduler->send(to, "stop", "", p.ctx().self);
+                            return done(out, "all");
+                          }
+                          if (!send_next()) return fail(out, "ping's send");
+                        }
+                        out.status = Status::Idle;
+                      }),
+                      "ping", "");
+  REQUIRE(ping);
+  REQUIRE(exits.wait(ping.pid, 100s));
+  CHECK_MESSAGE(exits.get(ping.pid).result == "all", exits.get(ping.pid).error);
+  REQUIRE(exits.wait(pong.pid, 100s));
+}
+
 TEST_CASE("spawn and exit churn: every child's exit reaches its monitoring parent exactly once") {
   Watchdog dog("spawn churn", std::chrono::seconds(120));
   Scheduler s({.workers = 2});
