@@ -23,13 +23,11 @@ void PeerStrings::push_new_sender(lua_State* L, const Pid& from) {
     const std::uint32_t slot = sender_slot(from);
     Entry& e = cache_->senders[slot];
     if (e.pid == from) {
-      lua_rawgeti(L, LUA_REGISTRYINDEX, cache_->table_ref);
-      lua_rawgeti(L, -1, static_cast<int>(slot + 1));
-      lua_replace(L, -2);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, e.ref);
       last_from_text_ = e.text;
     } else {
       push_pid(L, from);
-      last_from_text_ = put(L, static_cast<int>(slot + 1), lua_gettop(L), e, from);
+      last_from_text_ = put(L, lua_gettop(L), e, from);
     }
     return;
   }
@@ -46,8 +44,7 @@ void PeerStrings::remember_dest(lua_State* L, int idx, const char* s, const Pid&
   dest_name_version_ = 0;
   if (cache_) {
     // A miss of find: the slot holds another string, or none.
-    const std::uint32_t slot = dest_slot(s);
-    put(L, static_cast<int>(kSlots + slot + 1), idx, cache_->dests[slot], pid);
+    put(L, idx, cache_->dests[dest_slot(s)], pid);
     return;
   }
   lua_pushvalue(L, idx);
@@ -65,35 +62,28 @@ void PeerStrings::remember_name(lua_State* L, int idx, const char* s, const Pid&
   lua_rawseti(L, LUA_REGISTRYINDEX, last_dest_ref_);
 }
 
-const char* PeerStrings::put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, cache_->table_ref);
+const char* PeerStrings::put(lua_State* L, int idx, Entry& entry, const Pid& pid) {
   lua_pushvalue(L, idx);
-  lua_rawseti(L, -2, key);
-  lua_pop(L, 1);
-  entry = Entry{pid, lua_tostring(L, idx)};
+  if (entry.ref == LUA_NOREF) entry.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  else lua_rawseti(L, LUA_REGISTRYINDEX, entry.ref);
+  entry.pid = pid;
+  entry.text = lua_tostring(L, idx);
   return entry.text;
 }
 
 void PeerStrings::note_miss(lua_State* L) {
   if (++misses_ < kMissesBeforeCache) return;
-  // The table first: if it cannot be made, there is no cache either.
-  lua_createtable(L, static_cast<int>(2 * kSlots), 0);
-  const int ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  auto cache = std::make_unique<Cache>();
-  cache->table_ref = ref;
-  cache_ = std::move(cache);
+  cache_ = std::make_unique<Cache>();
   // The last sender and destination go in, as the cache's rule wants (the
   // same string objects: their bytes stay where they were).
   if (last_from_.valid()) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
-    put(L, static_cast<int>(sender_slot(last_from_) + 1), lua_gettop(L), cache_->senders[sender_slot(last_from_)],
-        last_from_);
+    put(L, lua_gettop(L), cache_->senders[sender_slot(last_from_)], last_from_);
     lua_pop(L, 1);
   }
   if (last_dest_text_ && dest_name_version_ == 0) {
-    const std::uint32_t slot = dest_slot(last_dest_text_);
     lua_rawgeti(L, LUA_REGISTRYINDEX, last_dest_ref_);
-    put(L, static_cast<int>(kSlots + slot + 1), lua_gettop(L), cache_->dests[slot], last_dest_);
+    put(L, lua_gettop(L), cache_->dests[dest_slot(last_dest_text_)], last_dest_);
     lua_pop(L, 1);
   }
 }

@@ -11,10 +11,13 @@
 // and intern of the string) and 230 for a destination (Pid::parse and the
 // slot's update). After kMissesBeforeCache misses it also gets a cache:
 // kSlots senders direct-mapped by their slot index, kSlots destinations
-// direct-mapped by their string's address, the strings held in one Lua
-// table (so an address in the cache always names the same text): 6 KB of
-// entries and a 2 KB table, and up to 256 PID strings kept alive, only in
-// such processes.
+// direct-mapped by their string's address, each entry's string held in a
+// registry slot of its own (so an address in the cache always names the
+// same text, and a cached sender is one lua_rawgeti: about 35
+// instructions, where the strings in one Lua table took three calls and
+// about 190): 6 KB of entries and up to 256 registry slots (2 KB of the
+// registry's array part) and PID strings kept alive, only in such
+// processes.
 //
 // The last destination may be a registered name instead (remember_name):
 // then find does not know it, and find_name does while the names have not
@@ -97,9 +100,11 @@ class PeerStrings {
   void remember_name(lua_State* L, int idx, const char* s, const Pid& pid, std::uint32_t version);
 
  private:
-  // A PID and its string's bytes, which the cache's table holds.
+  // A PID and its string's bytes, which the registry holds at ref (made
+  // when the entry is first filled, then reused by every string after).
   struct Entry {
     Pid pid;
+    int ref = LUA_NOREF;
     const char* text = nullptr;
   };
   // Once there is a cache, the last sender and the last destination are
@@ -107,7 +112,6 @@ class PeerStrings {
   // and each makes what it puts in the last), so their strings live there
   // and the two registry slots are no longer written.
   struct Cache {
-    int table_ref = LUA_NOREF;  // senders' strings at 1..kSlots, destinations' after
     Entry senders[kSlots];
     Entry dests[kSlots];
   };
@@ -121,9 +125,9 @@ class PeerStrings {
   // Counts a miss; at the kMissesBeforeCache-th makes the cache and puts
   // the last sender and destination in it.
   void note_miss(lua_State* L);
-  // Puts the string at stack index idx in the cache's table at key, with
-  // pid in `entry`; returns the string's bytes.
-  const char* put(lua_State* L, int key, int idx, Entry& entry, const Pid& pid);
+  // Puts the string at stack index idx, with pid, in `entry` (its registry
+  // slot); returns the string's bytes.
+  static const char* put(lua_State* L, int idx, Entry& entry, const Pid& pid);
 
   // (Ordered to pack: LuaProcess, which holds this, must stay within 1 KB.)
   Pid last_from_;
