@@ -109,6 +109,7 @@ struct Primitives {
     lua_getallocf(L, &ud);
     return *static_cast<LuaProcess*>(ud);
   }
+  static TaskKernel& kernel(lua_State* L) { return of(L).kernel_; }
 
   // A PID string, or a registered name, to a PID; else nil, err pushed.
   // The common case inline (a send's destination seen before: out of line
@@ -826,6 +827,8 @@ struct Primitives {
     return 1;
   }
 };
+
+TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
 
 // One per process, from malloc: within mimalloc's 1 KB class an idle
 // process takes 256 bytes less than in the next (1.25 KB).

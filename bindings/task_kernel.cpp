@@ -217,8 +217,6 @@ std::string failure_text(lua_State* L, lua_State* co, int rc) {
 
 }  // namespace
 
-TaskKernel& TaskKernel::self(lua_State* L) { return *static_cast<TaskKernel*>(lua_touserdata(L, lua_upvalueindex(1))); }
-
 int TaskKernel::pin(lua_State* L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, pinned_ + 1);
   const bool free = lua_isnil(L, -1);
@@ -869,8 +867,7 @@ char kWaitingReceive;
 void TaskKernel::push_receive(lua_State* L) {
   installed_receive_ = wanted_receive_;
   if (wanted_receive_ == ReceiveForm::kC) {
-    lua_pushlightuserdata(L, this);
-    lua_pushcclosure(L, l_receive, 1);
+    lua_pushcfunction(L, l_receive);
     return;
   }
   // bindings/receive.lua's chunk, called with the inbox (for the draining
@@ -881,9 +878,8 @@ void TaskKernel::push_receive(lua_State* L) {
   if (luaL_loadbuffer(L, receive_chunk_->data(), receive_chunk_->size(), "=receive") != 0) lua_error(L);
   if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
   else lua_pushnil(L);
-  lua_pushlightuserdata(L, this);
   lua_pushinteger(L, 2);
-  lua_pushcclosure(L, l_receive_raw, 2);
+  lua_pushcclosure(L, l_receive_raw, 1);
   lua_pushboolean(L, draining);
   lua_call(L, 3, 1);
   if (!draining) {
@@ -938,8 +934,7 @@ void TaskKernel::push_ext(lua_State* L) {
       {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links},
       {"inbox_tables", l_inbox_tables}};
   for (const luaL_Reg& r : fns) {
-    lua_pushlightuserdata(L, this);
-    lua_pushcclosure(L, r.func, 1);
+    lua_pushcfunction(L, r.func);
     lua_setfield(L, -2, r.name);
   }
   lua_rawgeti(L, LUA_REGISTRYINDEX, coroutine_ref_);
@@ -950,9 +945,8 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "inbox");
   push_events(L);
   lua_setfield(L, -2, "events");
-  lua_pushlightuserdata(L, this);
   lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
-  lua_pushcclosure(L, l_receive_raw, 2);
+  lua_pushcclosure(L, l_receive_raw, 1);
   lua_setfield(L, -2, "receive");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
@@ -1025,12 +1019,12 @@ int TaskKernel::l_slow_inbox(lua_State* L) {
 }
 
 namespace {
-// How many Lua frames up the script's call to the C receive is: upvalue 2
-// when a Lua function stands between (kernel_ext's inbox:receive,
-// receive.lua), for its errors to name the script's line. Read only on the
-// paths that need it, not on every receive.
+// How many Lua frames up the script's call to the C receive is: the
+// closure's upvalue when a Lua function stands between (kernel_ext's
+// inbox:receive, receive.lua), for its errors to name the script's line.
+// Read only on the paths that need it, not on every receive.
 int caller_level(lua_State* L) {
-  return lua_isnoneornil(L, lua_upvalueindex(2)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(2)));
+  return lua_isnoneornil(L, lua_upvalueindex(1)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(1)));
 }
 }  // namespace
 

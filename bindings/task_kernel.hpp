@@ -155,6 +155,11 @@ class TaskKernel {
   static int l_receive(lua_State* L);
   static int l_receive_raw(lua_State* L);  // receive.lua's
   static int receive(lua_State* L, bool raw);
+  // The kernel of the process whose state L is. Defined by its owner,
+  // bindings/lua_process.cpp: the state's allocator's userdata is the
+  // LuaProcess, which holds the kernel (Primitives::of), so finding it is
+  // two field reads, where a light userdata upvalue on each closure cost
+  // lua_touserdata's index resolution (about 49 instructions a receive).
   static TaskKernel& self(lua_State* L);
 
   // Creates a task for the function at idx and the nargs values above it
