@@ -483,14 +483,17 @@ struct Primitives {
   static int lazy_global(lua_State* L) {
     // Strings share _G's metatable until the string library opens and
     // installs theirs (install_globals): ("x"):upper() comes here first.
+    // It opens without the global `string` (which comes when the script
+    // names it): a method call inside a pairs(_G) loop must not add a key
+    // to the table being walked, which can make next skip a key
+    // (tests/lua/test_processes.lua).
+    auto& p = of(L);
     if (lua_type(L, 1) == LUA_TSTRING) {
-      open_lib(L, "string");
-      raw_global(L, "string");
+      push_string_lib(L);
       lua_pushvalue(L, 2);
       lua_gettable(L, -2);
       return 1;
     }
-    auto& p = of(L);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
     const char* k = lua_tostring(L, 2);
     if (!std::strcmp(k, "require")) {
@@ -500,6 +503,16 @@ struct Primitives {
     }
     // ffi is only require'd, as in plain LuaJIT.
     if (opener(k) && std::strcmp(k, "ffi") != 0) {
+      // Opened already without its global (a string method, require):
+      // the global is the same table.
+      p.push_loaded(L);
+      lua_getfield(L, -1, k);
+      if (lua_istable(L, -1)) {
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_GLOBALSINDEX, k);  // rawset: _G has no __newindex
+        return 1;
+      }
+      lua_pop(L, 2);
       if (!std::strcmp(k, "package")) open_package(L);
       else open_lib(L, k);
       lua_rawget(L, 1);
@@ -597,6 +610,26 @@ struct Primitives {
     lua_settop(L, base);
   }
 
+  // Pushes the string library, opening it if need be without the global
+  // `string` (lazy_global sets that when the script names it): for string
+  // methods and log's format, which a script may call inside a pairs(_G)
+  // loop, where a new key in the table being walked can make next skip
+  // one (tests/lua/test_processes.lua).
+  static void push_string_lib(lua_State* L) {
+    of(L).push_loaded(L);
+    lua_getfield(L, -1, "string");
+    if (!lua_istable(L, -1)) {
+      // LuaJIT's opener fills the table package.loaded already holds, and
+      // then leaves the globals alone (lib_create_table).
+      lua_pop(L, 1);
+      lua_newtable(L);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, "string");
+      open_lib(L, "string");
+    }
+    lua_remove(L, -2);
+  }
+
   static void open_lib(lua_State* L, const char* name) {
     const bool jit = !std::strcmp(name, "jit");
     if (jit && lua_gethook(L) == jit_probe_hook) lua_sethook(L, nullptr, 0, 0);
@@ -676,12 +709,7 @@ struct Primitives {
     auto level = static_cast<spdlog::level::level_enum>(lua_tointeger(L, lua_upvalueindex(1)));
     const int n = lua_gettop(L);
     if (n > 1) {
-      raw_global(L, "string");
-      if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        open_lib(L, "string");
-        raw_global(L, "string");
-      }
+      push_string_lib(L);
       lua_getfield(L, -1, "format");
       lua_replace(L, -2);
       lua_insert(L, 1);

@@ -276,6 +276,11 @@ return { main = function()
       end
       for _, r in ipairs(results) do T.eq(r, "ok") end
     end },
+    { "a string method or log's format inside a pairs(_G) loop adds no global, so the walk sees every key", function()
+      assert(process.spawn_monitored("fixtures.globals_walk"))
+      local ev = T.next_event("exit")
+      T.eq(ev.result or ev.error, "ok")
+    end },
     { "an idle process's heap fits a state's first chunk", function()
       -- 14 KB (bindings/state_arena.hpp, kFirstChunkBytes): what keeps idle
       -- memory under 16 KB a process (BENCHMARKS.md).
