@@ -487,13 +487,13 @@ struct Primitives {
     // names it): a method call inside a pairs(_G) loop must not add a key
     // to the table being walked, which can make next skip a key
     // (tests/lua/test_processes.lua).
-    auto& p = of(L);
     if (lua_type(L, 1) == LUA_TSTRING) {
       push_string_lib(L);
       lua_pushvalue(L, 2);
       lua_gettable(L, -2);
       return 1;
     }
+    auto& p = of(L);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
     const char* k = lua_tostring(L, 2);
     if (!std::strcmp(k, "require")) {
