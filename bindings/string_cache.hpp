@@ -31,9 +31,10 @@ class StringCache {
       lua_pushlstring(L, s.data(), s.size());
       return;
     }
+    const Key key = key_of(s);
     if (slots_) {
       for (const Slot& slot : *slots_) {
-        if (slot.ref != LUA_NOREF && slot.size == s.size() && std::memcmp(slot.text, s.data(), s.size()) == 0) {
+        if (slot.holds(key)) {
           lua_rawgeti(L, LUA_REGISTRYINDEX, slot.ref);
           return;
         }
@@ -44,8 +45,9 @@ class StringCache {
     lua_pushlstring(L, s.data(), s.size());
     Slot& slot = (*slots_)[next_];
     next_ = (next_ + 1) % kSlots;
-    std::memcpy(slot.text, s.data(), s.size());
-    slot.size = static_cast<std::uint8_t>(s.size());
+    slot.head = key.head;
+    slot.tail = key.tail;
+    slot.size = key.size;
     lua_pushvalue(L, -1);
     // A slot takes its registry index when first used: a process that
     // receives few strings adds few registry entries.
@@ -54,10 +56,37 @@ class StringCache {
   }
 
  private:
+  // A string of up to 15 bytes as two words and its length, equal exactly
+  // when the strings are: the words are two loads of 8 bytes (or 4, 2, 1)
+  // from its start and from its end, which overlap and so cover every
+  // byte. A slot is then matched with three compares, where memcmp took
+  // about 20 instructions a slot (1.3% of PingPong's time, perf).
+  struct Key {
+    std::uint64_t head = 0, tail = 0;
+    std::uint32_t size = 0;
+  };
+  template <typename Word>
+  static std::uint64_t load(const char* p) {
+    Word w;
+    std::memcpy(&w, p, sizeof w);
+    return w;
+  }
+  static Key key_of(std::string_view s) {
+    const char* p = s.data();
+    const std::size_t n = s.size();
+    const auto size = static_cast<std::uint32_t>(n);
+    if (n >= 8) return {load<std::uint64_t>(p), load<std::uint64_t>(p + n - 8), size};
+    if (n >= 4) return {load<std::uint32_t>(p), load<std::uint32_t>(p + n - 4), size};
+    if (n >= 2) return {load<std::uint16_t>(p), load<std::uint16_t>(p + n - 2), size};
+    return {n ? load<std::uint8_t>(p) : 0, 0, size};
+  }
+
+  // 24 bytes: the reference sits in the key's padding.
   struct Slot {
-    char text[kMaxLength];
-    std::uint8_t size = 0;
+    std::uint64_t head = 0, tail = 0;
+    std::uint32_t size = 0;
     int ref = LUA_NOREF;
+    bool holds(const Key& k) const { return head == k.head && tail == k.tail && size == k.size && ref != LUA_NOREF; }
   };
   using Slots = std::array<Slot, kSlots>;
 

@@ -153,6 +153,31 @@ TEST_CASE("decoding through a string cache gives the same strings, past its slot
   }
 }
 
+TEST_CASE("a string cache tells apart cached strings that differ in any one byte") {
+  // The cache matches a string by words loaded from its start and its end:
+  // every length it keeps, with one byte changed at each position in turn,
+  // must come back as itself, through more strings than it has slots.
+  State s;
+  host::lua::StringCache cache;
+  const char* make =
+      "local w = {} "
+      "for n = 0, 16 do "
+      "  w[#w + 1] = string.rep('x', n) "
+      "  for i = 1, n do w[#w + 1] = string.rep('x', i - 1) .. 'y' .. string.rep('x', n - i) end "
+      "end "
+      "return w";
+  const std::string bytes = s.encode(make);
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    REQUIRE(decode_values(s.L, bytes, nullptr, &cache) == 1);
+    lua_setglobal(s.L, "got");
+    REQUIRE(luaL_loadstring(s.L, make) == 0);
+    lua_call(s.L, 0, 1);
+    lua_setglobal(s.L, "want");
+    REQUIRE(luaL_dostring(s.L, "assert(#got == #want) for i, v in ipairs(want) do assert(got[i] == v, i) end") == 0);
+  }
+}
+
 TEST_CASE("one simple value takes the short paths, with the full encoder's bytes and the decoder's value") {
   State s;
   host::lua::StringCache cache;
