@@ -67,7 +67,13 @@ class StateArena {
     const std::size_t size = class_size(c);
     if (FreeBlock* b = free_lists_[c]) {
       ARENA_UNPOISON(b, sizeof(FreeBlock));
-      free_lists_[c] = b->next;
+      FreeBlock* next = b->next;
+      free_lists_[c] = next;
+      // The next block of the class is read when it is handed out (its
+      // link), often long after the collector freed it: fetched now, that
+      // read hits the cache (the link's load was half of this function's
+      // samples in PingPong, perf). A prefetch of null is harmless.
+      __builtin_prefetch(next);
       ARENA_UNPOISON(b, size);
       return b;
     }
