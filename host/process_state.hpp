@@ -27,16 +27,21 @@ class ProcessState {
 
   RunState state() const { return static_cast<RunState>(word_.load(std::memory_order_acquire) & kStateMask); }
 
-  // Worker, on dequeuing: Ready -> Running. The wakeup bit is cleared: the
-  // events it announced will be drained by this very step.
+  // Worker, on dequeuing: Ready -> Running. A Ready word never holds the
+  // wakeup bit (the events it announced will be drained by this very step).
+  // A plain store, not a CAS (a locked instruction on every step): while the
+  // process is Ready and queued, only the worker that dequeued it writes the
+  // word (on_event_arrived leaves a Ready word alone; finish marks only a
+  // process that runs or that shutdown holds with no worker left). A sender
+  // that reads Ready late still loses nothing: it reads under the slot's
+  // lock, which the worker takes after this store to drain the events, so
+  // either its event is drained by this step or it sees Running and sets
+  // the wakeup bit.
   [[nodiscard]] bool begin_running() {
-    std::uint32_t s = word_.load(std::memory_order_acquire);
-    for (;;) {
-      if ((s & kStateMask) != static_cast<std::uint32_t>(RunState::Ready)) return false;
-      if (word_.compare_exchange_weak(s, static_cast<std::uint32_t>(RunState::Running), std::memory_order_acq_rel,
-                                      std::memory_order_acquire))
-        return true;
-    }
+    if ((word_.load(std::memory_order_acquire) & kStateMask) != static_cast<std::uint32_t>(RunState::Ready))
+      return false;
+    word_.store(static_cast<std::uint32_t>(RunState::Running), std::memory_order_release);
+    return true;
   }
 
   enum class AfterStep { Parked, Requeue };

@@ -142,7 +142,7 @@ void Worker::fed_queued_process() {
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;
   // Only this thread writes activity_. The release stores order the mark
-  // before the slot's first change (the begin_running CAS publishes it)
+  // before the slot's first change (begin_running's release store publishes it)
   // and after its last.
   struct ActivityMark {
     std::atomic<std::uint64_t>& a;
