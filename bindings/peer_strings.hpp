@@ -99,6 +99,14 @@ class PeerStrings {
   // destination.
   void remember_name(lua_State* L, int idx, const char* s, const Pid& pid, std::uint32_t version);
 
+  // Starts loading the cache entry of a message's sender without waiting
+  // for it, for a step that pushes the sender soon (LuaProcess::Step): in
+  // a process that hears from many, the entry's line is mostly evicted, and
+  // its load was two thirds of push_new_sender's perf samples in Big.
+  void prefetch_sender(const Pid& from) const {
+    if (cache_) __builtin_prefetch(&cache_->senders[sender_slot(from)]);
+  }
+
  private:
   // A PID and its string's bytes, which the registry holds at ref (made
   // when the entry is first filled, then reused by every string after).
