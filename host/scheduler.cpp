@@ -308,7 +308,10 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   const Pid pid = slot->pid();
   if (!out.cancels().empty()) cancel_yields(slot, out);
   const std::size_t n = out.yield_count();
-  slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
+  // Most steps wait on messages only: no locked add for nothing (its line
+  // is one senders write, and in perf the add was three quarters of this
+  // function's samples in Big).
+  if (n != 0) slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     Yield& y = out.yield_at(i);
     const CommandHandler* h = commands_.find(y.command);
