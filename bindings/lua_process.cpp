@@ -1425,6 +1425,11 @@ void LuaProcess::probe_jit() {
   if (interrupted_.load(std::memory_order_acquire)) Interrupt();
 }
 
+void LuaProcess::Prefetch() const {
+  __builtin_prefetch(L_);
+  __builtin_prefetch(reinterpret_cast<const char*>(L_) + 64);
+}
+
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   lua_State* L = L_;
   // Most steps take one message or a few: their senders' cache entries

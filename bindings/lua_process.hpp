@@ -37,6 +37,7 @@ class LuaProcess final : public Process {
  public:
   explicit LuaProcess(LuaRuntime& runtime);
   ~LuaProcess() override;
+  void Prefetch() const override;
 
   // Creates the state, the base library, the kernel and the globals: all a
   // process needs before its module, so that idle workers can make spare

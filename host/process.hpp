@@ -150,6 +150,11 @@ class Process {
   // What log lines written during its steps name as the module (a Lua
   // process: its entry, "main:main"). Must stay valid until Close.
   virtual const char* Name() const { return ""; }
+
+  // Starts loading what the next Step reads first, without waiting for it:
+  // the worker calls it before its own bookkeeping for the step, which then
+  // overlaps the loads of a process whose lines were evicted.
+  virtual void Prefetch() const {}
 };
 
 }  // namespace host
