@@ -27,27 +27,29 @@ struct Monitor {
   std::uint64_t ref;
 };
 
-// One process's control block. The fields in the "guarded by mu" group may
-// only be touched with mu held; `process` belongs to whoever holds the
-// process in the Running state (or the spawner before it is first queued).
-struct ProcessSlot {
+// One process's control block. Fields marked "mu" may only be touched with
+// mu held; `process` belongs to whoever holds the process in the Running
+// state (or the spawner before it is first queued).
+//
+// Two cache lines, aligned: the first holds what every message writes (the
+// state, the lock, the queue), the second what the worker reads and rarely
+// writes. Unaligned (136 bytes), a slot shared lines with its neighbours,
+// and senders to one process took lines from the workers stepping the next.
+struct alignas(64) ProcessSlot {
   std::uint32_t index = 0;     // immutable
   ProcessState state;          // see process_state.hpp
-
   SpinLock mu;
-  // --- guarded by mu ---
-  std::uint32_t generation = 1;  // of the current occupant when alive, else of the next
-  bool alive = false;
+  std::uint32_t generation = 1;  // mu; of the current occupant when alive, else of the next
+  bool alive = false;            // mu
+  std::atomic<bool> terminate_requested{false};  // set by terminate(), read by the worker
   // Events ever posted to this slot: written under mu, read without it by
   // a worker gathering a batch (Worker::gather_batch), which only compares
   // two readings.
   std::atomic<std::uint32_t> arrivals{0};
-  std::vector<Event> pending;    // the MPSC event queue: producers push, the worker swaps it out
-  std::vector<Pid> links;
-  std::vector<Monitor> monitors; // who watches this process
-  // --- end guarded ---
+  std::vector<Event> pending;     // mu; the MPSC event queue: producers push, the worker swaps it out
+  std::vector<Pid> links;         // mu
+  std::vector<Monitor> monitors;  // mu; who watches this process
 
-  std::atomic<bool> terminate_requested{false};  // set by terminate(), read by the worker
   // Yields dispatched minus those completed or dropped by a cancel: shutdown
   // reports them, and waits for no process that has none (nothing_can_run).
   std::atomic<std::int32_t> outstanding_yields{0};
@@ -58,6 +60,7 @@ struct ProcessSlot {
   // Next free slot index while this slot is on the free list (PidTable only).
   std::atomic<std::uint32_t> next_free{0};
 };
+static_assert(sizeof(ProcessSlot) == 128, "a slot is two cache lines: see above");
 
 class PidTable {
  public:
