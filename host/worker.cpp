@@ -141,7 +141,7 @@ void Worker::fed_queued_process() {
 
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;
-  slot->process->Prefetch();
+  if (const Process* p = slot->process.get()) p->Prefetch();
   // Only this thread writes activity_. The release stores order the mark
   // before the slot's first change (begin_running's release store publishes it)
   // and after its last.
