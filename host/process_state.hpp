@@ -66,12 +66,14 @@ class ProcessState {
   // caller must queue it.
   void end_step_runnable() { word_.store(static_cast<std::uint32_t>(RunState::Ready), std::memory_order_release); }
 
-  // Worker, when the process finished. No transition leaves Complete.
+  // Scheduler::finish, with the slot's lock held (on_event_arrived relies
+  // on it for a waiting process). No transition leaves Complete.
   void mark_complete() { word_.store(static_cast<std::uint32_t>(RunState::Complete), std::memory_order_release); }
 
   enum class Wake { None, Schedule, Queued };
 
-  // Any thread, after pushing an event to the process's queue. Schedule: the
+  // Any thread, after pushing an event to the process's queue, with the
+  // slot's lock held (Scheduler::post). Schedule: the
   // process went Blocked/Idle -> Ready and the caller must queue it. Queued:
   // it was Ready already, waiting in a queue for a worker.
   [[nodiscard]] Wake on_event_arrived() {
@@ -86,8 +88,13 @@ class ProcessState {
           break;
         case RunState::Blocked:
         case RunState::Idle:
-          next = static_cast<std::uint32_t>(RunState::Ready);
-          break;
+          // A plain store, not a CAS (a locked instruction on most
+          // messages): a waiting word is written only by a caller of this
+          // function, who holds the slot's lock, and by Scheduler::finish,
+          // which marks it Complete under that lock too. The worker that
+          // parked the process wrote it last before it was read here.
+          word_.store(static_cast<std::uint32_t>(RunState::Ready), std::memory_order_release);
+          return Wake::Schedule;
         case RunState::Ready:  // it will drain the event when it runs
           return Wake::Queued;
         default:  // Complete: dropped

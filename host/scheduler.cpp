@@ -345,11 +345,11 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
 
 void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error) {
   const Pid pid = slot->pid();
-  slot->state.mark_complete();
   std::vector<Pid> links;
   std::vector<Monitor> monitors;
   {
     std::lock_guard lock(slot->mu);
+    slot->state.mark_complete();  // under the lock: see ProcessState::on_event_arrived
     slot->alive = false;
     slot->generation = next_generation(slot->generation);
     links.swap(slot->links);
