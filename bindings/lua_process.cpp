@@ -1087,6 +1087,7 @@ bool LuaProcess::Prepare() {
     p.kernel_.set_receive_chunk(&p.rt_.receive_bytecode());
     p.peers_.init(S, [&p](lua_State* T) { return p.kernel_.pin(T); });
     lua_pushcfunction(S, step_body);
+    p.step_fn_ = lua_topointer(S, -1);
     p.step_fn_ref_ = p.kernel_.pin(S);
     // package.loaded, where the entry module and the API tables a process
     // uses are recorded, made here and kept in a slot: found by name
@@ -1444,7 +1445,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, step_fn_ref_);
+  if (!stack_args::push_object(L, step_fn_, luajit_layout::kTagFunc)) lua_rawgeti(L, LUA_REGISTRYINDEX, step_fn_ref_);
   int rc = lua_pcall(L, 0, 0, 0);
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;

@@ -127,6 +127,7 @@ class LuaProcess final : public Process {
   bool jit_probe_armed_ = true;  // the JIT probe's count hook (probe_jit)
   std::uint32_t steps_ = 0;      // steps taken, while the compiler is off
   int step_fn_ref_ = -2;
+  const void* step_fn_ = nullptr;  // the function in that slot (pushed without reading it)
   // Declared before the members that hold the state's values (it outlives
   // the state); its hot fields are its first.
   StateArena arena_;

@@ -1,7 +1,7 @@
 // LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the three places
-// that read it directly: small_globals (the globals table's hash part),
+// that use it directly: small_globals (the globals table's hash part),
 // the codec's table walk (codec.cpp) and stack_args (a C function's
-// arguments). None trusts it blindly: each checks it against the C API on
+// arguments, and pushes of values that are kept alive elsewhere). None trusts it blindly: each checks it against the C API on
 // a real state first and keeps to the C API where the check fails
 // (another LuaJIT build). Threads: any.
 #pragma once
@@ -34,6 +34,9 @@ inline constexpr std::size_t kStrLenOffset = 20;
 // slot above its last (top) at 40.
 inline constexpr std::size_t kStateBaseOffset = 32;
 inline constexpr std::size_t kStateTopOffset = 40;
+// The end of its stack's usable part (maxstack): a push must leave top
+// below it, or the stack grows first.
+inline constexpr std::size_t kStateMaxstackOffset = 48;
 
 // A TValue is 64 bits: a double, or a type tag in its top 17 bits (read
 // sign-extended) over a 47-bit pointer; nil is all ones.
@@ -72,6 +75,10 @@ inline double number(std::uint64_t tv) {
   double d;
   std::memcpy(&d, &tv, sizeof d);
   return d;
+}
+// The TValue of a GC object of type `tag` at address obj.
+inline std::uint64_t tvalue(const void* obj, std::uint32_t tag) {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(obj)) | (std::uint64_t{tag} << 47);
 }
 inline const unsigned char* object(std::uint64_t tv) {
   return reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(tv & kPointerMask));

@@ -29,6 +29,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/stack_args.hpp"
 #include "host/pid.hpp"
 
 namespace host::lua {
@@ -55,8 +56,11 @@ class PeerStrings {
   // no PID), and makes it the last sender. Inline: messages mostly come
   // from the sender of the one before.
   void push_sender(lua_State* L, const Pid& from) {
-    if (from == last_from_ && from.valid() && !cache_) lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
-    else push_new_sender(L, from);
+    if (from == last_from_ && from.valid() && !cache_) {
+      if (!stack_args::push_string_object(L, last_from_text_)) lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
+    } else {
+      push_new_sender(L, from);
+    }
   }
 
   // The PID whose string is s (a Lua string's bytes, so the same text is

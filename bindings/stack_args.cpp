@@ -22,6 +22,9 @@ int probe(lua_State* L) {
   const unsigned char* top = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateTopOffset);
   bool ok = base != nullptr && top > base && reinterpret_cast<std::uintptr_t>(base) % 8 == 0 &&
             static_cast<std::size_t>(top - base) == static_cast<std::size_t>(n) * 8;
+  // The stack's end: past the top, and within a sane distance of it.
+  const unsigned char* max = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateMaxstackOffset);
+  ok = ok && max > top && static_cast<std::size_t>(max - top) % 8 == 0 && max - top < (std::ptrdiff_t{1} << 24);
   for (int i = 1; ok && i <= n + 2; ++i) {
     const unsigned char* at = detail::slot(L, i);
     const int api_type = lua_type(L, i);
@@ -39,6 +42,13 @@ int probe(lua_State* L) {
     } else if (api_type == LUA_TTABLE || api_type == LUA_TFUNCTION || api_type == LUA_TTHREAD) {
       // (A full userdata's lua_topointer is its block, past the object.)
       ok = LL::object(tv) == lua_topointer(L, i);
+    }
+    // push_object gives what the C API's copy of the slot gives.
+    if (ok && (api_type == LUA_TSTRING || api_type == LUA_TTABLE || api_type == LUA_TFUNCTION)) {
+      const int before = lua_gettop(L);
+      ok = detail::push_raw(L, LL::object(tv), LL::tag(tv)) && lua_gettop(L) == before + 1 &&
+           lua_type(L, -1) == api_type && lua_rawequal(L, -1, i);
+      lua_settop(L, before);
     }
   }
   lua_pushboolean(L, ok);

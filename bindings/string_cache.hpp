@@ -2,7 +2,7 @@
 // topics, table keys, small words such as "red" or "ok"), kept as Lua strings
 // in registry slots. lua_pushlstring hashes and interns its bytes each time
 // (about a tenth of a message's delivery for its topic alone); a cached
-// string costs a few compares and a registry read. The slots are searched
+// string costs a few compares and a push of the object the slot keeps. The slots are searched
 // in turn (a direct-mapped cache thrashed: "ping" and the key "n" shared a
 // slot) and replaced round-robin. Made on the first string it keeps, so a
 // process that never receives a message pays one pointer. One per process;
@@ -16,6 +16,8 @@
 #include <string_view>
 
 #include <lua.hpp>
+
+#include "bindings/stack_args.hpp"
 
 namespace host::lua {
 
@@ -35,7 +37,7 @@ class StringCache {
     if (slots_) {
       for (const Slot& slot : *slots_) {
         if (slot.holds(key)) {
-          lua_rawgeti(L, LUA_REGISTRYINDEX, slot.ref);
+          if (!stack_args::push_string_object(L, slot.text)) lua_rawgeti(L, LUA_REGISTRYINDEX, slot.ref);
           return;
         }
       }
@@ -48,6 +50,7 @@ class StringCache {
     slot.head = key.head;
     slot.tail = key.tail;
     slot.size = key.size;
+    slot.text = lua_tostring(L, -1);
     lua_pushvalue(L, -1);
     // A slot takes its registry index when first used: a process that
     // receives few strings adds few registry entries.
@@ -81,11 +84,13 @@ class StringCache {
     return {n ? load<std::uint8_t>(p) : 0, 0, size};
   }
 
-  // 24 bytes: the reference sits in the key's padding.
+  // The reference sits in the key's padding; text is the string's bytes
+  // (stack_args::push_object pushes it without reading the slot).
   struct Slot {
     std::uint64_t head = 0, tail = 0;
     std::uint32_t size = 0;
     int ref = LUA_NOREF;
+    const char* text = nullptr;
     bool holds(const Key& k) const { return head == k.head && tail == k.tail && size == k.size && ref != LUA_NOREF; }
   };
   using Slots = std::array<Slot, kSlots>;

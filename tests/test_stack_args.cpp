@@ -74,3 +74,60 @@ TEST_CASE("arguments read from the stack are what lua_type and lua_tolstring giv
   CHECK(rc == 0);
   lua_close(L);
 }
+
+TEST_CASE("push_object pushes what a registry read of the same object pushes, and the stack grows around it") {
+  lua_State* L = luaL_newstate();
+  luaL_openlibs(L);
+  // A string, a table and a function, each kept alive by a registry slot,
+  // as the process's caches keep theirs.
+  lua_pushliteral(L, "ping");
+  const char* text = lua_tostring(L, -1);
+  const int str_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_createtable(L, 0, 0);
+  const void* table = lua_topointer(L, -1);
+  const int tab_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushcfunction(L, compare_arguments);
+  const void* fn = lua_topointer(L, -1);
+  const int fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  namespace LL = host::lua::luajit_layout;
+
+  // Far more pushes than the stack first has room for: where it has none,
+  // push_object declines (pushing nothing), and the caller's fallback, the
+  // registry read, grows it.
+  int declined = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int before = lua_gettop(L);
+    const int kind = i % 3;
+    const bool pushed = kind == 0   ? sa::push_string_object(L, text)
+                        : kind == 1 ? sa::push_object(L, table, LL::kTagTab)
+                                    : sa::push_object(L, fn, LL::kTagFunc);
+    if (!pushed) {
+      ++declined;
+      REQUIRE(lua_gettop(L) == before);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, kind == 0 ? str_ref : kind == 1 ? tab_ref : fn_ref);
+    }
+    REQUIRE(lua_gettop(L) == before + 1);
+    // Compared without pushing anything, so that only the fallback grows
+    // the stack.
+    CHECK(lua_type(L, -1) == (kind == 0 ? LUA_TSTRING : kind == 1 ? LUA_TTABLE : LUA_TFUNCTION));
+    if (kind == 0) CHECK(lua_tostring(L, -1) == text);
+    else CHECK(lua_topointer(L, -1) == (kind == 1 ? table : fn));
+  }
+  // The same values as the registry reads give.
+  for (int i = 1; i <= 3; ++i) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, i == 1 ? str_ref : i == 2 ? tab_ref : fn_ref);
+    CHECK(lua_rawequal(L, -1, i));
+    lua_pop(L, 1);
+  }
+  CHECK(declined > 0);  // the stack ran out at least once
+  CHECK(declined < 100);
+  // What was pushed survives a full collection, and is usable from Lua.
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  CHECK(std::string(lua_tostring(L, 1)) == "ping");
+  CHECK(lua_topointer(L, 2) == table);
+  lua_settop(L, 0);
+  REQUIRE(sa::push_string_object(L, text));
+  lua_setglobal(L, "pushed");
+  CHECK(luaL_dostring(L, "assert(pushed .. '!' == 'ping!')") == 0);
+  lua_close(L);
+}
