@@ -309,8 +309,10 @@ void TaskKernel::wake(lua_State* L, lua_State* co, int n) {
       n = 1;
     }
   }
-  lua_checkstack(co, n);
-  lua_xmove(L, co, n);
+  if (!stack_args::move(L, co, n)) {
+    lua_checkstack(co, n);
+    lua_xmove(L, co, n);
+  }
   ready_.push(co);
 }
 

@@ -131,3 +131,43 @@ TEST_CASE("push_object pushes what a registry read of the same object pushes, an
   CHECK(luaL_dostring(L, "assert(pushed .. '!' == 'ping!')") == 0);
   lua_close(L);
 }
+
+TEST_CASE("move hands values to a coroutine as lua_xmove does, and the coroutine's stack grows around it") {
+  lua_State* L = luaL_newstate();
+  luaL_openlibs(L);
+  lua_State* co = lua_newthread(L);
+  const int co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  int declined = 0;
+  for (int i = 0; i < 2000; ++i) {
+    // A from, a topic and a value, as a message's three.
+    lua_pushfstring(L, "<0.%d.1>", i % 7);
+    lua_pushliteral(L, "ping");
+    lua_pushinteger(L, i);
+    const int l_top = lua_gettop(L);
+    const int co_top = lua_gettop(co);
+    if (!sa::move(L, co, 3)) {
+      ++declined;
+      REQUIRE(lua_gettop(L) == l_top);  // nothing moved
+      REQUIRE(lua_gettop(co) == co_top);
+      REQUIRE(lua_checkstack(co, 3));
+      lua_xmove(L, co, 3);
+    }
+    REQUIRE(lua_gettop(L) == l_top - 3);
+    REQUIRE(lua_gettop(co) == co_top + 3);
+    CHECK(lua_tointeger(co, -1) == i);
+    CHECK(std::string(lua_tostring(co, -2)) == "ping");
+  }
+  CHECK(declined > 0);  // the coroutine's stack ran out at least once
+  // A state and itself: nothing moves.
+  lua_pushinteger(L, 42);
+  const int top = lua_gettop(L);
+  CHECK(sa::move(L, L, 1));
+  CHECK(lua_gettop(L) == top);
+  CHECK(lua_tointeger(L, -1) == 42);
+  // What was moved survives a full collection.
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  CHECK(std::string(lua_tostring(co, 3 * 1999 + 1)) == "<0.4.1>");
+  CHECK(lua_tointeger(co, 3) == 0);
+  luaL_unref(L, LUA_REGISTRYINDEX, co_ref);
+  lua_close(L);
+}
