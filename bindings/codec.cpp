@@ -11,6 +11,7 @@
 #include <lua.hpp>
 
 #include "bindings/luajit_layout.hpp"
+#include "bindings/stack_args.hpp"
 #include "bindings/string_cache.hpp"
 #include "host/error.hpp"
 
@@ -19,7 +20,85 @@ namespace {
 
 bool raw_tables_checked();
 
-void put_long_varint(std::string& out, std::uint64_t v) {
+// Appends to a string through a pointer into its buffer, for the table
+// walk read from LuaJIT's memory (Encoder::raw_table): std::string's
+// push_back, out of line, was about 30 instructions a byte, and the walk's
+// appends two thirds of PingPong's encode of { n = i }. It writes into the
+// string's whole capacity (its 15-byte inline buffer for most messages:
+// no allocation that the string would not make) and doubles it when full;
+// finish() cuts the string to what was written. Only its own calls may
+// touch the string meanwhile.
+class RawOut {
+ public:
+  explicit RawOut(std::string& s) : s_(s) {
+    const std::size_t size = s_.size();
+    s_.resize(s_.capacity());
+    p_ = s_.data() + size;
+    end_ = s_.data() + s_.size();
+  }
+  RawOut(const RawOut&) = delete;
+
+  void push_back(char c) {
+    if (p_ == end_) [[unlikely]] grow(1);
+    *p_++ = c;
+  }
+  void append(const char* bytes, std::size_t n) {
+    if (static_cast<std::size_t>(end_ - p_) < n) [[unlikely]] grow(n);
+    if (n <= 8) {  // most keys and short strings: no call to memcpy
+      for (std::size_t i = 0; i < n; ++i) p_[i] = bytes[i];
+    } else {
+      std::memcpy(p_, bytes, n);
+    }
+    p_ += n;
+  }
+  // A varint, inline whatever its length (up to 10 bytes). Near the end
+  // of the buffer a byte at a time: growing it for room it may not need
+  // would move a message that fits the string's inline buffer to the heap.
+  void put_varint(std::uint64_t v) {
+    if (end_ - p_ >= 10) [[likely]] {
+      while (v >= 0x80) {
+        *p_++ = static_cast<char>((v & 0x7F) | 0x80);
+        v >>= 7;
+      }
+      *p_++ = static_cast<char>(v);
+      return;
+    }
+    while (v >= 0x80) {
+      push_back(static_cast<char>((v & 0x7F) | 0x80));
+      v >>= 7;
+    }
+    push_back(static_cast<char>(v));
+  }
+  std::size_t size() const { return static_cast<std::size_t>(p_ - s_.data()); }
+  char& operator[](std::size_t i) { return s_[i]; }
+  // std::string's replace, on what was written so far.
+  void replace(std::size_t at, std::size_t n, const std::string& bytes) {
+    s_.resize(size());
+    s_.replace(at, n, bytes);
+    reopen(s_.size());
+  }
+  void finish() { s_.resize(size()); }
+
+ private:
+  [[gnu::noinline]] void grow(std::size_t n) {
+    const std::size_t size = this->size();
+    s_.resize(std::max(size + n, 2 * s_.size()));
+    reopen(size);
+  }
+  void reopen(std::size_t size) {
+    s_.resize(std::max(s_.capacity(), size));
+    p_ = s_.data() + size;
+    end_ = s_.data() + s_.size();
+  }
+
+  std::string& s_;
+  char* p_;
+  char* end_;
+};
+
+// The writes below take a std::string or a RawOut.
+template <typename Out>
+[[gnu::noinline]] void put_long_varint(Out& out, std::uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>((v & 0x7F) | 0x80));
     v >>= 7;
@@ -28,10 +107,12 @@ void put_long_varint(std::string& out, std::uint64_t v) {
 }
 
 // Most counts, lengths and integers sent take one byte: that case inline.
-inline void put_varint(std::string& out, std::uint64_t v) {
+template <typename Out>
+inline void put_varint(Out& out, std::uint64_t v) {
   if (v < 0x80) out.push_back(static_cast<char>(v));
   else put_long_varint(out, v);
 }
+inline void put_varint(RawOut& out, std::uint64_t v) { out.put_varint(v); }
 
 bool is_identifier(const char* s, std::size_t n) {
   if (n == 0 || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -42,7 +123,8 @@ bool is_identifier(const char* s, std::size_t n) {
 
 // Inline: out of line, its call cost ping-pong's encode of { n = i } 15
 // instructions a message (callgrind).
-[[gnu::always_inline]] inline void put_number(std::string& out, double d) {
+template <typename Out>
+[[gnu::always_inline]] inline void put_number(Out& out, double d) {
   if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && std::floor(d) == d &&
       !(d == 0 && std::signbit(d))) {
     auto i = static_cast<std::int64_t>(d);
@@ -95,7 +177,14 @@ class Encoder {
   }
 
   // The table at idx through raw_table alone (for its check).
-  bool raw_only(int idx) { return raw_table(static_cast<const unsigned char*>(lua_topointer(L_, idx)), 0); }
+  bool raw_only(int idx) {
+    const auto* t = static_cast<const unsigned char*>(stack_args::table(L_, idx));
+    if (!t) return false;
+    RawOut out(out_);
+    const bool ok = raw_table(out, t, 0);
+    out.finish();
+    return ok;
+  }
 
   // The error of a failed value(), naming the value's path under root.
   std::string error(const std::string& root) const {
@@ -136,7 +225,7 @@ class Encoder {
       return fail(ErrorKind::Invalid, "cannot send a table nested deeper than " + std::to_string(kMaxDepth));
     if (!lua_checkstack(L_, 4)) return fail(ErrorKind::Limit, "out of Lua stack");
     ancestors_[depth_++] = self;
-    const std::size_t n_at = open_table();
+    const std::size_t n_at = open_table(out_);
     std::size_t n = 0;
     std::size_t m = 0;
     bool in_array = true;
@@ -166,7 +255,7 @@ class Encoder {
       lua_pop(L_, 1);
       ++m;
     }
-    close_table(n_at, n, m);
+    close_table(out_, n_at, n, m);
     --depth_;
     return true;
   }
@@ -178,13 +267,13 @@ class Encoder {
   // and such tables only: false (out_ partly written) at anything else (a
   // value that cannot be sent, a cycle, nesting too deep), and table() then
   // walks it again through the C API, which names what was wrong.
-  bool raw_table(const unsigned char* t, std::size_t depth) {
+  bool raw_table(RawOut& out, const unsigned char* t, std::size_t depth) {
     namespace LL = luajit_layout;
     if (depth >= ancestors_.size()) return false;
     for (std::size_t i = 0; i < depth; ++i)
       if (ancestors_[i] == t) return false;
     ancestors_[depth] = t;
-    const std::size_t n_at = open_table();
+    const std::size_t n_at = open_table(out);
     std::size_t n = 0;
     std::size_t m = 0;
     bool in_array = true;  // as in table(): keys 1, 2, ... while they come first
@@ -197,10 +286,10 @@ class Encoder {
         ++n;
       } else {
         in_array = false;
-        put_number(out_, static_cast<double>(i));
+        put_number(out, static_cast<double>(i));
         ++m;
       }
-      if (!raw_value(v, depth)) return false;
+      if (!raw_value(out, v, depth)) return false;
     }
     const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
     const std::uint32_t hmask = LL::load32(t + LL::kHmaskOffset);
@@ -213,37 +302,37 @@ class Encoder {
         ++n;
       } else {
         in_array = false;
-        if (!raw_value(k, depth)) return false;
+        if (!raw_value(out, k, depth)) return false;
         ++m;
       }
-      if (!raw_value(v, depth)) return false;
+      if (!raw_value(out, v, depth)) return false;
     }
-    close_table(n_at, n, m);
+    close_table(out, n_at, n, m);
     return true;
   }
 
   // One TValue of a table at depth `depth`: a scalar inline (most are), a
   // table through raw_table.
-  [[gnu::always_inline]] bool raw_value(std::uint64_t v, std::size_t depth) {
+  [[gnu::always_inline]] bool raw_value(RawOut& out, std::uint64_t v, std::size_t depth) {
     namespace LL = luajit_layout;
     if (LL::is_number(v)) {
-      put_number(out_, LL::number(v));
+      put_number(out, LL::number(v));
       return true;
     }
     const std::uint32_t tag = LL::tag(v);
     if (tag == LL::kTagStr) {
       const unsigned char* s = LL::object(v);
       const std::uint32_t n = LL::load32(s + LL::kStrLenOffset);
-      out_.push_back(kString);
-      put_varint(out_, n);
-      out_.append(reinterpret_cast<const char*>(s + LL::kStrBytes), n);
+      out.push_back(kString);
+      put_varint(out, n);
+      out.append(reinterpret_cast<const char*>(s + LL::kStrBytes), n);
       return true;
     }
     if (tag == LL::kTagFalse || tag == LL::kTagTrue) {
-      out_.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
+      out.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
       return true;
     }
-    return tag == LL::kTagTab && raw_table(LL::object(v), depth + 1);
+    return tag == LL::kTagTab && raw_table(out, LL::object(v), depth + 1);
   }
 
   // Whether the table at address self is one of those being encoded; the
@@ -257,29 +346,34 @@ class Encoder {
 
   // Writes a table's tag and its two counts' one-byte placeholders;
   // returns where the first is (close_table fills them).
-  std::size_t open_table() {
-    out_.push_back(kTable);
-    const std::size_t at = out_.size();
-    out_.push_back(0);
-    out_.push_back(0);
+  // (Each on out_, or on the RawOut over it that raw_table writes through.)
+  template <typename Out>
+  static std::size_t open_table(Out& out) {
+    out.push_back(kTable);
+    const std::size_t at = out.size();
+    out.push_back(0);
+    out.push_back(0);
     return at;
   }
   // The later count first: widening n's moves m's.
-  void close_table(std::size_t n_at, std::size_t n, std::size_t m) {
-    put_count(n_at + 1, m);
-    put_count(n_at, n);
+  template <typename Out>
+  static void close_table(Out& out, std::size_t n_at, std::size_t n, std::size_t m) {
+    put_count(out, n_at + 1, m);
+    put_count(out, n_at, n);
   }
 
   // Writes count into its one-byte placeholder at `at`, widening it where
   // the count takes more bytes (out of line: rare).
-  void put_count(std::size_t at, std::size_t count) {
-    if (count < 0x80) [[likely]] out_[at] = static_cast<char>(count);
-    else widen_count(at, count);
+  template <typename Out>
+  static void put_count(Out& out, std::size_t at, std::size_t count) {
+    if (count < 0x80) [[likely]] out[at] = static_cast<char>(count);
+    else widen_count(out, at, count);
   }
-  [[gnu::noinline]] void widen_count(std::size_t at, std::size_t count) {
+  template <typename Out>
+  [[gnu::noinline]] static void widen_count(Out& out, std::size_t at, std::size_t count) {
     std::string bytes;
     put_varint(bytes, count);
-    out_.replace(at, 1, bytes);
+    out.replace(at, 1, bytes);
   }
 
   // ".name", "[\"odd key\"]", "[3.5]" or "[<boolean key>]".
