@@ -86,15 +86,6 @@ inline const char* string(lua_State* L, int idx, std::size_t* len) {
   return reinterpret_cast<const char*>(s + LL::kStrBytes);
 }
 
-// Pushes the GC object obj of type `tag` (luajit_layout's kTag*), as
-// lua_rawgeti of a registry slot that holds it would, and returns true;
-// false, pushing nothing, where the layout does not match or the stack
-// has no room (the caller then reads the slot). obj must be kept alive
-// by a reference of its own (that registry slot): the stack is a root of
-// the collector, so the pushed copy is safe from then on. A registry read
-// is about 35 instructions and its slot's line, often evicted in a
-// process that runs one step in a hundred (lua_rawgeti was 4.4% of Big's
-// samples for 1.8% of its instructions).
 // lua_topointer(L, idx) when slot idx holds a table (its GCtab); nullptr
 // otherwise. (Other indices than slots, idx <= 0, through the C API.)
 inline const void* table(lua_State* L, int idx) {
@@ -123,6 +114,15 @@ inline bool push_raw(lua_State* L, const void* obj, std::uint32_t tag) {
 }
 }  // namespace detail
 
+// Pushes the GC object obj of type `tag` (luajit_layout's kTag*), as
+// lua_rawgeti of a registry slot that holds it would, and returns true;
+// false, pushing nothing, where the layout does not match or the stack
+// has no room (the caller then reads the slot). obj must be kept alive
+// by a reference of its own (that registry slot): the stack is a root of
+// the collector, so the pushed copy is safe from then on. A registry read
+// is about 35 instructions and its slot's line, often evicted in a
+// process that runs one step in a hundred (lua_rawgeti was 4.4% of Big's
+// samples for 1.8% of its instructions).
 inline bool push_object(lua_State* L, const void* obj, std::uint32_t tag) {
   return layout_matches() && detail::push_raw(L, obj, tag);
 }

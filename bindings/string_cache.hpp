@@ -2,9 +2,10 @@
 // topics, table keys, small words such as "red" or "ok"), kept as Lua strings
 // in registry slots. lua_pushlstring hashes and interns its bytes each time
 // (about a tenth of a message's delivery for its topic alone); a cached
-// string costs a few compares and a push of the object the slot keeps. The slots are searched
-// in turn (a direct-mapped cache thrashed: "ping" and the key "n" shared a
-// slot) and replaced round-robin. Made on the first string it keeps, so a
+// string costs a few compares and a push of the object its slot keeps
+// (stack_args::push_object). The slots are searched in turn (a
+// direct-mapped cache thrashed: "ping" and the key "n" shared a slot) and
+// replaced round-robin. Made on the first string it keeps, so a
 // process that never receives a message pays one pointer. One per process;
 // not thread-safe.
 #pragma once
