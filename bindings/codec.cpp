@@ -1,6 +1,7 @@
 // The value codec's encoder and decoder.
 #include "bindings/codec.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
