@@ -98,18 +98,29 @@ inline const void* table(lua_State* L, int idx) {
 }
 
 namespace detail {
+// A state's stack top, and its move, read and written as luajit_layout
+// says; whether bytes more fit below the stack's end (a push must leave
+// the top below it, as LuaJIT's own pushes do).
+inline unsigned char* top(lua_State* L) {
+  unsigned char* t;
+  std::memcpy(&t, reinterpret_cast<unsigned char*>(L) + luajit_layout::kStateTopOffset, sizeof t);
+  return t;
+}
+inline void set_top(lua_State* L, unsigned char* t) {
+  std::memcpy(reinterpret_cast<unsigned char*>(L) + luajit_layout::kStateTopOffset, &t, sizeof t);
+}
+inline bool fits(lua_State* L, const unsigned char* t, std::size_t bytes) {
+  namespace LL = luajit_layout;
+  return t + bytes < LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateMaxstackOffset);
+}
+
 // push_object without the layout's check (which uses it).
 inline bool push_raw(lua_State* L, const void* obj, std::uint32_t tag) {
-  namespace LL = luajit_layout;
-  auto* state = reinterpret_cast<unsigned char*>(L);
-  unsigned char* top;
-  std::memcpy(&top, state + LL::kStateTopOffset, sizeof top);
-  const unsigned char* max = LL::load_ptr(state + LL::kStateMaxstackOffset);
-  if (top + 8 >= max) [[unlikely]] return false;
-  const std::uint64_t tv = LL::tvalue(obj, tag);
-  std::memcpy(top, &tv, sizeof tv);
-  top += 8;
-  std::memcpy(state + LL::kStateTopOffset, &top, sizeof top);
+  unsigned char* t = top(L);
+  if (!fits(L, t, 8)) [[unlikely]] return false;
+  const std::uint64_t tv = luajit_layout::tvalue(obj, tag);
+  std::memcpy(t, &tv, sizeof tv);
+  set_top(L, t + 8);
   return true;
 }
 }  // namespace detail
@@ -135,23 +146,15 @@ inline bool push_object(lua_State* L, const void* obj, std::uint32_t tag) {
 // thread's stack whole, at the end of its mark. Both calls took about 70
 // instructions a message handed to a waiting task (TaskKernel::wake).
 inline bool move(lua_State* from, lua_State* to, int n) {
-  namespace LL = luajit_layout;
   if (!layout_matches()) return false;
   if (from == to) return true;  // as lua_xmove: the values stay where they are
-  auto* f = reinterpret_cast<unsigned char*>(from);
-  auto* t = reinterpret_cast<unsigned char*>(to);
-  unsigned char* from_top;
-  unsigned char* to_top;
-  std::memcpy(&from_top, f + LL::kStateTopOffset, sizeof from_top);
-  std::memcpy(&to_top, t + LL::kStateTopOffset, sizeof to_top);
-  const unsigned char* to_max = LL::load_ptr(t + LL::kStateMaxstackOffset);
   const std::size_t bytes = static_cast<std::size_t>(n) * 8;
-  if (to_top + bytes >= to_max) [[unlikely]] return false;
-  from_top -= bytes;
+  unsigned char* to_top = detail::top(to);
+  if (!detail::fits(to, to_top, bytes)) [[unlikely]] return false;
+  unsigned char* from_top = detail::top(from) - bytes;
   std::memcpy(to_top, from_top, bytes);
-  to_top += bytes;
-  std::memcpy(t + LL::kStateTopOffset, &to_top, sizeof to_top);
-  std::memcpy(f + LL::kStateTopOffset, &from_top, sizeof from_top);
+  detail::set_top(to, to_top + bytes);
+  detail::set_top(from, from_top);
   return true;
 }
 
