@@ -1446,7 +1446,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
-  if (!stack_args::push_object(L, step_fn_, luajit_layout::kTagFunc)) lua_rawgeti(L, LUA_REGISTRYINDEX, step_fn_ref_);
+  stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
   int rc = lua_pcall(L, 0, 0, 0);
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;

@@ -23,7 +23,7 @@ void PeerStrings::push_new_sender(lua_State* L, const Pid& from) {
     const std::uint32_t slot = sender_slot(from);
     Entry& e = cache_->senders[slot];
     if (e.pid == from) {
-      if (!stack_args::push_string_object(L, e.text)) lua_rawgeti(L, LUA_REGISTRYINDEX, e.ref);
+      stack_args::push_kept_string(L, e.text, e.ref);
       last_from_text_ = e.text;
     } else {
       push_pid(L, from);

@@ -56,11 +56,8 @@ class PeerStrings {
   // no PID), and makes it the last sender. Inline: messages mostly come
   // from the sender of the one before.
   void push_sender(lua_State* L, const Pid& from) {
-    if (from == last_from_ && from.valid() && !cache_) {
-      if (!stack_args::push_string_object(L, last_from_text_)) lua_rawgeti(L, LUA_REGISTRYINDEX, last_from_ref_);
-    } else {
-      push_new_sender(L, from);
-    }
+    if (from == last_from_ && from.valid() && !cache_) stack_args::push_kept_string(L, last_from_text_, last_from_ref_);
+    else push_new_sender(L, from);
   }
 
   // The PID whose string is s (a Lua string's bytes, so the same text is

@@ -164,4 +164,15 @@ inline bool push_string_object(lua_State* L, const char* bytes) {
   return push_object(L, bytes - LL::kStrBytes, LL::kTagStr);
 }
 
+// The object kept in registry slot ref (obj, of type `tag`, its address)
+// onto the stack: by push_object, else by reading the slot. What each of
+// the process's caches of kept values does.
+inline void push_kept(lua_State* L, const void* obj, std::uint32_t tag, int ref) {
+  if (!push_object(L, obj, tag)) lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+}
+// push_kept for a string given by its bytes.
+inline void push_kept_string(lua_State* L, const char* bytes, int ref) {
+  if (!push_string_object(L, bytes)) lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+}
+
 }  // namespace host::lua::stack_args

@@ -38,7 +38,7 @@ class StringCache {
     if (slots_) {
       for (const Slot& slot : *slots_) {
         if (slot.holds(key)) {
-          if (!stack_args::push_string_object(L, slot.text)) lua_rawgeti(L, LUA_REGISTRYINDEX, slot.ref);
+          stack_args::push_kept_string(L, slot.text, slot.ref);
           return;
         }
       }
