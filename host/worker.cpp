@@ -144,7 +144,7 @@ void Worker::execute(ProcessSlot* slot) {
   // Two steps, each overlapping what the worker does meanwhile: the process
   // object's first line now, then (through it) what its step reads first,
   // before the slot's lock and the events' swap.
-  const Process* process = slot->process.get();
+  Process* process = slot->process.get();
   __builtin_prefetch(process);
   // Only this thread writes activity_. The release stores order the mark
   // before the slot's first change (begin_running's release store publishes it)
@@ -159,7 +159,7 @@ void Worker::execute(ProcessSlot* slot) {
     log::logger().error("scheduler: process {} was queued but not ready", slot->pid().to_string());
     return;
   }
-  log::set_current_pid(slot->pid(), slot->process.get());
+  log::set_current_pid(slot->pid(), process);
   if (slot->terminate_requested.load(std::memory_order_acquire)) {
     s.finish(slot, true, {}, "terminated");
     log::clear_current_pid();
@@ -177,7 +177,7 @@ void Worker::execute(ProcessSlot* slot) {
   running_.store(slot, std::memory_order_relaxed);
   epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {
-    slot->process->Step(events_, out_);
+    process->Step(events_, out_);
   } catch (const std::exception& e) {
     out_.status = Status::Failed;
     out_.error = std::string("step raised an exception: ") + e.what();
