@@ -498,8 +498,7 @@ void TaskKernel::message(lua_State* L) {
       stack_args::type(L, base + 1) != LUA_TNIL) {
     lua_State* co = parked_.front().co;
     parked_.erase(parked_.begin());
-    wake(L, co, 3);
-    lua_settop(L, base);
+    wake(L, co, 3);  // takes the three values off: the stack is at base again
     return;
   }
   // The usual case of a flood: nobody waits and nothing else may take the
@@ -1089,7 +1088,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     lua_concat(L, 2);
     return lua_error(L);
   }
-  if (lua_gettop(L) != 0) lua_settop(L, 0);  // a plain receive() has nothing there
+  stack_args::drop_to(L, 0);  // the timeout's nil, if given
   if (!timed && L == k.current_ && !k.slow_inbox_) {
     // The task itself waits, not a coroutine inside it: the yield reaches
     // the kernel's resume for certain, so it waits from here, as a plain

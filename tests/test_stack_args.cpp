@@ -171,3 +171,43 @@ TEST_CASE("move hands values to a coroutine as lua_xmove does, and the coroutine
   luaL_unref(L, LUA_REGISTRYINDEX, co_ref);
   lua_close(L);
 }
+
+namespace {
+// Pushes 6 values above its 3 arguments, drops to 2 and then to 0, and
+// pushes again: each step's stack as lua_settop would leave it.
+int drop_in_frame(lua_State* L) {
+  REQUIRE(lua_gettop(L) == 3);
+  for (int i = 0; i < 6; ++i) lua_pushinteger(L, 100 + i);
+  sa::drop_to(L, 2);
+  REQUIRE(lua_gettop(L) == 2);
+  CHECK(std::string(lua_tostring(L, 1)) == "a");
+  CHECK(lua_tointeger(L, 2) == 2);
+  CHECK(lua_isnone(L, 3));
+  sa::drop_to(L, 2);  // to the top itself: nothing changes
+  REQUIRE(lua_gettop(L) == 2);
+  sa::drop_to(L, 0);
+  REQUIRE(lua_gettop(L) == 0);
+  lua_pushliteral(L, "after");
+  return 1;
+}
+}  // namespace
+
+TEST_CASE("drop_to drops a C function's values to an index as lua_settop does") {
+  lua_State* L = luaL_newstate();
+  lua_pushliteral(L, "below");  // the caller's: not the function's to drop
+  lua_pushcfunction(L, drop_in_frame);
+  lua_pushliteral(L, "a");
+  lua_pushinteger(L, 2);
+  lua_pushboolean(L, 1);
+  REQUIRE(lua_pcall(L, 3, 1, 0) == 0);
+  REQUIRE(lua_gettop(L) == 2);
+  CHECK(std::string(lua_tostring(L, 1)) == "below");
+  CHECK(std::string(lua_tostring(L, 2)) == "after");
+  // At the state's own level too, and what is left survives a collection.
+  for (int i = 0; i < 50; ++i) lua_pushfstring(L, "s%d", i);
+  sa::drop_to(L, 3);
+  REQUIRE(lua_gettop(L) == 3);
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  CHECK(std::string(lua_tostring(L, 3)) == "s0");
+  lua_close(L);
+}
