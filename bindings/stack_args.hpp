@@ -72,6 +72,17 @@ inline int type(lua_State* L, int idx) {
   return at ? detail::type_of(luajit_layout::load64(at)) : LUA_TNONE;
 }
 
+// lua_tonumber(L, idx) for slot idx (>= 1) that holds a number (a
+// TValue that is not a tagged object is the double itself).
+inline double number(lua_State* L, int idx) {
+  if (layout_matches() && idx > 0)
+    if (const unsigned char* v = detail::slot(L, idx)) {
+      const std::uint64_t tv = luajit_layout::load64(v);
+      if (luajit_layout::is_number(tv)) return luajit_layout::number(tv);
+    }
+  return lua_tonumber(L, idx);
+}
+
 // The bytes of slot idx (>= 1) when it is a string (a number is not
 // converted), with its length in *len; nullptr otherwise.
 inline const char* string(lua_State* L, int idx, std::size_t* len) {
