@@ -3,6 +3,7 @@
 #include "bindings/lua_process.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <iterator>
 #include <cstdio>
@@ -410,14 +411,25 @@ struct Primitives {
   // step: adds them to the estimate of what the process has run (32 times
   // over in a sampled step, which stands for the 32 steps since the last).
   // Once that passes kJitWarmupInstructions, the process has run long
-  // enough to be worth compiling: the hook removes itself and opens jit,
-  // which switches the compiler on.
+  // enough to be worth compiling, if this step is a long computation or
+  // two of the last four armed steps were long (config::kJitLongStepFirings
+  // says why): the hook removes itself and opens jit, which switches the
+  // compiler on.
   static void jit_probe_hook(lua_State* L, lua_Debug*) {
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+    if (p->jit_fired_step_ != p->steps_) {  // the first firing in this step: a long one
+      p->jit_fired_step_ = p->steps_;
+      p->jit_step_firings_ = 0;
+      p->jit_long_history_ |= 1;
+    }
+    if (p->jit_step_firings_ < 255) ++p->jit_step_firings_;
     const std::uint32_t weight = p->steps_ <= config::kJitProbeSteps ? 1 : config::kJitSampleSteps;
     p->jit_estimate_ += std::uint64_t{config::kJitHookInterval} * weight;
     if (p->jit_estimate_ < config::kJitWarmupInstructions) return;
+    if (p->jit_step_firings_ < config::kJitLongStepFirings &&
+        std::popcount(static_cast<unsigned>(p->jit_long_history_ & 0xF)) < 2)
+      return;
     lua_sethook(L, nullptr, 0, 0);
     // The runaway monitor may have armed its hook just before ours was
     // cleared: arm it again.
@@ -1418,6 +1430,7 @@ int LuaProcess::step_body(lua_State* S) {
 void LuaProcess::probe_jit() {
   const std::uint32_t step = steps_++;
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
+  if (arm) jit_long_history_ = static_cast<std::uint8_t>(jit_long_history_ << 1);
   if (arm == jit_probe_armed_) return;
   jit_probe_armed_ = arm;
   if (arm) lua_sethook(L_, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);

@@ -153,6 +153,13 @@ class LuaProcess final : public Process {
   // event arrives or it is unmonitored.
   std::unordered_map<Pid, std::vector<std::uint64_t>> monitors_;
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
+  // What the JIT probe's hook saw of the latest armed steps (probe_jit,
+  // jit_probe_hook): the step it last fired in and how often it fired
+  // there, and one bit an armed step, newest lowest, set where it fired
+  // (a step of kJitHookInterval bytecodes or more).
+  std::uint32_t jit_fired_step_ = ~std::uint32_t{0};
+  std::uint8_t jit_step_firings_ = 0;
+  std::uint8_t jit_long_history_ = 0;
 };
 
 }  // namespace host::lua

@@ -68,7 +68,18 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // as a hook on every bytecode would have done it. What it misses: a late
 // step that computes at length without being sampled runs interpreted to
 // its end (the next sampled step compiles the process).
+//
+// Past the warm-up the probe compiles a process only where its steps are
+// computation: the step the hook fires in has run kJitLongStepFirings x
+// 1000 bytecodes or more, or two of its last four armed steps ran 1000
+// or more. A message-passing process whose step now and then takes a batch
+// of queued messages (Big's workers: 15-19 of 100 passed the warm-up
+// alone) stays interpreted: compiled, each of many such processes has
+// its own traces, cold when it runs again, and a C call (a send) every
+// few dozen bytecodes (BENCHMARKS.md, change 88). A process that drains
+// a long queue in every step, or computes, is compiled as before.
 inline constexpr std::uint64_t kJitWarmupInstructions = 100000;
+inline constexpr std::uint32_t kJitLongStepFirings = 4;
 inline constexpr std::uint32_t kJitProbeSteps = 8;
 inline constexpr std::uint32_t kJitSampleSteps = 32;
 inline constexpr int kJitHookInterval = 1000;

@@ -56,6 +56,28 @@ return { main = function()
         process.send(server, "stop", nil)
       end
     end },
+    { "a process whose steps are mostly short stays interpreted though some are long; it is compiled once it computes", function()
+      -- A message server whose step now and then takes a batch (Big's
+      -- workers): one step in five runs about 2.4k bytecodes, so the
+      -- probe's samples (one step in 32) find a long step one time in
+      -- five, and its estimate passes the warm-up all the same.
+      local server = assert(process.spawn("fixtures.jit_probe:server"))
+      local function ask(topic)
+        assert(process.send(server, topic, nil))
+        local m = process.receive(5)
+        assert(m and m.topic == "on", "the server did not answer")
+        return m.payload
+      end
+      for i = 1, 800 do
+        T.eq(ask(i % 5 == 0 and "medium" or "light"), false, "compiler off after " .. i .. " mixed steps")
+      end
+      -- Steps of about 15k bytecodes are computation: the first sampled
+      -- one switches the compiler on.
+      local steps = 0
+      repeat steps = steps + 1 until ask("heavy") or steps > 66
+      T.ok(steps <= 33, "compiler on within 33 heavy steps, not " .. steps)
+      process.send(server, "stop", nil)
+    end },
     { "finalizers run when a process ends: an unclosed file is flushed, a newproxy's __gc runs", function()
       local path = os.tmpname()
       assert(process.spawn_monitored("fixtures.finalizers:unclosed_file", path, "written by a finalizer"))
