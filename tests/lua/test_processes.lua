@@ -3,6 +3,15 @@
 -- upgrade.
 local T = require("t")
 
+-- Asks fixtures.jit_probe's server for one step of `topic`; its answer is
+-- whether the compiler is on.
+local function ask_server(server, topic)
+  assert(process.send(server, topic, nil))
+  local m = process.receive(5)
+  assert(m and m.topic == "on", "the server did not answer")
+  return m.payload
+end
+
 return { main = function()
   return T.run {
     { "spawn refuses a missing module, a syntax error, a missing method", function()
@@ -38,12 +47,7 @@ return { main = function()
       for _, case in ipairs { { "heavy", 33 }, { "medium", 70 } } do
         local kind, within = case[1], case[2]
         local server = assert(process.spawn("fixtures.jit_probe:server"))
-        local function ask(topic)
-          assert(process.send(server, topic, nil))
-          local m = process.receive(5)
-          assert(m and m.topic == "on", "the server did not answer")
-          return m.payload
-        end
+        local function ask(topic) return ask_server(server, topic) end
         -- Hundreds of steps of a few bytecodes each: the probe's first
         -- steps and its samples see nothing worth compiling.
         for i = 1, 300 do T.eq(ask("light"), false, "compiler off after " .. i .. " light steps") end
@@ -62,12 +66,7 @@ return { main = function()
       -- probe's samples (one step in 32) find a long step one time in
       -- five, and its estimate passes the warm-up all the same.
       local server = assert(process.spawn("fixtures.jit_probe:server"))
-      local function ask(topic)
-        assert(process.send(server, topic, nil))
-        local m = process.receive(5)
-        assert(m and m.topic == "on", "the server did not answer")
-        return m.payload
-      end
+      local function ask(topic) return ask_server(server, topic) end
       for i = 1, 800 do
         T.eq(ask(i % 5 == 0 and "medium" or "light"), false, "compiler off after " .. i .. " mixed steps")
       end
