@@ -21,6 +21,20 @@ namespace {
 
 bool raw_tables_checked();
 
+// Writes v as a varint at p, which has room for its up to 10 bytes;
+// returns where it ends. (put_long_varint appends one a byte at a time.)
+inline char* write_varint(char* p, std::uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+template <typename Out>
+void put_long_varint(Out& out, std::uint64_t v);
+
 // Appends to a string through a pointer into its buffer, for the table
 // walk read from LuaJIT's memory (Encoder::raw_table): std::string's
 // push_back, out of line, was about 30 instructions a byte, and the walk's
@@ -56,19 +70,8 @@ class RawOut {
   // of the buffer a byte at a time: growing it for room it may not need
   // would move a message that fits the string's inline buffer to the heap.
   void put_varint(std::uint64_t v) {
-    if (end_ - p_ >= 10) [[likely]] {
-      while (v >= 0x80) {
-        *p_++ = static_cast<char>((v & 0x7F) | 0x80);
-        v >>= 7;
-      }
-      *p_++ = static_cast<char>(v);
-      return;
-    }
-    while (v >= 0x80) {
-      push_back(static_cast<char>((v & 0x7F) | 0x80));
-      v >>= 7;
-    }
-    push_back(static_cast<char>(v));
+    if (end_ - p_ >= 10) [[likely]] p_ = write_varint(p_, v);
+    else put_long_varint(*this, v);
   }
   std::size_t size() const { return static_cast<std::size_t>(p_ - s_.data()); }
   char& operator[](std::size_t i) { return s_[i]; }
@@ -107,13 +110,7 @@ struct SmallOut {
     std::memcpy(bytes + n, b, k);
     n += k;
   }
-  void put_varint(std::uint64_t v) {
-    while (v >= 0x80) {
-      bytes[n++] = static_cast<char>((v & 0x7F) | 0x80);
-      v >>= 7;
-    }
-    bytes[n++] = static_cast<char>(v);
-  }
+  void put_varint(std::uint64_t v) { n = static_cast<std::size_t>(write_varint(bytes + n, v) - bytes); }
 };
 
 // The writes below take a std::string, a RawOut or a SmallOut.

@@ -1450,7 +1450,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // load while the step sets up.
   for (std::size_t i = 0, n = std::min<std::size_t>(events.size(), 4); i < n; ++i) peers_.prefetch_sender(events[i].from);
   kernel_.prefetch_main();
-  if (lua_gettop(L) != 0) lua_settop(L, 0);  // only Init's leftovers: a step leaves it empty
+  stack_args::drop_to(L, 0);  // only Init's leftovers: a step leaves it empty
   if (!jit_on_) probe_jit();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
