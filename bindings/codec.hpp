@@ -80,8 +80,11 @@ inline std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>
 // bytes, pushes it (the caller has a stack slot free) and returns true;
 // else pushes nothing and returns false, and decode_values has the last
 // word, errors included. Inline: a payload it declines (a table) pays a
-// few compares, not a call.
-inline bool push_simple_value(lua_State* L, std::string_view bytes, StringCache* strings) {
+// few compares, not a call. A string is pushed by push_str(L, bytes),
+// which may decline it too (returning false, pushing nothing): see
+// push_simple_value's two uses of it.
+template <typename PushString>
+inline bool push_simple_value_with(lua_State* L, std::string_view bytes, PushString&& push_str) {
   if (bytes.size() < 2 || bytes[0] != 1) return false;
   const auto tag = static_cast<std::uint8_t>(bytes[1]);
   if (tag >= kTable) return false;
@@ -113,11 +116,18 @@ inline bool push_simple_value(lua_State* L, std::string_view bytes, StringCache*
       if (bytes.size() < 3) return false;
       const std::size_t n = static_cast<std::uint8_t>(bytes[2]);
       if (n >= 0x80 || bytes.size() != 3 + n) return false;
-      push_string(L, bytes.substr(3), strings);
-      return true;
+      return push_str(L, bytes.substr(3));
     }
     default: return false;
   }
+}
+
+// push_simple_value_with any string, from `strings` when given.
+inline bool push_simple_value(lua_State* L, std::string_view bytes, StringCache* strings) {
+  return push_simple_value_with(L, bytes, [strings](lua_State* S, std::string_view s) {
+    push_string(S, s, strings);
+    return true;
+  });
 }
 
 }  // namespace host::lua

@@ -1378,9 +1378,35 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   }
 }
 
+bool LuaProcess::hand_over(const Event& ev) {
+  lua_State* co = kernel_.raw_receiver();
+  if (!co || !stack_args::layout_matches()) return false;
+  const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
+  if (!from) return false;
+  const char* topic = received_strings_.find(ev.topic);
+  if (!topic) return false;
+  // Three slots, so the pushes below never grow the stack (an allocation).
+  if (!stack_args::has_room(co, 3)) return false;
+  stack_args::push_string_object(co, from);
+  stack_args::push_string_object(co, topic);
+  const bool pushed = ev.payload.empty()
+                          ? (lua_pushnil(co), true)
+                          : push_simple_value_with(co, ev.payload, [this](lua_State* S, std::string_view s) {
+                              const char* kept = received_strings_.find(s);
+                              return kept && stack_args::push_string_object(S, kept);
+                            });
+  if (!pushed) {
+    stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
+    return false;
+  }
+  step_events_ = {};  // taken: step_body, if it runs, only goes on from here
+  return kernel_.resume_handed_over(co);
+}
+
 int LuaProcess::step_body(lua_State* S) {
   LuaProcess& p = Primitives::of(S);
   StepOutput& out = *p.step_out_;
+  p.kernel_.settle(S);  // hand_over's task, if it left one
   // The events go to the kernel in batches, the tasks running after each:
   // a task in a receive loop drains one batch before the next becomes Lua
   // values, so a flood of messages (a producer's whole step) never exists
@@ -1454,13 +1480,24 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   if (!jit_on_) probe_jit();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
-  // (raised by the hook outside any task) end up here as errors.
+  // (raised by the hook outside any task) end up here as errors. A step
+  // of one message for a waiting task may need none (hand_over; the
+  // message's kind and its payload's tag checked first, inline, so that a
+  // table, ping-pong's, declines at once).
   // step_body finds its arguments here (the allocator's userdata leads to
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
-  stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
-  int rc = lua_pcall(L, 0, 0, 0);
+  int rc = 0;
+  if (events.size() == 1 && events[0].kind == EventKind::Message &&
+      (events[0].payload.empty() ||
+       (events[0].payload.size() >= 2 && static_cast<std::uint8_t>(events[0].payload[1]) < kTable)) &&
+      hand_over(events[0])) {
+    out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+  } else {
+    stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
+    rc = lua_pcall(L, 0, 0, 0);
+  }
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;
     out.error = make_error(ErrorKind::Limit, "time");

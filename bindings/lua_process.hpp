@@ -91,6 +91,14 @@ class LuaProcess final : public Process {
   // new C function object every step. Its arguments are step_events_ and
   // step_out_.
   static int step_body(lua_State* L);
+  // A step of one message, made without step_body where it can be
+  // (TaskKernel::raw_receiver says when): the message's values pushed
+  // onto the waiting task's stack, made of nothing new (its sender and
+  // topic strings already kept, its payload nil, a boolean, a number or a
+  // kept string), and the task resumed. True when that was the whole step;
+  // false when step_body must run, with the message still in step_events_
+  // or, once the task was resumed, with step_events_ empty.
+  bool hand_over(const Event& ev);
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.

@@ -60,6 +60,21 @@ class PeerStrings {
     else push_new_sender(L, from);
   }
 
+  // push_sender's string for a sender this knows already (the last one,
+  // or one in the cache), its bytes, kept alive by its registry slot; the
+  // sender becomes the last one, as with push_sender. nullptr, changing
+  // nothing, for any other: making its string is push_sender's. For
+  // LuaProcess::hand_over, which may make nothing.
+  const char* known_sender(const Pid& from) {
+    if (!from.valid()) return nullptr;
+    if (!cache_) return from == last_from_ ? last_from_text_ : nullptr;
+    const Entry& e = cache_->senders[sender_slot(from)];
+    if (!(e.pid == from) || !e.text) return nullptr;
+    last_from_ = from;
+    last_from_text_ = e.text;
+    return e.text;
+  }
+
   // The PID whose string is s (a Lua string's bytes, so the same text is
   // the same address while the string lives), if s is the last sender's,
   // the last destination's (when that is a PID's) or a cached destination's.

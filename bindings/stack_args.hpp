@@ -136,6 +136,13 @@ inline bool push_raw(lua_State* L, const void* obj, std::uint32_t tag) {
 }
 }  // namespace detail
 
+// Whether n values more fit on L's stack as it is (pushed through the C
+// API or push_object, none grows it), read as push_object reads it; false
+// where the layout does not match.
+inline bool has_room(lua_State* L, int n) {
+  return layout_matches() && detail::fits(L, detail::top(L), static_cast<std::size_t>(n) * 8);
+}
+
 // Pushes the GC object obj of type `tag` (luajit_layout's kTag*), as
 // lua_rawgeti of a registry slot that holds it would, and returns true;
 // false, pushing nothing, where the layout does not match or the stack

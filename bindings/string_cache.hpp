@@ -28,6 +28,18 @@ class StringCache {
   static constexpr std::size_t kMaxLength = 15;
   static constexpr std::size_t kSlots = 8;
 
+  // The bytes of the Lua string of s that a slot keeps (the string alive
+  // as long as the slot holds it: until the next push that misses), or
+  // nullptr. Makes nothing: for LuaProcess::hand_over, outside the step's
+  // protected call.
+  const char* find(std::string_view s) const {
+    if (s.size() > kMaxLength || !slots_) return nullptr;
+    const Key key = key_of(s);
+    for (const Slot& slot : *slots_)
+      if (slot.holds(key)) return slot.text;
+    return nullptr;
+  }
+
   // Pushes the Lua string of s.
   void push(lua_State* L, std::string_view s) {
     if (s.size() > kMaxLength) {

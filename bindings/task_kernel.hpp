@@ -105,6 +105,33 @@ class TaskKernel {
 
   // Resumes ready tasks until none is left or the process ended.
   Outcome run(lua_State* L);
+  // A step's hand-over (LuaProcess::hand_over): a message given to the
+  // task waiting in bindings/receive.lua's C call as its three values, and
+  // the task resumed, outside the step's protected call. That call (a
+  // lua_pcall into a C function, with the events' delivery, wake and run
+  // around the resume) was about a sixth of a ThreadRing hop's
+  // instructions, and a ring node's, a ping-pong partner's or a Big
+  // worker's step is mostly this one message for this one task.
+  // raw_receiver: that task, when it is the only thing the message could
+  // go to and nothing else is ready to run (nullptr otherwise); the
+  // caller then pushes the values onto its stack, making nothing (the
+  // step is not protected: an allocation's error there would have no
+  // handler).
+  lua_State* raw_receiver() const {
+    if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
+        !ready_.empty() || !yielded_.empty() || !receive_one_.empty())
+      return nullptr;
+    return parked_.front().co;
+  }
+  // Resumes raw_receiver's task, which holds the three values. True when
+  // it is waiting again and nothing else is ready: the step is over. False
+  // when the step's protected body must go on (settle first, then run).
+  bool resume_handed_over(lua_State* co);
+  // What run() would have done next with the task resume_handed_over left
+  // (its yield's or its end's after_resume), inside the protected body.
+  void settle(lua_State* L) {
+    if (unsettled_rc_ >= 0) settle_unsettled(L);
+  }
   const std::string& failure() const { return failure_; }
 
   // process.receive: the C function, then one of bindings/receive.lua's
@@ -180,6 +207,12 @@ class TaskKernel {
   void wake(lua_State* L, lua_State* co, int n);
   void fail(std::string err);
   void after_resume(lua_State* L, lua_State* co, int rc);
+  void settle_unsettled(lua_State* L);
+  // lua_resume of task co with the values on its stack, as current_.
+  int resume(lua_State* co);
+  // Whether the task's resume ended in a plain wait that needs no
+  // after_resume (a park in process.receive, or a block).
+  bool plain_wait(lua_State* co, int rc);
   void finish(lua_State* L, lua_State* co);
   void restart(lua_State* L, lua_State* co);
   // Pushes the inbox queue at index `which` (1 buf, 2 recvq, 3 sendq),
@@ -284,6 +317,9 @@ class TaskKernel {
   enum class ReceiveForm : std::uint8_t { kC, kWaiting, kDraining };
   ReceiveForm wanted_receive_ = ReceiveForm::kC;
   ReceiveForm installed_receive_ = ReceiveForm::kC;
+  // resume_handed_over's task (current_, left set) still needs
+  // after_resume, with this lua_resume result; -1: none (settle's).
+  std::int8_t unsettled_rc_ = -1;
 
   ExtLoader loader_ = nullptr;
   void* loader_ctx_ = nullptr;
