@@ -96,6 +96,36 @@ TEST_CASE("a run of queued messages reaches a Lua process whole and in order, le
   CHECK(d.collected(collector.pid) == want);
 }
 
+TEST_CASE("messages handed one by one to a waiting Lua process: one it cannot decode is dropped, the next arrives") {
+  // One message a step, from a process (a sender the host's messages lack):
+  // past its first messages, the collector's step hands each to its waiting
+  // task (LuaProcess::hand_over), a number as it is, a string it has not
+  // seen made inside the task, and one with bad bytes dropped there.
+  Delivery d;
+  const int sent = 60, bad = 30, text = 40;
+  auto collector = d.rt.spawn("fixtures.collector", d.codec.number(sent - 1));
+  REQUIRE(collector);
+  auto sender = d.rt.spawn("fixtures.idle", d.codec.numbers({}));
+  REQUIRE_MESSAGE(sender, sender.error);
+  std::string want;
+  for (int i = 1; i <= sent; ++i) {
+    std::string payload = i == bad ? std::string("\x01\x07", 2) : d.codec.number(i);
+    if (i == text) {
+      lua_settop(d.codec.L, 0);
+      lua_pushstring(d.codec.L, "forty");
+      payload.clear();
+      REQUIRE(lua::encode_values(d.codec.L, 1, 1, payload).empty());
+    }
+    REQUIRE(d.s.send(collector.pid, "n", std::move(payload), sender.pid).empty());
+    std::this_thread::sleep_for(1ms);  // mostly taken before the next comes
+    if (i == bad) continue;
+    if (!want.empty()) want += ',';
+    want += i == text ? "forty" : std::to_string(i);
+  }
+  CHECK(d.collected(collector.pid) == want);
+  REQUIRE(d.s.send(sender.pid, "stop", std::string(), Pid{}).empty());
+}
+
 TEST_CASE("a message with no payload bytes reaches a Lua process with a nil payload") {
   // What process.send writes for a nil payload; a native sender's empty
   // payload reads the same.
