@@ -913,7 +913,8 @@ void TaskKernel::push_receive(lua_State* L) {
   lua_pushinteger(L, 2);
   lua_pushcclosure(L, l_receive_raw, 1);
   lua_pushboolean(L, draining);
-  lua_pushcfunction(L, l_take_handed);
+  lua_pushinteger(L, 2);
+  lua_pushcclosure(L, l_take_handed, 1);
   lua_call(L, 4, 1);
   if (!draining) {
     lua_pushlightuserdata(L, &kWaitingReceive);
@@ -981,6 +982,9 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
   lua_pushcclosure(L, l_receive_raw, 1);
   lua_setfield(L, -2, "receive");
+  lua_pushinteger(L, 2);
+  lua_pushcclosure(L, l_take_handed, 1);
+  lua_setfield(L, -2, "take");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);

@@ -114,9 +114,9 @@ class TaskKernel {
   // worker's step is mostly this one message for this one task.
   // raw_receiver: that task, when it is the only thing the message could
   // go to and nothing else is ready to run (nullptr otherwise); the
-  // caller then pushes the values onto its stack, making nothing (the
-  // step is not protected: an allocation's error there would have no
-  // handler).
+  // caller then pushes the values onto its stack if that makes nothing
+  // (the step is not protected: an allocation's error there would have no
+  // handler), or false alone, for the task to take them (l_take_handed).
   lua_State* raw_receiver() const {
     if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
         !ready_.empty() || !yielded_.empty() || !receive_one_.empty())

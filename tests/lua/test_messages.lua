@@ -34,33 +34,39 @@ return { main = function()
     { "a message handed to a task waiting in receive: every way its step can end", function()
       -- fixtures.handed_over's steps, once warm, take the hand-over
       -- (LuaProcess::hand_over) for nil, booleans, numbers and kept
-      -- strings; a new string or a table takes the protected body.
+      -- strings, and hand a new string or a table for the task to make.
       local function ask(pid, cmd)
         assert(process.send(pid, "cmd", cmd))
         local m = assert(process.receive(5), "no answer to " .. tostring(cmd))
         T.eq(m.from, pid); T.eq(m.topic, "cmd")
         return m.payload
       end
-      local function start()
-        local pid = assert(process.spawn_monitored("fixtures.handed_over", "!"))
+      local function start(via)
+        local pid = assert(process.spawn_monitored("fixtures.handed_over", "!", via))
         for i = 1, 40 do T.eq(ask(pid, 1), "cmd", "answer " .. i) end
         return pid
       end
-      local p = start()
-      T.eq(ask(p, nil), nil); T.eq(ask(p, true), true); T.eq(ask(p, false), false)
-      T.eq(ask(p, "cmd"), "cmd"); T.eq(ask(p, "new text"), "new text")
-      local t = ask(p, 6); T.eq(t.n, 6); T.eq(t.text, "xxx!")
-      for i = 1, 300 do
-        local cmd = 1 + i % 3  -- answers itself, from a new task, after a yield
-        T.eq(ask(p, cmd), ({ "cmd", "from a task", "after a yield" })[cmd], "answer to " .. cmd .. ", round " .. i)
+      for _, via in ipairs({ "receive", "inbox" }) do
+        local p = start(via)
+        T.eq(ask(p, nil), nil); T.eq(ask(p, true), true); T.eq(ask(p, false), false)
+        T.eq(ask(p, "cmd"), "cmd"); T.eq(ask(p, "new text"), "new text")
+        for i = 1, 3 do  -- tables and new strings, one after another
+          local t = ask(p, 6); T.eq(t.n, 6); T.eq(t.text, "xxx!", via .. ": table " .. i)
+          T.eq(ask(p, "text " .. i), "text " .. i, via .. ": new string " .. i)
+        end
+        for i = 1, 300 do
+          local cmd = 1 + i % 3  -- answers itself, from a new task, after a yield
+          T.eq(ask(p, cmd), ({ "cmd", "from a task", "after a yield" })[cmd],
+            via .. ": answer to " .. cmd .. ", round " .. i)
+        end
+        assert(process.send(p, "cmd", 5))
+        local ev = T.next_event("exit")
+        T.eq(ev.from, p); T.eq(ev.result, "returned from a handed-over step"); T.eq(ev.error, nil)
+        p = start(via)
+        assert(process.send(p, "cmd", 4))
+        ev = T.next_event("exit")
+        T.eq(ev.from, p); T.match(ev.error, "handed_over%.lua:%d+: failed in a handed%-over step")
       end
-      assert(process.send(p, "cmd", 5))
-      local ev = T.next_event("exit")
-      T.eq(ev.from, p); T.eq(ev.result, "returned from a handed-over step"); T.eq(ev.error, nil)
-      p = start()
-      assert(process.send(p, "cmd", 4))
-      ev = T.next_event("exit")
-      T.eq(ev.from, p); T.match(ev.error, "handed_over%.lua:%d+: failed in a handed%-over step")
     end },
     { "a message that arrives while its receiver sleeps waits for its next receive", function()
       local echo = assert(process.spawn("fixtures.echo"))
