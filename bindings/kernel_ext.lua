@@ -33,9 +33,7 @@
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
 --   I.receive()        the C process.receive, for inbox:receive(), in
 --                      receive.lua's form: a message handed to the task
---                      while it waited comes as from, topic, payload,
---                      or as false alone: then I.take() returns them
---                      (see receive.lua)
+--                      while it waited comes as from, topic, payload
 --   I.events           the events channel table: the C half builds the
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
@@ -198,7 +196,7 @@ local function check_channel(ch, fname)
   end
 end
 
-local inbox_receive, inbox_take = I.receive, I.take
+local inbox_receive = I.receive
 
 function Channel.receive(ch)
   -- The inbox on the C kernel's fast paths: its receive, plus ok. The
@@ -207,11 +205,7 @@ function Channel.receive(ch)
   -- C to the message constructor costs more.
   if ch == inbox and not inbox[SLOW] then
     local a, b, c = inbox_receive()
-    if b == nil then
-      if a ~= false then return a, true end  -- a message table
-      a, b, c = inbox_take()                 -- see receive.lua
-      if b == nil then return a, true end
-    end
+    if b == nil then return a, true end
     local m = { from = false, topic = false, payload = false }
     m.from, m.topic, m.payload = a, b, c
     return m, true

@@ -112,15 +112,6 @@ struct Primitives {
   }
   static TaskKernel& kernel(lua_State* L) { return of(L).kernel_; }
 
-  // TaskKernel::push_handed: the message hand_over handed to the task
-  // running in L, made now, inside it (allocations protected by its
-  // resume).
-  static bool push_handed(lua_State* L) {
-    LuaProcess& p = of(L);
-    if (p.step_events_.size() != 1) return false;  // (only while hand_over resumes it)
-    return p.push_message(L, p.step_events_.front());
-  }
-
   // A PID string, or a registered name, to a PID; else nil, err pushed.
   // The common case inline (a send's destination seen before: out of line
   // the call cost a send about 20 instructions), the rest out of line.
@@ -1388,39 +1379,29 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
 }
 
 bool LuaProcess::hand_over(const Event& ev) {
-  // Not the host's (no sender): receive.lua takes a message as its values
-  // only with one.
-  if (!ev.from.valid()) return false;
   lua_State* co = kernel_.raw_receiver();
-  // Three slots, so the pushes below never grow the stack (an allocation).
-  if (!co || !stack_args::has_room(co, 3)) return false;
-  const bool made = push_kept_message(co, ev);
-  if (!made) {
-    stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
-    lua_pushboolean(co, 0);      // receive.lua's sign to call take
-  }
-  const bool done = kernel_.resume_handed_over(co, !made);
-  step_events_ = {};  // taken: step_body, if it runs, only goes on from here
-  return done;
-}
-
-bool LuaProcess::push_kept_message(lua_State* co, const Event& ev) {
-  const char* from = peers_.known_sender(ev.from);
-  const char* topic = from ? received_strings_.find(ev.topic) : nullptr;
+  if (!co || !stack_args::layout_matches()) return false;
+  const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
+  if (!from) return false;
+  const char* topic = received_strings_.find(ev.topic);
   if (!topic) return false;
+  // Three slots, so the pushes below never grow the stack (an allocation).
+  if (!stack_args::has_room(co, 3)) return false;
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
-  if (ev.payload.empty()) {
-    lua_pushnil(co);
-    return true;
+  const bool pushed = ev.payload.empty()
+                          ? (lua_pushnil(co), true)
+                          : push_simple_value_with(co, ev.payload, [this](lua_State* S, std::string_view s) {
+                              const char* kept = received_strings_.find(s);
+                              return kept && stack_args::push_string_object(S, kept);
+                            });
+  if (!pushed) {
+    stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
+    return false;
   }
-  return push_simple_value_with(co, ev.payload, [this](lua_State* S, std::string_view s) {
-    const char* kept = received_strings_.find(s);
-    return kept && stack_args::push_string_object(S, kept);
-  });
+  step_events_ = {};  // taken: step_body, if it runs, only goes on from here
+  return kernel_.resume_handed_over(co);
 }
-
-bool TaskKernel::push_handed(lua_State* L) { return Primitives::push_handed(L); }
 
 int LuaProcess::step_body(lua_State* S) {
   LuaProcess& p = Primitives::of(S);
@@ -1500,13 +1481,18 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step
-  // of one message for a waiting task mostly needs none (hand_over).
+  // of one message for a waiting task may need none (hand_over; the
+  // message's kind and its payload's tag checked first, inline, so that a
+  // table, ping-pong's, declines at once).
   // step_body finds its arguments here (the allocator's userdata leads to
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
   int rc = 0;
-  if (events.size() == 1 && events[0].kind == EventKind::Message && hand_over(events[0])) {
+  if (events.size() == 1 && events[0].kind == EventKind::Message &&
+      (events[0].payload.empty() ||
+       (events[0].payload.size() >= 2 && static_cast<std::uint8_t>(events[0].payload[1]) < kTable)) &&
+      hand_over(events[0])) {
     out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
   } else {
     stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);

@@ -92,19 +92,13 @@ class LuaProcess final : public Process {
   // step_out_.
   static int step_body(lua_State* L);
   // A step of one message, made without step_body where it can be
-  // (TaskKernel::raw_receiver says when): the waiting task resumed with
-  // the message. Its values are pushed onto the task's stack when that
-  // makes nothing new (push_kept_message); else the task makes them itself
-  // (TaskKernel::push_handed), inside its resume, which protects the
-  // allocations. True when that was the whole step; false when step_body
-  // must run, with the message still in step_events_ or, once the task was
-  // resumed, with step_events_ empty.
+  // (TaskKernel::raw_receiver says when): the message's values pushed
+  // onto the waiting task's stack, made of nothing new (its sender and
+  // topic strings already kept, its payload nil, a boolean, a number or a
+  // kept string), and the task resumed. True when that was the whole step;
+  // false when step_body must run, with the message still in step_events_
+  // or, once the task was resumed, with step_events_ empty.
   bool hand_over(const Event& ev);
-  // Pushes a message's from, topic and payload onto co's stack (room for
-  // three checked) if each is a string already kept (PeerStrings,
-  // StringCache), nil, a boolean or a number; else returns false, having
-  // pushed some of them, or none.
-  bool push_kept_message(lua_State* co, const Event& ev);
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.

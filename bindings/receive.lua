@@ -15,26 +15,17 @@
 -- LuaJIT compiles it into the caller's loop and a process draining a full
 -- inbox runs no C call per message.
 --
--- A task resumed with false alone (which the C receive never returns)
--- was handed a message its step did not make (LuaProcess::hand_over: a
--- table payload, a string not kept): take makes it here, inside the task,
--- and returns what the C receive would have.
---
 -- Called with the inbox (see kernel_ext.lua: { buf, recvq, sendq, closed,
--- slow, tables }; nil for the waiting form), the C receive, whether to
--- drain and take; returns process.receive.
-local inbox, c_receive, draining, take = ...
+-- slow, tables }; nil for the waiting form), the C receive and whether to
+-- drain; returns process.receive.
+local inbox, c_receive, draining = ...
 
 -- (The C receive's results are turned into the message in each form's own
 -- code: through a shared Lua function, Big took 1.7% more instructions.)
 if not draining then
   return function(timeout)
     local a, b, c = c_receive(timeout)
-    if b == nil then
-      if a ~= false then return a end  -- a message table (nil: the inbox closed)
-      a, b, c = take(timeout)
-      if b == nil then return a end
-    end
+    if b == nil then return a end     -- a message table
     if a == nil then return a, b end  -- nil, "timeout"
     local m = { from = false, topic = false, payload = false }
     m.from, m.topic, m.payload = a, b, c
@@ -60,11 +51,7 @@ return function(timeout)
     return m
   end
   local a, b, c = c_receive(timeout)
-  if b == nil then
-    if a ~= false then return a end
-    a, b, c = take(timeout)
-    if b == nil then return a end
-  end
+  if b == nil then return a end
   if a == nil then return a, b end
   local m = { from = false, topic = false, payload = false }
   m.from, m.topic, m.payload = a, b, c

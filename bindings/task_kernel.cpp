@@ -723,11 +723,9 @@ void TaskKernel::push_events(lua_State* L) {
   return true;
 }
 
-bool TaskKernel::resume_handed_over(lua_State* co, bool undecoded) {
+bool TaskKernel::resume_handed_over(lua_State* co) {
   parked_.erase(parked_.begin());
-  handed_undecoded_ = undecoded;
   const int rc = resume(co);
-  handed_undecoded_ = false;  // taken, unless the task failed before it could
   if (!plain_wait(co, rc)) {
     current_ = co;
     unsettled_rc_ = static_cast<std::int8_t>(rc);
@@ -913,9 +911,7 @@ void TaskKernel::push_receive(lua_State* L) {
   lua_pushinteger(L, 2);
   lua_pushcclosure(L, l_receive_raw, 1);
   lua_pushboolean(L, draining);
-  lua_pushinteger(L, 2);
-  lua_pushcclosure(L, l_take_handed, 1);
-  lua_call(L, 4, 1);
+  lua_call(L, 3, 1);
   if (!draining) {
     lua_pushlightuserdata(L, &kWaitingReceive);
     lua_pushvalue(L, -2);
@@ -982,9 +978,6 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
   lua_pushcclosure(L, l_receive_raw, 1);
   lua_setfield(L, -2, "receive");
-  lua_pushinteger(L, 2);
-  lua_pushcclosure(L, l_take_handed, 1);
-  lua_setfield(L, -2, "take");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);
@@ -1067,17 +1060,6 @@ int caller_level(lua_State* L) {
 
 int TaskKernel::l_receive(lua_State* L) { return receive(L, false); }
 int TaskKernel::l_receive_raw(lua_State* L) { return receive(L, true); }
-
-int TaskKernel::l_take_handed(lua_State* L) {
-  TaskKernel& k = self(L);
-  if (!k.handed_undecoded_) return luaL_error(L, "no message was handed over");
-  k.handed_undecoded_ = false;
-  lua_settop(L, 1);  // the timeout, for the receive below
-  if (push_handed(L)) return 3;
-  // Its payload could not be decoded (logged and dropped, as a step's
-  // delivery drops one): the task waits for the next, as it did.
-  return receive(L, true);
-}
 
 // process.receive([timeout]) -> the next inbox message, or nil, "timeout";
 // with raw, a message handed over while it waited comes as its from, topic

@@ -114,21 +114,19 @@ class TaskKernel {
   // worker's step is mostly this one message for this one task.
   // raw_receiver: that task, when it is the only thing the message could
   // go to and nothing else is ready to run (nullptr otherwise); the
-  // caller then pushes the values onto its stack if that makes nothing
-  // (the step is not protected: an allocation's error there would have no
-  // handler), or false alone, for the task to take them (l_take_handed).
+  // caller then pushes the values onto its stack, making nothing (the
+  // step is not protected: an allocation's error there would have no
+  // handler).
   lua_State* raw_receiver() const {
     if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
         !ready_.empty() || !yielded_.empty() || !receive_one_.empty())
       return nullptr;
     return parked_.front().co;
   }
-  // Resumes raw_receiver's task, which holds the three values, or nothing
-  // when `undecoded`: then bindings/receive.lua calls take
-  // (l_take_handed), which makes them in the task (push_handed). True when
+  // Resumes raw_receiver's task, which holds the three values. True when
   // it is waiting again and nothing else is ready: the step is over. False
   // when the step's protected body must go on (settle first, then run).
-  bool resume_handed_over(lua_State* co, bool undecoded);
+  bool resume_handed_over(lua_State* co);
   // What run() would have done next with the task resume_handed_over left
   // (its yield's or its end's after_resume), inside the protected body.
   void settle(lua_State* L) {
@@ -192,13 +190,6 @@ class TaskKernel {
   static int l_receive(lua_State* L);
   static int l_receive_raw(lua_State* L);  // receive.lua's
   static int receive(lua_State* L, bool raw);
-  // receive.lua's take: the handed-over message's from, topic and payload,
-  // or, if its payload cannot be decoded, what receive returns next.
-  static int l_take_handed(lua_State* L);
-  // Pushes the message being handed over (its from, topic and payload),
-  // or pushes nothing and returns false when its payload cannot be
-  // decoded (logged). Defined by bindings/lua_process.cpp, which holds it.
-  static bool push_handed(lua_State* L);
   // The kernel of the process whose state L is. Defined by its owner,
   // bindings/lua_process.cpp: the state's allocator's userdata is the
   // LuaProcess, which holds the kernel (Primitives::of), so finding it is
@@ -347,9 +338,6 @@ class TaskKernel {
   static constexpr int kRegistrySlots = 16;
   bool trap_links_ = false;  // process.set_options{trap_links = true}
   bool watched_ = false;     // see note_watch
-  // While resume_handed_over resumes a task handed nothing: its message
-  // is for l_take_handed, once.
-  bool handed_undecoded_ = false;
   const std::string* receive_chunk_ = nullptr;  // see push_receive
   std::string failure_;
 };

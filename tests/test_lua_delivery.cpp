@@ -96,11 +96,12 @@ TEST_CASE("a run of queued messages reaches a Lua process whole and in order, le
   CHECK(d.collected(collector.pid) == want);
 }
 
-TEST_CASE("messages handed one by one to a waiting Lua process: one it cannot decode is dropped, the next arrives") {
+TEST_CASE("messages one by one to a waiting Lua process: one it cannot decode is dropped, the next arrives") {
   // One message a step, from a process (a sender the host's messages lack):
-  // past its first messages, the collector's step hands each to its waiting
-  // task (LuaProcess::hand_over), a number as it is, a string it has not
-  // seen made inside the task, and one with bad bytes dropped there.
+  // past its first messages, the collector's step hands a number to its
+  // waiting task as it is (LuaProcess::hand_over), while a string it has
+  // not seen and one with bad bytes go through the step's body, which
+  // drops the bad one; between them, nothing is lost or reordered.
   Delivery d;
   const int sent = 60, bad = 30, text = 40;
   auto collector = d.rt.spawn("fixtures.collector", d.codec.number(sent - 1));

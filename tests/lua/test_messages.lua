@@ -34,7 +34,7 @@ return { main = function()
     { "a message handed to a task waiting in receive: every way its step can end", function()
       -- fixtures.handed_over's steps, once warm, take the hand-over
       -- (LuaProcess::hand_over) for nil, booleans, numbers and kept
-      -- strings, and hand a new string or a table for the task to make.
+      -- strings; a new string or a table takes the protected body.
       local function ask(pid, cmd)
         assert(process.send(pid, "cmd", cmd))
         local m = assert(process.receive(5), "no answer to " .. tostring(cmd))
