@@ -413,11 +413,12 @@ struct Primitives {
   // Once that passes kJitWarmupInstructions, the process has run long
   // enough to be worth compiling, if this step is a long computation or
   // two of the last four armed steps were long (config::kJitLongStepFirings
-  // says why): the hook removes itself and opens jit, which switches the
-  // compiler on.
+  // says why), it compiles the process. It fires at once in a step that
+  // probe_jit found hot.
   static void jit_probe_hook(lua_State* L, lua_Debug*) {
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+    if (p->jit_hot_samples_ >= config::kJitHotSamples) return compile(L, p);  // see probe_jit
     if (p->jit_fired_step_ != p->steps_) {  // the first firing in this step: a long one
       p->jit_fired_step_ = p->steps_;
       p->jit_step_firings_ = 0;
@@ -425,11 +426,19 @@ struct Primitives {
     }
     if (p->jit_step_firings_ < 255) ++p->jit_step_firings_;
     const std::uint32_t weight = p->steps_ <= config::kJitProbeSteps ? 1 : config::kJitSampleSteps;
-    p->jit_estimate_ += std::uint64_t{config::kJitHookInterval} * weight;
-    if (p->jit_estimate_ < config::kJitWarmupInstructions) return;
+    if (p->jit_estimate_ < config::kJitWarmupInstructions) {  // (so that it cannot wrap)
+      p->jit_estimate_ += std::uint32_t{config::kJitHookInterval} * weight;
+      if (p->jit_estimate_ < config::kJitWarmupInstructions) return;
+    }
     if (p->jit_step_firings_ < config::kJitLongStepFirings &&
         std::popcount(static_cast<unsigned>(p->jit_long_history_ & 0xF)) < 2)
       return;
+    compile(L, p);
+  }
+
+  // The JIT probe's verdict: the hook removes itself and opens jit, which
+  // switches the compiler on.
+  static void compile(lua_State* L, LuaProcess* p) {
     lua_sethook(L, nullptr, 0, 0);
     // The runaway monitor may have armed its hook just before ours was
     // cleared: arm it again.
@@ -1453,13 +1462,47 @@ int LuaProcess::step_body(lua_State* S) {
 // Arms the JIT probe's count hook for this step or disarms it (see
 // config::kJitProbeSteps): armed from Prepare through the first steps, then
 // on one step in kJitSampleSteps.
-void LuaProcess::probe_jit() {
+namespace {
+// The Lua steps taken on this thread, and the thread's tag (1-255, given
+// at its first sampled step; 0 until then): probe_jit's measure of a
+// process's share of its core. Constant-initialized, so that reading
+// them needs no guard.
+struct ThreadSteps {
+  std::uint32_t count = 0;
+  std::uint8_t tag = 0;
+};
+thread_local ThreadSteps this_thread_steps;
+std::atomic<std::uint8_t> thread_tags{0};
+}  // namespace
+
+// A sampled step also tells whether the process is hot (config::kJitHotShare):
+// then the hook is armed to fire at the step's first bytecode, and compiles.
+void LuaProcess::probe_jit(std::uint32_t steps_here) {
   const std::uint32_t step = steps_++;
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
+  int hook_count = config::kJitHookInterval;
   if (arm) jit_long_history_ = static_cast<std::uint8_t>(jit_long_history_ << 1);
+  if (step % config::kJitSampleSteps == 0) {
+    std::uint8_t& tag = this_thread_steps.tag;
+    while (tag == 0) tag = thread_tags.fetch_add(1, std::memory_order_relaxed) + 1;  // (skips 0 on wrapping)
+    if (tag != jit_hot_thread_) {
+      // Its first sample, or it moved: the steps since the last sample
+      // were another thread's. This one says nothing.
+      jit_hot_thread_ = tag;
+    } else if (steps_here - jit_hot_stamp_ <= config::kJitSampleSteps * config::kJitHotShare) {
+      if (jit_hot_samples_ < config::kJitHotSamples) ++jit_hot_samples_;
+    } else {
+      jit_hot_samples_ = 0;
+    }
+    jit_hot_stamp_ = steps_here;
+    if (jit_hot_samples_ >= config::kJitHotSamples) {
+      hook_count = 1;
+      jit_probe_armed_ = false;  // armed below, whatever it was
+    }
+  }
   if (arm == jit_probe_armed_) return;
   jit_probe_armed_ = arm;
-  if (arm) lua_sethook(L_, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
+  if (arm) lua_sethook(L_, Primitives::jit_probe_hook, LUA_MASKCOUNT, hook_count);
   else lua_sethook(L_, nullptr, 0, 0);
   // The runaway monitor may have armed its own hook just before: arm it again.
   if (interrupted_.load(std::memory_order_acquire)) Interrupt();
@@ -1477,7 +1520,8 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   for (std::size_t i = 0, n = std::min<std::size_t>(events.size(), 4); i < n; ++i) peers_.prefetch_sender(events[i].from);
   kernel_.prefetch_main();
   stack_args::drop_to(L, 0);  // only Init's leftovers: a step leaves it empty
-  if (!jit_on_) probe_jit();
+  const std::uint32_t steps_here = ++this_thread_steps.count;
+  if (!jit_on_) probe_jit(steps_here);
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step

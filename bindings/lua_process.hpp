@@ -109,7 +109,7 @@ class LuaProcess final : public Process {
   // A run of messages queued at once (deliver_events).
   void queue_run(lua_State* L, std::span<Event> run);
   void flush_commands(StepOutput& out);
-  void probe_jit();
+  void probe_jit(std::uint32_t steps_here);
   // Drops monitor `ref` of target; false when it held none such.
   bool forget_monitor(const Pid& target, std::uint64_t ref);
 
@@ -149,7 +149,9 @@ class LuaProcess final : public Process {
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
   std::vector<std::uint64_t> pending_cancels_;
   TaskKernel kernel_;
-  std::uint64_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them
+  std::uint32_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them (up to the warm-up)
+  // The count of its thread's steps at the last sampled step (probe_jit).
+  std::uint32_t jit_hot_stamp_ = 0;
   void* global_state_ = nullptr;  // LuaJIT's, in the arena for the state's life (allocate)
   void* globals_scratch_ = nullptr;  // where lua_newstate's globals hash part went (small_globals.hpp)
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
@@ -168,6 +170,10 @@ class LuaProcess final : public Process {
   std::uint32_t jit_fired_step_ = ~std::uint32_t{0};
   std::uint8_t jit_step_firings_ = 0;
   std::uint8_t jit_long_history_ = 0;
+  // Sampled steps in a row that found the process hot (probe_jit), and
+  // the tag of the thread of the last sample.
+  std::uint8_t jit_hot_samples_ = 0;
+  std::uint8_t jit_hot_thread_ = 0;
 };
 
 }  // namespace host::lua

@@ -78,7 +78,17 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // its own traces, cold when it runs again, and a C call (a send) every
 // few dozen bytecodes (BENCHMARKS.md, change 88). A process that drains
 // a long queue in every step, or computes, is compiled as before.
-inline constexpr std::uint64_t kJitWarmupInstructions = 100000;
+//
+// A process hot on its core is compiled whatever its steps' length: one
+// that took at least one step in kJitHotShare of its thread's, at each of
+// kJitHotSamples sampled steps in a row (2048 steps). Its traces are used
+// again before the cache loses them: compiled, PingPong's pair and
+// Chameneos's mall ran 16-19% faster here, where a ring's 100 nodes (each
+// one step in 50 of its core's) ran a third slower (BENCHMARKS.md, change
+// 90).
+inline constexpr std::uint32_t kJitWarmupInstructions = 100000;
+inline constexpr std::uint32_t kJitHotShare = 4;
+inline constexpr std::uint8_t kJitHotSamples = 64;
 inline constexpr std::uint32_t kJitLongStepFirings = 4;
 inline constexpr std::uint32_t kJitProbeSteps = 8;
 inline constexpr std::uint32_t kJitSampleSteps = 32;

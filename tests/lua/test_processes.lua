@@ -64,7 +64,9 @@ return { main = function()
       -- A message server whose step now and then takes a batch (Big's
       -- workers): one step in five runs about 2.4k bytecodes, so the
       -- probe's samples (one step in 32) find a long step one time in
-      -- five, and its estimate passes the warm-up all the same.
+      -- five, and its estimate passes the warm-up all the same. (It takes
+      -- every other step of its core, or each: 2048 such steps would
+      -- compile it as a hot process, the next test's case.)
       local server = assert(process.spawn("fixtures.jit_probe:server"))
       local function ask(topic) return ask_server(server, topic) end
       for i = 1, 800 do
@@ -75,6 +77,22 @@ return { main = function()
       local steps = 0
       repeat steps = steps + 1 until ask("heavy") or steps > 66
       T.ok(steps <= 33, "compiler on within 33 heavy steps, not " .. steps)
+      process.send(server, "stop", nil)
+    end },
+    { "a process hot on its core is compiled though its steps are short", function()
+      -- The server and this process take turns: at each of the probe's
+      -- samples (one step in 32) the server has taken at least one step
+      -- in four of its core's, and 64 such samples in a row, its 2048th
+      -- step, compile it (config::kJitHotShare). A sample taken on
+      -- another core than the last says nothing, so each move of the
+      -- server between cores puts it off by one sample.
+      local server = assert(process.spawn("fixtures.jit_probe:server"))
+      local function ask(topic) return ask_server(server, topic) end
+      for i = 1, 2000 do T.eq(ask("light"), false, "compiler off after " .. i .. " light steps") end
+      local steps = 2000
+      repeat steps = steps + 1 until ask("light") or steps > 20000
+      T.ok(steps <= 8000, "compiler on within 8000 hot steps, not " .. steps)
+      T.eq(ask("light"), true, "and it stays on")
       process.send(server, "stop", nil)
     end },
     { "finalizers run when a process ends: an unclosed file is flushed, a newproxy's __gc runs", function()
