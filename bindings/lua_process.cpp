@@ -1389,13 +1389,12 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
 
 bool LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
-  if (!co || !stack_args::layout_matches()) return false;
+  // Three slots, so the pushes below never grow the stack (an allocation).
+  if (!co || !stack_args::has_room(co, 3)) return false;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
   if (!from) return false;
   const char* topic = received_strings_.find(ev.topic);
   if (!topic) return false;
-  // Three slots, so the pushes below never grow the stack (an allocation).
-  if (!stack_args::has_room(co, 3)) return false;
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   const bool pushed = ev.payload.empty()
@@ -1459,9 +1458,6 @@ int LuaProcess::step_body(lua_State* S) {
   return 0;
 }
 
-// Arms the JIT probe's count hook for this step or disarms it (see
-// config::kJitProbeSteps): armed from Prepare through the first steps, then
-// on one step in kJitSampleSteps.
 namespace {
 // The Lua steps taken on this thread, and the thread's tag (1-255, given
 // at its first sampled step; 0 until then): probe_jit's measure of a
@@ -1475,7 +1471,9 @@ thread_local ThreadSteps this_thread_steps;
 std::atomic<std::uint8_t> thread_tags{0};
 }  // namespace
 
-// A sampled step also tells whether the process is hot (config::kJitHotShare):
+// Arms the JIT probe's count hook for this step or disarms it (see
+// config::kJitProbeSteps): armed from Prepare through the first steps, then
+// on one step in kJitSampleSteps. A sampled step also tells whether the process is hot (config::kJitHotShare):
 // then the hook is armed to fire at the step's first bytecode, and compiles.
 void LuaProcess::probe_jit(std::uint32_t steps_here) {
   const std::uint32_t step = steps_++;
