@@ -1473,8 +1473,9 @@ std::atomic<std::uint8_t> thread_tags{0};
 
 // Arms the JIT probe's count hook for this step or disarms it (see
 // config::kJitProbeSteps): armed from Prepare through the first steps, then
-// on one step in kJitSampleSteps. A sampled step also tells whether the process is hot (config::kJitHotShare):
-// then the hook is armed to fire at the step's first bytecode, and compiles.
+// on one step in kJitSampleSteps. A sampled step also tells whether the
+// process is hot (config::kJitHotShare): then the hook is armed to fire at
+// the step's first bytecode, and compiles.
 void LuaProcess::probe_jit(std::uint32_t steps_here) {
   const std::uint32_t step = steps_++;
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
@@ -1493,12 +1494,10 @@ void LuaProcess::probe_jit(std::uint32_t steps_here) {
       jit_hot_samples_ = 0;
     }
     jit_hot_stamp_ = steps_here;
-    if (jit_hot_samples_ >= config::kJitHotSamples) {
-      hook_count = 1;
-      jit_probe_armed_ = false;  // armed below, whatever it was
-    }
+    if (jit_hot_samples_ >= config::kJitHotSamples) hook_count = 1;
   }
-  if (arm == jit_probe_armed_) return;
+  // (A hot sample re-arms the hook with its count of 1, armed or not.)
+  if (arm == jit_probe_armed_ && hook_count == config::kJitHookInterval) return;
   jit_probe_armed_ = arm;
   if (arm) lua_sethook(L_, Primitives::jit_probe_hook, LUA_MASKCOUNT, hook_count);
   else lua_sethook(L_, nullptr, 0, 0);
