@@ -91,6 +91,12 @@ void Scheduler::push_global(ProcessSlot* slot) {
   idle_.notify_work_available();
 }
 
+std::uint64_t Scheduler::batch_waits() const {
+  std::uint64_t n = 0;
+  for (const auto& w : workers_) n += w->batch_waits();
+  return n;
+}
+
 bool Scheduler::any_work_visible() const {
   if (!global_.empty_approx()) return true;
   for (const auto& w : workers_)
@@ -184,6 +190,9 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   if (wake == ProcessState::Wake::Schedule) schedule(slot);
   if (wake == ProcessState::Wake::Queued) {
     if (Worker* w = own_worker()) w->fed_queued_process();
+  }
+  if (wake == ProcessState::Wake::None) {  // running (or gone)
+    if (Worker* w = own_worker(); w && w->running() == slot) w->posted_to_running();
   }
   return true;
 }

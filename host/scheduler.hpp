@@ -162,6 +162,9 @@ class Scheduler {
 
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
+  // Times workers held a requeued process to gather a batch of the events
+  // others were sending it (config::kStreamBatch): for tests and diagnosis.
+  std::uint64_t batch_waits() const;
   // True when every process exited before the deadline.
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
 

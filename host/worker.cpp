@@ -174,6 +174,7 @@ void Worker::execute(ProcessSlot* slot) {
   }
   out_.reset();
   fed_ = 0;
+  own_posts_ = 0;
   running_.store(slot, std::memory_order_relaxed);
   epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {
@@ -215,7 +216,10 @@ void Worker::execute(ProcessSlot* slot) {
       s.dispatch(slot, out_);
       RunState waiting = out_.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
       if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) {
-        if (taken < config::kStreamBatch) gather_batch(slot, taken_mark);
+        // Only for events from elsewhere: those the process sent itself
+        // (or its commands' inline completions) are all there already.
+        const std::uint32_t arrived = slot->arrivals.load(std::memory_order_relaxed) - taken_mark;
+        if (taken < config::kStreamBatch && arrived > own_posts_) gather_batch(slot, taken_mark);
         push_local(slot);
       }
       break;
@@ -227,6 +231,7 @@ void Worker::execute(ProcessSlot* slot) {
 void Worker::gather_batch(ProcessSlot* slot, std::uint32_t mark) {
   using Clock = std::chrono::steady_clock;
   if (scheduler_.any_work_visible()) return;
+  batch_waits_.store(batch_waits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const auto start = Clock::now();
   auto last = start;
   std::uint32_t seen = slot->arrivals.load(std::memory_order_relaxed);

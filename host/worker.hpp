@@ -46,6 +46,14 @@ class Worker {
   // the consumer may park again when the consumer catches up, and the
   // consumer is readied into the producer's deque once more.
   void fed_queued_process();
+  // Owner thread only: the running step, or its dispatch completing a
+  // command inline, posted to the process this worker runs (a send to
+  // itself). Such an event readies it at the step's end, but is no stream
+  // to gather a batch of (gather_batch would only wait kStreamQuiet).
+  void posted_to_running() { ++own_posts_; }
+  // Times this worker held a requeued process to gather a batch of its
+  // events (gather_batch); any thread may read it.
+  std::uint64_t batch_waits() const { return batch_waits_.load(std::memory_order_relaxed); }
   PidTable::LocalFree& free_slots() { return free_slots_; }
 
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
@@ -85,9 +93,11 @@ class Worker {
   std::atomic<std::uint64_t> activity_{0};
   std::atomic<ProcessSlot*> running_{nullptr};
   std::atomic<int> tid_{0};
+  std::atomic<std::uint64_t> batch_waits_{0};  // written by the worker thread only
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
   std::uint32_t fed_ = 0;  // fed_queued_process calls in this step
+  std::uint32_t own_posts_ = 0;  // posted_to_running calls in this step
   PidTable::LocalFree free_slots_;
   std::uint64_t rng_;
   std::vector<Event> events_;  // swapped with a slot's pending queue each step

@@ -342,6 +342,59 @@ TEST_CASE("a consumer fed by a producer that stays in its step runs on a parked 
   }
 }
 
+TEST_CASE("a process readied by its own sends runs again at once; one that others send to meanwhile waits for a batch") {
+  // One worker and one process. Step 1 sends the process three messages
+  // and yields a command that completes inline: everything that readies it
+  // is its own doing and already queued, so its worker requeues it without
+  // holding it for a batch (Worker::gather_batch: 0.5 us for nothing each
+  // time). Step 2 has a thread send it one while it runs: a stream from
+  // elsewhere, which the worker does wait on. Step 3 gets that message.
+  Watchdog dog("own sends", 60s);
+  Scheduler s({.workers = 1});
+  constexpr CommandId kEcho = cmd::kFirstUser + 7;
+  s.commands().add(kEcho, CommandHandler{[](CommandRequest&& r) { r.scheduler->complete_yield(r.pid, r.tag, "echo"); },
+                                         nullptr, false, "echo"});
+  ExitLog exits(s);
+  std::atomic<bool> ask{false}, sent{false}, ended{false};
+  Pid self;
+  std::thread outside([&] {
+    while (!ask.load() && !ended.load()) std::this_thread::yield();
+    if (!ask.load()) return;  // the process failed before asking
+    CHECK(s.send(self, "outside", "").empty());
+    sent.store(true);
+  });
+  auto p = s.spawn(make_fn([&](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     if (p.steps == 1) {
+                       for (const char* t : {"a", "b", "c"})
+                         if (!p.ctx().scheduler->send(p.ctx().self, t, "", p.ctx().self).empty()) return fail(out, "send");
+                       out.add_yield(kEcho, 1);
+                       out.status = Status::Blocked;
+                       return;
+                     }
+                     if (p.steps == 2) {
+                       std::string got;
+                       for (auto& e : events) got += e.kind == EventKind::Message ? e.topic : "+" + e.payload;
+                       if (got != "abc+echo") return fail(out, "step 2 got " + got);
+                       if (s.batch_waits() != 0) return fail(out, "held for a batch of its own sends");
+                       self = p.ctx().self;
+                       ask.store(true);
+                       while (!sent.load()) std::this_thread::yield();
+                       out.status = Status::Idle;
+                       return;
+                     }
+                     if (events.size() != 1 || events[0].topic != "outside") return fail(out, "step 3 got no outside message");
+                     done(out, "ok");
+                   }),
+                   "main", "");
+  REQUIRE(p);
+  const bool exited = exits.wait(p.pid);
+  ended.store(true);
+  outside.join();
+  REQUIRE(exited);
+  CHECK_MESSAGE(exits.get(p.pid).result == "ok", exits.get(p.pid).error);
+  CHECK(s.batch_waits() == 1);
+}
+
 TEST_CASE("messages carry sender and topic and arrive in the order sent") {
   Watchdog dog("message order", 30s);
   Scheduler s({.workers = 2});
