@@ -127,7 +127,10 @@ inline constexpr std::size_t kSendBacklogYield = 1024;
 // one, and takes 0.31-0.39 s with this against 0.41-0.50 s (BENCHMARKS.md,
 // change 68). What it costs: a stream's events wait up to kStreamWait
 // more, and a step that a request ends waits kStreamQuiet when nothing
-// else comes (a plain 10 us wait made Chameneos three times slower).
+// else comes (a plain 10 us wait made Chameneos three times slower). Not
+// when all that came during the step was the process's own doing (sends
+// to itself, commands completed inline): those are all there already
+// (change 91).
 inline constexpr std::uint32_t kStreamBatch = 128;
 inline constexpr std::chrono::nanoseconds kStreamQuiet{500};
 inline constexpr std::chrono::microseconds kStreamWait{20};

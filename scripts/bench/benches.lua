@@ -1,7 +1,7 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "queue_memory", "pingpong", "ring",
-  "send_1k", "send_tables", "send_named" } }
+  "send_1k", "send_tables", "send_named", "send_self" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -146,6 +146,23 @@ function B.send_named(quick)
   local m = process.receive()
   local s = elapsed(t0)
   assert(m.payload == n, "counter lost messages")
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+-- A process that sends itself a message and receives it, one at a time
+-- (Erlang's `self() ! Msg`): each send readies the running process, whose
+-- step then ends and starts again with the message.
+function B.send_self(quick)
+  local n = quick and 20000 or 1000000
+  local me = process.pid()
+  local sum = 0
+  local t0 = time.now()
+  for i = 1, n do
+    process.send(me, "self", i)
+    sum = sum + process.receive().payload
+  end
+  local s = elapsed(t0)
+  assert(sum == n * (n + 1) / 2, "lost messages to itself")
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
 end
 
