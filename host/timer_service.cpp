@@ -27,15 +27,21 @@ std::size_t TimerService::stop() {
   return wheel_.size();
 }
 
-std::uint64_t TimerService::ticks_since_start(std::chrono::steady_clock::time_point t) const {
-  auto d = t - start_;
-  auto tick = std::chrono::duration_cast<std::chrono::nanoseconds>(config::kTimerTick).count();
-  return static_cast<std::uint64_t>((std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() + tick - 1) / tick);
+std::uint64_t TimerService::ticks_since_start(std::chrono::steady_clock::time_point t, bool round_up) const {
+  const auto d = std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count();
+  const auto tick = std::chrono::duration_cast<std::chrono::nanoseconds>(config::kTimerTick).count();
+  return static_cast<std::uint64_t>((d + (round_up ? tick - 1 : 0)) / tick);
 }
 
 void TimerService::schedule(Pid pid, std::uint64_t tag, std::chrono::nanoseconds delay) {
-  if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
-  std::uint64_t when = ticks_since_start(std::chrono::steady_clock::now() + delay);
+  // A deadline is the first tick boundary at or after now + delay, and the
+  // wheel is advanced to the last boundary passed: a timer never fires
+  // early. (Advanced to the next boundary, a delay shorter than a tick was
+  // due at once most of the time: time.sleep(0.0005) returned in 5 us.) A
+  // delay of 0 is due at the boundary passed: time.sleep(0) is a yield.
+  const auto now = std::chrono::steady_clock::now();
+  std::uint64_t when = delay > std::chrono::nanoseconds::zero() ? ticks_since_start(now + delay, true)
+                                                                 : ticks_since_start(now, false);
   bool wake = false;
   {
     std::lock_guard lock(mu_);
@@ -76,7 +82,7 @@ void TimerService::run() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
     due.clear();
-    wheel_.advance(ticks_since_start(std::chrono::steady_clock::now()), [&](const TimerEntry& e) {
+    wheel_.advance(ticks_since_start(std::chrono::steady_clock::now(), false), [&](const TimerEntry& e) {
       due.push_back(Key{e.pid, e.tag});
       handles_.erase(Key{e.pid, e.tag});
     });

@@ -29,7 +29,8 @@ class TimerService {
   std::size_t stop();
 
   // Calls fire(pid, tag) once `delay` has passed (never earlier; rounded up
-  // to the next tick). A (pid, tag) pair may be pending once at a time.
+  // to the next tick boundary; a delay of 0 fires at once). A (pid, tag)
+  // pair may be pending once at a time.
   void schedule(Pid pid, std::uint64_t tag, std::chrono::nanoseconds delay);
   // False when it already fired or was never scheduled.
   bool cancel(Pid pid, std::uint64_t tag);
@@ -61,7 +62,8 @@ class TimerService {
     std::uint64_t id;
   };
 
-  std::uint64_t ticks_since_start(std::chrono::steady_clock::time_point t) const;
+  // Whole ticks from the start to t, or ticks begun (round_up).
+  std::uint64_t ticks_since_start(std::chrono::steady_clock::time_point t, bool round_up) const;
   void run();
 
   const Fire fire_;

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -152,4 +154,39 @@ TEST_CASE("the timer service fires after the delay, and a cancel stops it") {
   CHECK(fired.load() == 1);
   service.schedule(Pid{0, 1, 1}, 3, std::chrono::hours(1));
   CHECK(service.stop() == 1);  // reported as dropped
+}
+
+TEST_CASE("the timer service never fires a delay shorter than its tick early, and fires a delay of 0 at once") {
+  // Sub-tick delays at many points within a tick: each must take at least
+  // its delay (the wheel once advanced to the next tick boundary, which
+  // made most of them due at once).
+  host::testing::Watchdog dog("sub-tick timers", std::chrono::seconds(30));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t fired_tag = 0;
+  host::TimerService service([&](Pid, std::uint64_t tag) {
+    std::lock_guard lock(mu);
+    fired_tag = tag;
+    cv.notify_all();
+  });
+  service.start();
+  auto wait_fired = [&](std::uint64_t tag) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(5), [&] { return fired_tag == tag; });
+  };
+  for (std::uint64_t i = 1; i <= 40; ++i) {
+    const auto delay = std::chrono::microseconds(50 + 23 * i);  // 73 us to 970 us
+    CAPTURE(delay.count());
+    const auto t0 = std::chrono::steady_clock::now();
+    service.schedule(Pid{0, 1, 1}, i, delay);
+    REQUIRE(wait_fired(i));
+    CHECK(std::chrono::steady_clock::now() - t0 >= delay);
+    std::this_thread::sleep_for(std::chrono::microseconds(37 * i % 400));  // another point in the tick
+  }
+  // A delay of 0 is due at the tick boundary already passed, not at the
+  // next one (up to a tick later): time.sleep(0) is a yield.
+  host::TimerService idle([](Pid, std::uint64_t) {});  // not started: nothing fires
+  idle.schedule(Pid{0, 1, 1}, 1, std::chrono::nanoseconds(0));
+  CHECK(idle.outlook().next_due <= std::chrono::steady_clock::now());
+  service.stop();
 }
