@@ -510,6 +510,26 @@ local function build_time()
     start_timer(secs, function() deliver(ch, H.now()) end)
     return ch
   end
+  -- Go's time.NewTimer: time.after's channel with a stop, for a timeout
+  -- that is no longer needed (request.call's): a stopped timer's entry
+  -- and closure go at once, where time.after's wait for their delay.
+  -- stop() is true when it stopped the timer, false once it has fired or
+  -- was stopped.
+  function time.timer(d)
+    local secs = duration(d, 2)
+    local ch = new_channel(1)
+    local tag
+    tag = start_timer(secs, function()
+      tag = nil
+      deliver(ch, H.now())
+    end)
+    return { channel = ch, stop = function()
+      if not tag then return false end
+      stop_timer(tag)
+      tag = nil
+      return true
+    end }
+  end
   function time.ticker(d)
     local secs = duration(d, 2)
     if secs <= 0 then error("bad argument #1 to 'ticker' (duration must be positive)", 2) end

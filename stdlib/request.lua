@@ -69,8 +69,11 @@ function M.call(dest, topic, value, timeout)
     process.unwatch(pid, watch)
     return nil, err
   end
-  local timer = time.after(secs)
-  local r = channel.select { box:case_receive(), watch:case_receive(), timer:case_receive() }
+  -- Stopped once the select returns: time.after's timer would stay for the
+  -- whole timeout, and a process making many calls would hold thousands.
+  local timer = time.timer(secs)
+  local r = channel.select { box:case_receive(), watch:case_receive(), timer.channel:case_receive() }
+  timer.stop()
   local exited = r.channel == watch
   if exited then
     -- A reply the callee sent just before it exited can arrive in the same
@@ -83,7 +86,7 @@ function M.call(dest, topic, value, timeout)
   if not exited then process.unwatch(pid, watch) end
   if r.channel ~= box then
     pending[ref] = nil
-    if r.channel == timer then return nil, "timeout" end
+    if r.channel == timer.channel then return nil, "timeout" end
     return nil, "not_found: " .. pid .. " exited before replying" ..
       (r.value.error and (": " .. r.value.error:match("^[^\n]*")) or "")
   end

@@ -152,6 +152,18 @@ return { main = function()
         "test_channels%.lua:%d+: bad argument #1 to 'channel.new' %(capacity must be a non%-negative integer%)")
       T.raises(function() local c = channel.new(1.5); return c end, "test_channels%.lua:%d+: bad argument #1 to 'channel.new'")
     end },
+    { "time.timer fires like time.after unless stopped first", function()
+      local t = time.timer(0.01)
+      T.eq(type(t.channel:receive()), "number")
+      T.eq(t.stop(), false, "stopped after it fired")
+      local s = time.timer(0.02)
+      T.eq(s.stop(), true)
+      T.eq(s.stop(), false, "stopped twice")
+      time.sleep(0.05)
+      local r = channel.select { s.channel:case_receive(), default = true }
+      T.eq(r.default, true, "a stopped timer never delivers")
+      T.raises(function() local c = time.timer("soon"); return c end, "test_channels%.lua:%d+: invalid duration")
+    end },
     { "require returns the same API tables as the globals", function()
       T.ok(require("time") == time); T.ok(require("process") == process)
       T.ok(require("channel") == channel); T.ok(require("log") == log)

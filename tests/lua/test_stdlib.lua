@@ -38,6 +38,20 @@ return { main = function()
       T.eq(sum, 15)
       process.send(s, "stop", nil)
     end },
+    { "a call answered in time leaves no timer behind", function()
+      -- Its timeout's timer is stopped: held until it fired, each call's
+      -- timer (a closure and a channel) stayed for the whole timeout, and
+      -- a process calling often held thousands.
+      local s = assert(process.spawn("fixtures.server"))
+      T.eq(request.call(s, "echo", 0, 60), 0)
+      collectgarbage(); collectgarbage()
+      local before = process.memory()
+      for i = 1, 3000 do T.eq(request.call(s, "echo", i, 60), i) end
+      collectgarbage(); collectgarbage()
+      local grown = process.memory() - before
+      T.ok(grown < 100 * 1024, "3000 calls kept " .. grown .. " bytes")
+      process.send(s, "stop", nil)
+    end },
     { "call times out, and the late reply never reaches the inbox", function()
       local s = assert(process.spawn("fixtures.server"))
       -- The reply comes 0.45 s after the timeout: a loaded machine (CI's
