@@ -22,6 +22,13 @@ inline constexpr std::size_t kAsizeOffset = 48;
 inline constexpr std::size_t kHmaskOffset = 52;
 inline constexpr std::size_t kFreetopOffset = 56;
 
+// A GC object's header: its collector marks (a byte at 8; black, 0x04:
+// traversed in this cycle) and its type (a byte at 9; 11 for a table).
+inline constexpr std::size_t kMarkedOffset = 8;
+inline constexpr std::size_t kGctOffset = 9;
+inline constexpr unsigned char kMarkBlack = 0x04;
+inline constexpr unsigned char kGctTable = 11;
+
 // Node: its value, then its key (TValues), then its chain link: 24 bytes.
 inline constexpr std::size_t kNodeBytes = 24;
 inline constexpr std::size_t kNodeKeyOffset = 8;

@@ -95,8 +95,49 @@ bool check() {
   return lua_pcall(L, 4, 1, 0) == 0 && lua_toboolean(L, -1);
 }
 
+// A table's header and array part as pop_into_array reads and writes
+// them, against the C API on a state of its own: the type byte and array
+// size of a new table, values written and read back through lua_rawgeti
+// (a string that only the table keeps surviving a full collection), a
+// key past the array refused; and the black mark seen on the table, held
+// by the stack, at some step of a collection (else pop_into_array would
+// never be refused one, and owe barriers).
+bool check_array_writes() {
+  const std::unique_ptr<lua_State, decltype(&lua_close)> state(luaL_newstate(), &lua_close);
+  lua_State* L = state.get();
+  if (!L) return false;
+  lua_createtable(L, 4, 0);  // keys 0 to 4 in its array part
+  const auto* t = static_cast<const unsigned char*>(table(L, 1));
+  if (!t || t[LL::kGctOffset] != LL::kGctTable || (t[LL::kMarkedOffset] & LL::kMarkBlack) != 0 ||
+      LL::load32(t + LL::kAsizeOffset) != 5)
+    return false;
+  lua_pushnumber(L, 1.5);
+  lua_pushfstring(L, "kept by the table alone %d", 7);
+  lua_pushboolean(L, 1);
+  if (!detail::pop_into_array_raw(L, 1, 2, 3) || lua_gettop(L) != 1) return false;
+  lua_pushnumber(L, 2);
+  if (detail::pop_into_array_raw(L, 1, 4, 2) || lua_gettop(L) != 2) return false;  // key 5: past the array
+  lua_settop(L, 1);
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  lua_rawgeti(L, 1, 1);
+  lua_rawgeti(L, 1, 2);
+  lua_rawgeti(L, 1, 3);
+  lua_rawgeti(L, 1, 4);
+  const char* s = lua_tostring(L, 4);
+  if (!lua_isnil(L, 2) || lua_tonumber(L, 3) != 1.5 || !s || std::string(s) != "kept by the table alone 7" ||
+      lua_type(L, 5) != LUA_TBOOLEAN || !lua_toboolean(L, 5))
+    return false;
+  lua_settop(L, 1);
+  for (int i = 0; i < 100000; ++i) {
+    lua_gc(L, LUA_GCSTEP, 0);
+    if ((t[LL::kMarkedOffset] & LL::kMarkBlack) != 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 const bool detail::layout_ok = check();
+const bool detail::array_writes_ok = layout_ok && check_array_writes();
 
 }  // namespace host::lua::stack_args

@@ -390,7 +390,8 @@ void TaskKernel::begin_queue(lua_State* L, int n) {
 
 void TaskKernel::queue_pushed(lua_State* L) {
   if (!flat_inbox_) return;  // they wait on the stack for end_queue's append
-  for (int i = 3; i >= 1; --i) lua_rawseti(L, queue_buf_, queue_tail_ + i);
+  if (!stack_args::pop_into_array(L, queue_buf_, queue_tail_ + 1, 3))
+    for (int i = 3; i >= 1; --i) lua_rawseti(L, queue_buf_, queue_tail_ + i);
   queue_tail_ += 3;
 }
 
