@@ -83,6 +83,16 @@ inline double number(std::uint64_t tv) {
   std::memcpy(&d, &tv, sizeof d);
   return d;
 }
+// The TValue of false or true (kTagFalse, kTagTrue; nil: ~0).
+inline std::uint64_t primitive(std::uint32_t tag) { return ~(std::uint64_t{~tag} << 47); }
+// The TValue of a number: its double's bits, a NaN as LuaJIT's one NaN
+// (another NaN's bits could read as a tag).
+inline std::uint64_t number_tvalue(double d) {
+  if (d != d) return 0xfff8000000000000ull;
+  std::uint64_t v;
+  std::memcpy(&v, &d, sizeof v);
+  return v;
+}
 // The TValue of a GC object of type `tag` at address obj.
 inline std::uint64_t tvalue(const void* obj, std::uint32_t tag) {
   return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(obj)) | (std::uint64_t{tag} << 47);

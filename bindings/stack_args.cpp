@@ -1,7 +1,9 @@
 // stack_args: the one-time check of the layout it reads.
 #include "bindings/stack_args.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -118,6 +120,19 @@ bool check_array_writes() {
   lua_pushnumber(L, 2);
   if (detail::pop_into_array_raw(L, 1, 4, 2) || lua_gettop(L) != 2) return false;  // key 5: past the array
   lua_settop(L, 1);
+  // Numbers and booleans as array_part's callers write them.
+  unsigned char* array = const_cast<unsigned char*>(LL::load_ptr(t + LL::kArrayOffset));
+  const std::uint64_t scalars[] = {LL::primitive(LL::kTagFalse), LL::number_tvalue(std::nan(""))};
+  std::memcpy(array, scalars, sizeof scalars);  // keys 0 and 1
+  lua_rawgeti(L, 1, 0);
+  lua_rawgeti(L, 1, 1);
+  const lua_Number nan = lua_tonumber(L, 3);
+  if (lua_type(L, 2) != LUA_TBOOLEAN || lua_toboolean(L, 2) || lua_type(L, 3) != LUA_TNUMBER || nan == nan) return false;
+  lua_settop(L, 1);
+  lua_pushnil(L);
+  lua_rawseti(L, 1, 0);
+  lua_pushnil(L);
+  lua_rawseti(L, 1, 1);
   lua_gc(L, LUA_GCCOLLECT, 0);
   lua_rawgeti(L, 1, 1);
   lua_rawgeti(L, 1, 2);

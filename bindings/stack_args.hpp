@@ -215,6 +215,23 @@ inline bool pop_into_array(lua_State* L, int idx, int first, int n) {
   return detail::array_writes_ok && detail::pop_into_array_raw(L, idx, first, n);
 }
 
+// The array part of the table in slot idx (its TValues, keys 0 to
+// asize - 1) when it holds keys 0 to n - 1; nullptr otherwise or where
+// the layout does not match. For values that are no GC objects (numbers,
+// booleans), which owe the collector nothing: written there, they are what
+// lua_rawseti would write. It stays where it is until the table grows.
+inline unsigned char* array_part(lua_State* L, int idx, std::size_t n) {
+  namespace LL = luajit_layout;
+  if (!detail::array_writes_ok || idx <= 0) return nullptr;
+  const unsigned char* at = detail::slot(L, idx);
+  if (!at) return nullptr;
+  const std::uint64_t tv = LL::load64(at);
+  if (LL::tag(tv) != LL::kTagTab) return nullptr;
+  const unsigned char* t = LL::object(tv);
+  if (LL::load32(t + LL::kAsizeOffset) < n) return nullptr;
+  return const_cast<unsigned char*>(LL::load_ptr(t + LL::kArrayOffset));
+}
+
 // lua_settop(L, idx) for an idx from 0 to the current top: the values
 // above it dropped, read and written as push_object does (the C API's
 // call was about 22 instructions, a message's receive made one).

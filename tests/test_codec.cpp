@@ -115,6 +115,45 @@ TEST_CASE("an array part of 128 or more items, and keys outside it, round-trip")
                         "for k, v in pairs(t) do assert(want[k] == v, tostring(k)) end") == 0);
 }
 
+TEST_CASE("array items of every kind round-trip, written straight into the new table while the collector runs") {
+  // Numbers and booleans go into the decoded table's array part directly,
+  // strings and tables through the stack (stack_args::pop_into_array, or
+  // lua_rawseti once the collector has traversed the table). A collector
+  // made eager, and 20000 items with new strings among them, run it
+  // through every phase during the decode; each item must come back.
+  State s;
+  REQUIRE(luaL_dostring(s.L, "collectgarbage('setpause', 100) collectgarbage('setstepmul', 400)") == 0);
+  s.round_trip_table(
+      "local t = {} "
+      "for i = 1, 20000 do "
+      "  local k = i % 9 "
+      "  if k == 0 then t[i] = i elseif k == 1 then t[i] = -i * 1e10 elseif k == 2 then t[i] = i + 0.25 "
+      "  elseif k == 3 then t[i] = (i % 2 == 0) elseif k == 4 then t[i] = 'item ' .. i "
+      "  elseif k == 5 then t[i] = { i, tostring(i) } elseif k == 6 then t[i] = 0/0 "
+      "  elseif k == 7 then t[i] = -0.0 else t[i] = 2^63 end "
+      "end "
+      "t[20001] = 'last' "
+      "return t, 'after'");
+  REQUIRE(luaL_dostring(s.L,
+                        "assert(after == 'after') "
+                        "collectgarbage() "
+                        "for i = 1, 20000 do "
+                        "  local k, v = i % 9, t[i] "
+                        "  if k == 0 then assert(v == i, i) elseif k == 1 then assert(v == -i * 1e10, i) "
+                        "  elseif k == 2 then assert(v == i + 0.25, i) elseif k == 3 then assert(v == (i % 2 == 0), i) "
+                        "  elseif k == 4 then assert(v == 'item ' .. i, i) "
+                        "  elseif k == 5 then assert(v[1] == i and v[2] == tostring(i) and #v == 2, i) "
+                        "  elseif k == 6 then assert(v ~= v, i) elseif k == 7 then assert(v == 0 and 1/v < 0, i) "
+                        "  else assert(v == 2^63, i) end "
+                        "end "
+                        "assert(t[20001] == 'last' and #t == 20001)") == 0);
+  // Holes: nil items stay nil, and what follows them is in place.
+  s.round_trip_table("return { 1, nil, true, nil, nil, 'x', false }, 'after'");
+  REQUIRE(luaL_dostring(s.L,
+                        "assert(t[1] == 1 and t[2] == nil and t[3] == true and t[4] == nil and t[5] == nil "
+                        "and t[6] == 'x' and t[7] == false)") == 0);
+}
+
 TEST_CASE("a table's bytes: its array items, then its other keys") {
   State s;
   using host::lua::kInt;
