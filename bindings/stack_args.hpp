@@ -29,17 +29,14 @@ namespace detail {
 // cost a call and its guard). Read before that, it is false, which is
 // safe: the C API's path.
 extern const bool layout_ok;
+// Set by the same check: a table's header and array part are as
+// luajit_layout.hpp says too (pop_into_array, array_part).
+extern const bool array_writes_ok;
 }  // namespace detail
 
 // Whether this LuaJIT lays out a running C function's arguments, their
 // types and strings as luajit_layout.hpp says.
 inline bool layout_matches() { return detail::layout_ok; }
-
-namespace detail {
-// Set by the same check: a table's header and array part are as
-// luajit_layout.hpp says, for pop_into_array.
-extern const bool array_writes_ok;
-}  // namespace detail
 
 namespace detail {
 // Slot idx's TValue, or nullptr at or above the top (as index2adr).
@@ -103,15 +100,22 @@ inline const char* string(lua_State* L, int idx, std::size_t* len) {
   return reinterpret_cast<const char*>(s + LL::kStrBytes);
 }
 
-// lua_topointer(L, idx) when slot idx holds a table (its GCtab); nullptr
-// otherwise. (Other indices than slots, idx <= 0, through the C API.)
-inline const void* table(lua_State* L, int idx) {
+namespace detail {
+// table() for a slot (idx > 0), read as the layout says.
+inline const unsigned char* table_in_slot(lua_State* L, int idx) {
   namespace LL = luajit_layout;
-  if (!layout_matches() || idx <= 0) return lua_type(L, idx) == LUA_TTABLE ? lua_topointer(L, idx) : nullptr;
-  const unsigned char* at = detail::slot(L, idx);
+  const unsigned char* at = slot(L, idx);
   if (!at) return nullptr;
   const std::uint64_t tv = LL::load64(at);
   return LL::tag(tv) == LL::kTagTab ? LL::object(tv) : nullptr;
+}
+}  // namespace detail
+
+// lua_topointer(L, idx) when slot idx holds a table (its GCtab); nullptr
+// otherwise. (Other indices than slots, idx <= 0, through the C API.)
+inline const void* table(lua_State* L, int idx) {
+  if (!layout_matches() || idx <= 0) return lua_type(L, idx) == LUA_TTABLE ? lua_topointer(L, idx) : nullptr;
+  return detail::table_in_slot(L, idx);
 }
 
 namespace detail {
@@ -182,26 +186,12 @@ inline bool move(lua_State* from, lua_State* to, int n) {
   return true;
 }
 
-// lua_rawseti(t, first), (t, first + 1), ... for the top n values of L's
-// stack, the lowest first, popping them, where t is the table in slot idx:
-// the values copied straight into t's array part when their keys are in
-// it and t is not black, and true; false, doing nothing, otherwise (the
-// caller then calls lua_rawseti, which grows the array and owes the
-// collector a write barrier on a black table). A table not black needs
-// none: a white one is traversed later, with what it then holds, or is
-// garbage; a gray one waits to be traversed. Three lua_rawseti were about
-// 160 instructions of a message queued in an inbox (Counting's 900).
 namespace detail {
 // pop_into_array without the layout's check (which uses it).
 inline bool pop_into_array_raw(lua_State* L, int idx, int first, int n) {
   namespace LL = luajit_layout;
-  if (idx <= 0 || first < 0) return false;
-  const unsigned char* at = slot(L, idx);
-  if (!at) return false;
-  const std::uint64_t tv = LL::load64(at);
-  if (LL::tag(tv) != LL::kTagTab) return false;
-  const unsigned char* t = LL::object(tv);
-  if ((t[LL::kMarkedOffset] & LL::kMarkBlack) != 0) return false;
+  const unsigned char* t = idx > 0 && first >= 0 ? table_in_slot(L, idx) : nullptr;
+  if (!t || (t[LL::kMarkedOffset] & LL::kMarkBlack) != 0) return false;
   if (static_cast<std::uint64_t>(first) + static_cast<std::uint64_t>(n) > LL::load32(t + LL::kAsizeOffset)) return false;
   unsigned char* array = const_cast<unsigned char*>(LL::load_ptr(t + LL::kArrayOffset));
   unsigned char* from = top(L) - static_cast<std::size_t>(n) * 8;
@@ -211,6 +201,15 @@ inline bool pop_into_array_raw(lua_State* L, int idx, int first, int n) {
 }
 }  // namespace detail
 
+// lua_rawseti(t, first), (t, first + 1), ... for the top n values of L's
+// stack, the lowest first, popping them, where t is the table in slot idx:
+// the values copied straight into t's array part when their keys are in
+// it and t is not black, and true; false, doing nothing, otherwise (the
+// caller then calls lua_rawseti, which grows the array and owes the
+// collector a write barrier on a black table). A table not black needs
+// none: a white one is traversed later, with what it then holds, or is
+// garbage; a gray one waits to be traversed. Three lua_rawseti were about
+// 160 instructions of a message queued in an inbox (Counting's 900).
 inline bool pop_into_array(lua_State* L, int idx, int first, int n) {
   return detail::array_writes_ok && detail::pop_into_array_raw(L, idx, first, n);
 }
@@ -222,13 +221,8 @@ inline bool pop_into_array(lua_State* L, int idx, int first, int n) {
 // lua_rawseti would write. It stays where it is until the table grows.
 inline unsigned char* array_part(lua_State* L, int idx, std::size_t n) {
   namespace LL = luajit_layout;
-  if (!detail::array_writes_ok || idx <= 0) return nullptr;
-  const unsigned char* at = detail::slot(L, idx);
-  if (!at) return nullptr;
-  const std::uint64_t tv = LL::load64(at);
-  if (LL::tag(tv) != LL::kTagTab) return nullptr;
-  const unsigned char* t = LL::object(tv);
-  if (LL::load32(t + LL::kAsizeOffset) < n) return nullptr;
+  const unsigned char* t = detail::array_writes_ok && idx > 0 ? detail::table_in_slot(L, idx) : nullptr;
+  if (!t || LL::load32(t + LL::kAsizeOffset) < n) return nullptr;
   return const_cast<unsigned char*>(LL::load_ptr(t + LL::kArrayOffset));
 }
 
