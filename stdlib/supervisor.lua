@@ -126,7 +126,9 @@ function M.run(spec, starter)
     local gone = process.watch(pid)
     process.terminate(pid)
     if gone then
-      local r = channel.select { gone:case_receive(), time.after(spec.shutdown_timeout or 15):case_receive() }
+      local timer = time.timer(spec.shutdown_timeout or 15)  -- stopped at once when the child goes first
+      local r = channel.select { gone:case_receive(), timer.channel:case_receive() }
+      timer.stop()
       if r.channel ~= gone then log.error("supervisor: child '%s' (%s) did not stop", ch.spec.id, pid) end
     end
   end
