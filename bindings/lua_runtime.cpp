@@ -66,6 +66,20 @@ SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args
   if (processes_.load(std::memory_order_acquire) >= options_.max_processes)
     return {{}, make_error(ErrorKind::Limit, "too many processes (" + std::to_string(options_.max_processes) +
                                                  " live; see --max-processes)")};
+  // The new process's module runs its top-level code inside this call (its
+  // Init), on this thread's stack, so that a bad module fails the spawn at
+  // once. A module whose top-level code spawns itself (or a cycle of
+  // modules doing so) would nest spawns until the stack overflowed and the
+  // host crashed; past kMaxSpawnNesting the innermost spawn fails instead.
+  thread_local int nesting = 0;
+  if (nesting >= kMaxSpawnNesting)
+    return {{}, make_error(ErrorKind::Limit, "spawn of '" + entry + "' nested " + std::to_string(nesting) +
+                                                 " deep in modules' top-level code (does a module spawn while it "
+                                                 "loads, itself or a module that spawns it?)")};
+  ++nesting;
+  struct Unnest {
+    ~Unnest() { --nesting; }
+  } unnest;
   std::unique_ptr<LuaProcess> process = spares_.take(split_entry(entry).first);
   if (!process) process = std::make_unique<LuaProcess>(*this);
   return scheduler_.spawn(std::move(process), entry, std::move(encoded_args), options);

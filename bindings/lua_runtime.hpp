@@ -46,6 +46,10 @@ class LuaRuntime {
   // the encoded arguments. Fails at once when the module is missing, does not
   // compile, or lacks the method (SPEC section 2).
   SpawnResult spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options = {});
+  // Spawns made from modules' top-level code, each inside the one loading
+  // it, nest at most this deep on one thread; a deeper one fails with
+  // "limit: ..." (a module that spawns itself as it loads).
+  static constexpr int kMaxSpawnNesting = 64;
 
   Scheduler& scheduler() { return scheduler_; }
   ModuleCache& modules() { return modules_; }

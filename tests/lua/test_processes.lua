@@ -27,6 +27,22 @@ return { main = function()
       T.eq(pid, nil); T.match(err, "^invalid: bad entry")
       T.raises(function() process.spawn(nil) end, "bad argument #1")
     end },
+    { "a module that spawns itself as it loads fails the innermost spawn, not the host", function()
+      assert(process.registry.register("spawns_at_load_watcher"))
+      assert(process.spawn("fixtures.spawns_at_load:done"))
+      -- Every level's spawn has returned by now (they nest inside ours), and
+      -- its report is sent; then nothing more comes.
+      local spawned, failures = 0, {}
+      while true do
+        local m = process.receive(spawned + #failures < 64 and 5 or 0.05)
+        if not m then break end
+        if m.topic == "spawned" then spawned = spawned + 1 else failures[#failures + 1] = m.payload end
+      end
+      T.eq(#failures, 1, "spawns failed")
+      T.match(failures[1], "^limit: spawn of 'fixtures.spawns_at_load:done' nested 64 deep in modules' top%-level code")
+      T.eq(spawned, 63, "nested spawns that succeeded")
+      assert(process.registry.unregister("spawns_at_load_watcher"))
+    end },
     { "a module returning a function runs it as main; module:method selects a method", function()
       local pid = assert(process.spawn_monitored("fixtures.plain_function", 5))
       local ev = T.next_event("exit")
