@@ -14,6 +14,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
@@ -887,7 +888,9 @@ TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
 // process takes 256 bytes less than in the next (1.25 KB).
 static_assert(sizeof(LuaProcess) <= 1024, "LuaProcess outgrew malloc's 1 KB class");
 
-LuaProcess::LuaProcess(LuaRuntime& runtime) : rt_(runtime), limit_(runtime.options().mem_limit) {}
+LuaProcess::LuaProcess(LuaRuntime& runtime)
+    : rt_(runtime),
+      limit_(gc_pressure::available() ? runtime.options().mem_limit / 2 : runtime.options().mem_limit) {}
 
 LuaProcess::~LuaProcess() {
   Close();
@@ -918,8 +921,13 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
 void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize) {
   const std::size_t old = ptr ? osize : 0;
   if (nsize > old && used_ + (nsize - old) > limit_) {
-    mem_exceeded_ = true;
-    return nullptr;  // LuaJIT raises a memory error in the running code
+    const std::size_t hard = rt_.options().mem_limit;
+    if (used_ + (nsize - old) > hard) {
+      mem_exceeded_ = true;
+      return nullptr;  // LuaJIT raises a memory error in the running code
+    }
+    // Past half the limit: the next cycle starts sooner (gc_pressure.hpp).
+    if (L_) gc_pressure::collect_sooner(L_, hard);
   }
   void* out = arena_.reallocate(ptr, old, nsize);
   if (out) used_ = used_ - old + nsize;

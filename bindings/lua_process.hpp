@@ -121,6 +121,10 @@ class LuaProcess final : public Process {
   LuaRuntime& rt_;
   lua_State* L_ = nullptr;
   std::size_t used_ = 0;
+  // The allocator's fast path's bound: half --mem-limit, past which each
+  // allocation takes the slow path, which fails those past the limit and
+  // brings the next collection forward (gc_pressure.hpp); the whole limit
+  // where gc_pressure is not available.
   std::size_t limit_;
   bool mem_exceeded_ = false;
   std::atomic<bool> interrupted_{false};  // set by the runaway monitor

@@ -1,7 +1,8 @@
-// LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the three places
+// LuaJIT 2.1's object layout in GC64 mode (lj_obj.h), for the four places
 // that use it directly: small_globals (the globals table's hash part),
-// the codec's table walk (codec.cpp) and stack_args (a C function's
-// arguments, and pushes of values that are kept alive elsewhere). None trusts it blindly: each checks it against the C API on
+// the codec's table walk (codec.cpp), stack_args (a C function's
+// arguments, and pushes of values that are kept alive elsewhere) and
+// gc_pressure (the collector's schedule near the memory limit). None trusts it blindly: each checks it against the C API on
 // a real state first and keeps to the C API where the check fails
 // (another LuaJIT build). Threads: any.
 #pragma once
@@ -44,6 +45,24 @@ inline constexpr std::size_t kStateTopOffset = 40;
 // The end of its stack's usable part (maxstack): a push must leave top
 // below it, or the stack grows first.
 inline constexpr std::size_t kStateMaxstackOffset = 48;
+
+// lua_State: its global state (global_State, G(L)) at 16.
+inline constexpr std::size_t kStateGlobalOffset = 16;
+// global_State (as Debian's and Ubuntu's LuaJIT 2.1 lays it out): the
+// allocator and its data at 0 and 8, then the collector's state: the
+// bytes allocated (total) at 16, the total at which the next step runs
+// (threshold) at 24, its phase (a byte; 0 between cycles) at 33, its
+// estimate of the live heap (set as a cycle ends) at 96, stepmul and
+// pause (32 bits) at 104 and 108. Only gc_pressure.cpp uses these.
+inline constexpr std::size_t kGlobalAllocfOffset = 0;
+inline constexpr std::size_t kGlobalAllocdOffset = 8;
+inline constexpr std::size_t kGcTotalOffset = 16;
+inline constexpr std::size_t kGcThresholdOffset = 24;
+inline constexpr std::size_t kGcStateOffset = 33;
+inline constexpr std::size_t kGcEstimateOffset = 96;
+inline constexpr std::size_t kGcStepmulOffset = 104;
+inline constexpr std::size_t kGcPauseOffset = 108;
+inline constexpr unsigned char kGcPhasePause = 0;
 
 // A TValue is 64 bits: a double, or a type tag in its top 17 bits (read
 // sign-extended) over a 47-bit pointer; nil is all ones.

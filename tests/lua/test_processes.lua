@@ -367,6 +367,16 @@ return { main = function()
       T.eq(process.receive(5).payload, "alive")
       process.send(echo, "stop", nil)
     end },
+    { "the memory limit caps what a process keeps alive, not its garbage", function()
+      -- CTest runs this file with --mem-limit 64M. About 30 MB alive (47%)
+      -- and 130 MB of garbage made beside it: LuaJIT's own pacing, at a
+      -- 300% pause, let the heap reach 64 MB before it collected (from
+      -- about 18 MB alive on); gc_pressure starts the collection sooner.
+      local pid = assert(process.spawn_monitored("fixtures.churn", 24))
+      local ev = T.next_event("exit", 60)
+      T.eq(ev.from, pid); T.eq(ev.error, nil, "error")
+      T.ok(ev.result > 24e6 and ev.result < 40e6, "live heap " .. tostring(ev.result))
+    end },
     { "a process that spawns without end gets limit: and nothing else is affected", function()
       -- CTest runs this file with --max-processes 3000 (CMakeLists.txt).
       local pid = assert(process.spawn_monitored("fixtures.spawner"))
