@@ -78,6 +78,13 @@ void clear_current_pid() {
   current_process = nullptr;
 }
 
+CurrentPidScope::CurrentPidScope(const Pid& pid, const Process* process)
+    : saved_pid_(current_pid), saved_process_(current_process) {
+  set_current_pid(pid, process);
+}
+
+CurrentPidScope::~CurrentPidScope() { set_current_pid(saved_pid_, saved_process_); }
+
 void forget_process(const Process* process) {
   if (current_process == process) current_process = nullptr;
 }

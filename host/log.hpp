@@ -30,6 +30,21 @@ bool set_level(const std::string& name);
 // of the process that the step does not need (ThreadRing 1000, cachegrind).
 void set_current_pid(const Pid& pid, const Process* process = nullptr);
 void clear_current_pid();
+// Lines written on this thread while it lives show `pid` and `process`;
+// those shown before, again once it ends. For a process's code run outside
+// its steps: a spawned module's top-level code runs inside the spawn call
+// (Scheduler::spawn), on the spawner's thread, and its lines are its own.
+class CurrentPidScope {
+ public:
+  CurrentPidScope(const Pid& pid, const Process* process);
+  ~CurrentPidScope();
+  CurrentPidScope(const CurrentPidScope&) = delete;
+  CurrentPidScope& operator=(const CurrentPidScope&) = delete;
+
+ private:
+  Pid saved_pid_;
+  const Process* saved_process_;
+};
 // Called before a Process is destroyed: if it is this thread's current one,
 // later lines show its PID only, so that no line asks a freed process for
 // its name.

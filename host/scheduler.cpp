@@ -139,6 +139,7 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
 
   std::string err;
   try {
+    const log::CurrentPidScope own_lines(pid, process.get());  // its module's top-level code runs here
     err = process->Init(ProcessContext{this, pid}, method, std::move(input));
   } catch (const std::exception& e) {
     err = make_error(ErrorKind::Invalid, std::string("process init raised: ") + e.what());

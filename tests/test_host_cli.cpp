@@ -114,10 +114,19 @@ TEST_CASE("arguments after -- reach the root as strings, odd bytes included") {
 TEST_CASE("log lines carry time, level, PID and module; print logs at info; --log-level filters") {
   ScriptDir d;
   d.write("main.lua",
-          "return function() print('printed', 1, nil) log.debug('dbg %d', 7) log.warn('careful %s', 'now') end\n");
+          "return function() print('printed', 1, nil) log.debug('dbg %d', 7) log.warn('careful %s', 'now')\n"
+          "  assert(process.spawn('child')) end\n");
+  // A module's top-level code runs inside the spawn, on the spawner's
+  // thread: its lines are still the new process's.
+  d.write("child.lua", "print('child loading') return function() end\n");
   auto r = run_host({"run", d.str()});
   CHECK(r.code == 0);
   CHECK(contains(r.err, "[info] <0.0.1> main:main printed\t1\tnil"));
+  const auto at = r.err.find("child loading");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.err.substr(r.err.rfind('\n', at) + 1, at - r.err.rfind('\n', at) - 1);
+  CHECK(contains(line, "[info] <0."));
+  CHECK(contains(line, "> child "));  // its PID and entry, not its spawner's (main:main)
   CHECK(contains(r.err, "[warning] <0.0.1> main:main careful now"));
   CHECK_FALSE(contains(r.err, "dbg 7"));
   r = run_host({"run", d.str(), "--log-level", "debug"});
