@@ -24,6 +24,11 @@ namespace host::lua {
 
 namespace {
 
+// While LuaProcess::Init runs a module's top-level code on this thread:
+// when that code has run as long as a step may (jit_probe_hook); min until
+// the hook first fires there. max otherwise.
+thread_local std::chrono::steady_clock::time_point t_load_deadline = std::chrono::steady_clock::time_point::max();
+
 // Globals are read raw here: _G's __index is lazy_global itself.
 void raw_global(lua_State* L, const char* name) {
   lua_pushstring(L, name);
@@ -416,9 +421,29 @@ struct Primitives {
   // two of the last four armed steps were long (config::kJitLongStepFirings
   // says why), it compiles the process. It fires at once in a step that
   // probe_jit found hot.
+  //
+  // In Init (no step yet) it only watches the time limit: a module's
+  // top-level code runs inside the spawn call, outside any step the
+  // runaway monitor can stop, so the hook raises "limit: time" past
+  // t_load_deadline itself, and compiles nothing (compiled loops run no
+  // hooks).
   static void jit_probe_hook(lua_State* L, lua_Debug*) {
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
+    if (p->steps_ == 0) [[unlikely]] {
+      using Clock = std::chrono::steady_clock;
+      if (t_load_deadline == Clock::time_point::max()) return;  // not in Init (Prepare's setup)
+      const auto now = Clock::now();
+      if (t_load_deadline == Clock::time_point::min()) {  // the first firing: the clock starts
+        const double limit = p->rt_.options().time_limit;
+        t_load_deadline = limit < 1e9 ? now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit))
+                                      : Clock::time_point::max() - Clock::duration(1);
+      } else if (now > t_load_deadline) {
+        p->interrupted_.store(true, std::memory_order_release);
+        luaL_error(L, "limit: time");
+      }
+      return;
+    }
     if (p->jit_hot_samples_ >= config::kJitHotSamples) return compile(L, p);  // see probe_jit
     if (p->jit_fired_step_ != p->steps_) {  // the first firing in this step: a long one
       p->jit_fired_step_ = p->steps_;
@@ -1195,6 +1220,15 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   self_ = ctx.self.to_string();
   entry_ = entry;
   if (!L_ && !Prepare()) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
+  // The module's top-level code may run no longer than a step may: the
+  // clock starts at the hook's first firing, 1000 bytecodes in (most
+  // modules load in fewer, and read no clock), and nested spawns each have
+  // their own (jit_probe_hook).
+  struct LoadDeadline {
+    std::chrono::steady_clock::time_point outer = t_load_deadline;
+    LoadDeadline() { t_load_deadline = std::chrono::steady_clock::time_point::min(); }
+    ~LoadDeadline() { t_load_deadline = outer; }
+  } deadline;
   struct Setup {
     LuaProcess* p;
     std::string* input;
@@ -1219,6 +1253,9 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     p.kernel_.start(S, n);
     return 0;
   }, &setup);
+  if (interrupted_.load(std::memory_order_acquire))
+    return make_error(ErrorKind::Limit, "time: module '" + split_entry(entry).first +
+                                            "' ran longer than the time limit as it loaded (its top-level code)");
   if (rc != 0) {
     return mem_exceeded_ ? make_error(ErrorKind::Limit, "memory")
                          : make_error(ErrorKind::Invalid, std::string("process setup failed: ") +

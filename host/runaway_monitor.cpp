@@ -121,9 +121,11 @@ bool RunawayMonitor::check(std::size_t i, std::chrono::steady_clock::time_point 
   Watch& watch = watches_[i];
   std::uint64_t e = w.epoch().load(std::memory_order_acquire) & ~Worker::kBusy;
   if (!(e & 1) || e != watch.epoch) {  // idle, or a new step since the last look
-    watch = Watch{e, now, false, {}};
+    watch = Watch{e, now, now, false, {}};
     return false;
   }
+  if (w.initializing().load(std::memory_order_relaxed) != 0 && !watch.interrupted) watch.since += now - watch.last;
+  watch.last = now;
   // A long step with work waiting behind it: hand the work to another thread.
   const bool long_step = now - watch.since >= std::min<std::chrono::milliseconds>(config::kHandoffAfter, limit_ / 2);
   if (long_step && (!w.deque().empty_approx() || !scheduler_.global_.empty_approx())) hand_off();

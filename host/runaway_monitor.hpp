@@ -16,6 +16,10 @@
 //      then fails the process with "limit: time", and gives the worker (its
 //      deque included) a fresh thread. If the thread is in native code, the
 //      monitor retries at the next tick.
+//   A spawn's Init inside the step (the new module's top-level code) is
+//   the new process's time, not the step's: it stops itself at the limit
+//   (LuaProcess::Init). The monitor moves the step's start forward by the
+//   ticks it saw such an Init running.
 //   3. Handoff: once a step has run for kHandoffAfter with work queued
 //      behind it, the monitor wakes a parked worker, or, if none is parked,
 //      starts a helper worker thread, so the stuck worker's queue is stolen
@@ -46,6 +50,7 @@ class RunawayMonitor {
   struct Watch {
     std::uint64_t epoch = 0;
     std::chrono::steady_clock::time_point since;
+    std::chrono::steady_clock::time_point last;  // this watch's last check
     bool interrupted = false;
     std::chrono::steady_clock::time_point interrupted_at;
   };

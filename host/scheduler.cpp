@@ -138,12 +138,20 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
   };
 
   std::string err;
+  Worker* const on_worker = own_worker();
+  // Its owner thread is the one writer: no read-modify-write needed.
+  auto step_initializing = [on_worker](std::uint32_t n) {
+    if (on_worker) on_worker->initializing().store(n, std::memory_order_relaxed);
+  };
+  const std::uint32_t outer_inits = on_worker ? on_worker->initializing().load(std::memory_order_relaxed) : 0;
+  step_initializing(outer_inits + 1);
   try {
     const log::CurrentPidScope own_lines(pid, process.get());  // its module's top-level code runs here
     err = process->Init(ProcessContext{this, pid}, method, std::move(input));
   } catch (const std::exception& e) {
     err = make_error(ErrorKind::Invalid, std::string("process init raised: ") + e.what());
   }
+  step_initializing(outer_inits);
   if (!err.empty()) return give_up(std::move(err));
 
   if (options.link_to.valid()) {

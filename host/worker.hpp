@@ -63,6 +63,11 @@ class Worker {
   static constexpr std::uint64_t kBusy = std::uint64_t{1} << 63;
   std::atomic<std::uint64_t>& epoch() { return epoch_; }
   ProcessSlot* running() const { return running_.load(std::memory_order_acquire); }
+  // Spawns whose Init runs inside the running step (a spawned module's
+  // top-level code runs there): that time is the new process's, which
+  // stops itself at the time limit (LuaProcess::Init), so the monitor does
+  // not count it against the step. Owner thread writes (Scheduler::spawn).
+  std::atomic<std::uint32_t>& initializing() { return initializing_; }
   // Odd while execute() runs, from taking a process to its last effect
   // (a wake, an exit event): Scheduler::nothing_can_run reads it.
   std::uint64_t activity() const { return activity_.load(std::memory_order_acquire); }
@@ -92,6 +97,7 @@ class Worker {
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::uint64_t> activity_{0};
   std::atomic<ProcessSlot*> running_{nullptr};
+  std::atomic<std::uint32_t> initializing_{0};
   std::atomic<int> tid_{0};
   std::atomic<std::uint64_t> batch_waits_{0};  // written by the worker thread only
   // --- owned by the worker thread ---

@@ -378,6 +378,38 @@ TEST_CASE("a runaway process is stopped with limit: time while another keeps ans
   }
 }
 
+TEST_CASE("a module whose top-level code runs past the time limit fails its spawn with limit: time, the root's too") {
+  // That code runs inside the spawn call, outside any step: the new process
+  // stops it itself (LuaProcess::Init), and its time is not the spawner's.
+  // Before, a root module's loop hung the host for good (SIGTERM included),
+  // and another's stopped its spawner, parking its worker thread.
+  ScriptDir d;
+  d.write("loops.lua", "while true do end\n");  // compiled by LuaJIT, were the compiler on
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local t0 = time.now()\n"
+          "  while time.now() - t0 < 0.3 do end\n"  // the spawner's own step uses part of the limit
+          "  local pid, err = process.spawn('loops')\n"
+          "  log.info('SPAWN %s %s after %.1f s', tostring(pid), err, time.now() - t0)\n"
+          "  assert(pid == nil and err:find(\"^limit: time: module 'loops' ran longer than the time limit as it loaded\"))\n"
+          "  assert(time.now() - t0 > 0.7, 'the load had its own limit')\n"
+          "end\n"
+          "return M\n");
+  d.write("root_loops.lua", "local x = 0 while true do x = x + 1 end\n");
+  for (const char* workers : {"2", "1"}) {
+    CAPTURE(workers);
+    auto r = run_host({"run", d.str(), "--time-limit", "0.5", "--workers", workers});
+    CHECK_MESSAGE(r.code == 0, r.err);
+    CHECK(contains(r.err, "SPAWN nil limit: time"));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str(), "--entry", "root_loops", "--time-limit", "0.5"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "limit: time: module 'root_loops' ran longer than the time limit as it loaded"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
 TEST_CASE("--watch: deleting a module in use keeps the running copy; new spawns of it get not_found") {
   ScriptDir d;
   d.write("main.lua",
