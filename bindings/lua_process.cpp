@@ -945,7 +945,10 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
 
 void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize) {
   const std::size_t old = ptr ? osize : 0;
-  if (nsize > old && used_ + (nsize - old) > limit_) {
+  // Not while lua_newstate runs (L_ unset): LuaJIT frees a state it could
+  // not finish making with a half-made string table, and crashes there
+  // (under a --mem-limit of 8K). Past the limit, the next allocation fails.
+  if (nsize > old && used_ + (nsize - old) > limit_ && L_) {
     const std::size_t hard = rt_.options().mem_limit;
     if (used_ + (nsize - old) > hard) {
       mem_exceeded_ = true;
@@ -1014,6 +1017,7 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
       luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), module.c_str()) != 0) {
     std::string e = lua_tostring(L, -1);
     lua_settop(L, base);
+    if (mem_exceeded_) return make_error(ErrorKind::Limit, "memory");
     return make_error(ErrorKind::Invalid, "module '" + module + "' cannot load: " + e);
   }
   if (lua_pcall(L, 0, 1, base + 1) != 0) {

@@ -65,6 +65,19 @@ TEST_CASE("bad usage prints one clear line and the usage, and exits 2") {
   }
 }
 
+TEST_CASE("a --mem-limit too small for any process fails the root with limit: memory, never a crash") {
+  // Under 16K the state itself did not fit: LuaJIT freed the half-made
+  // state and crashed (SIGSEGV).
+  ScriptDir d;
+  d.write("main.lua", "return function() return 1 end\n");
+  for (std::string limit : {"1K", "8K", "12K"}) {
+    CAPTURE(limit);
+    auto r = run_host({"run", d.str(), "--mem-limit", limit});
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "limit: memory"));
+  }
+}
+
 TEST_CASE("the root's outcome is the exit status: 0 on return, 1 with error and traceback on failure") {
   ScriptDir d;
   d.write("main.lua",
