@@ -97,4 +97,6 @@ void collect_sooner(lua_State* L, std::size_t limit) {
   if (threshold > start) store64(g + LL::kGcThresholdOffset, start);
 }
 
+bool stopped(lua_State* L) { return LL::load64(global_of(L) + LL::kGcThresholdOffset) >= kStopped; }
+
 }  // namespace host::lua::gc_pressure

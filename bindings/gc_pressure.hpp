@@ -38,4 +38,9 @@ bool available();
 // (collectgarbage("stop")). Only when available().
 void collect_sooner(lua_State* L, std::size_t limit);
 
+// Whether a script has stopped L's collector (collectgarbage("stop")), so
+// that code which pauses it for a while knows not to restart it after.
+// Only when available().
+bool stopped(lua_State* L);
+
 }  // namespace host::lua::gc_pressure

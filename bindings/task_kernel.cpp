@@ -9,6 +9,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
 
 namespace host::lua {
@@ -952,6 +953,20 @@ void TaskKernel::push_ext(lua_State* L) {
     return;
   }
   make_inbox_queues(L);  // kernel_ext reads them from the inbox table
+  // What loading it makes lives as long as the state: no collection while
+  // it loads (a young process's heap triples with it, and the cycle that
+  // started was a sixth of the load's 245k instructions). Restarted by the
+  // destructor, also when the load raises (LuaJIT unwinds C++ frames).
+  struct PausedCollector {
+    lua_State* L;
+    bool paused = gc_pressure::available() && !gc_pressure::stopped(L);
+    explicit PausedCollector(lua_State* S) : L(S) {
+      if (paused) lua_gc(L, LUA_GCSTOP, 0);
+    }
+    ~PausedCollector() {
+      if (paused) lua_gc(L, LUA_GCRESTART, -1);  // the next cycle once the heap has grown by the pause
+    }
+  } paused_collector(L);
   loader_(L, loader_ctx_);  // chunk, H
   lua_createtable(L, 0, 12);
   static const std::pair<const char*, void*> sentinels[] = {

@@ -367,6 +367,16 @@ return { main = function()
       T.eq(process.receive(5).payload, "alive")
       process.send(echo, "stop", nil)
     end },
+    { "loading the kernel's Lua half pauses the collector only while it loads", function()
+      -- TaskKernel::push_ext stops the collector for the load and restarts
+      -- it, unless the script had stopped it.
+      assert(process.spawn_monitored("fixtures.ext_gc", false))
+      local kb = T.next_event("exit", 30).result
+      T.ok(kb < 8 * 1024, "collected after the load: " .. tostring(kb) .. " KB")
+      assert(process.spawn_monitored("fixtures.ext_gc", true))
+      kb = T.next_event("exit", 30).result
+      T.ok(kb > 12 * 1024, "a stopped collector stays stopped: " .. tostring(kb) .. " KB")
+    end },
     { "the memory limit caps what a process keeps alive, not its garbage", function()
       -- CTest runs this file with --mem-limit 64M. About 30 MB alive (47%)
       -- and 130 MB of garbage made beside it: LuaJIT's own pacing, at a
