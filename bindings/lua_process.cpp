@@ -289,26 +289,28 @@ struct Primitives {
     });
   }
 
-  // process.cancel(pid[, reason]): the reason is tostring'ed, default "canceled".
+  // process.cancel(pid[, reason]): the reason is any value a message may
+  // carry (copied as one; refused as one), default "canceled".
   static int cancel(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      std::string reason = "canceled";
-      if (!lua_isnoneornil(L, 2)) {
-        base_global(L, "tostring");
-        lua_pushvalue(L, 2);
-        lua_call(L, 1, 1);
-        std::size_t n = 0;
-        const char* s = lua_tolstring(L, -1, &n);
-        reason = s ? std::string(s, n) : "?";
-        lua_pop(L, 1);
-      }
-      return ok_or_fail(L, p.rt_.scheduler().cancel(to, reason, p.ctx_.self));
+      if (lua_isnoneornil(L, 2)) return ok_or_fail(L, p.rt_.scheduler().cancel(to, "canceled", p.ctx_.self));
+      std::string reason;
+      std::string err = encode_value(L, 2, reason, "reason");
+      if (!err.empty()) return push_fail(L, err);
+      return ok_or_fail(L, p.rt_.scheduler().cancel(to, std::move(reason), p.ctx_.self, /*value_bytes=*/true));
     });
   }
 
+  // process.terminate(pid). A process stops between steps; one that
+  // terminates itself yields here so that its step ends now (the call
+  // does not return), or, where it cannot yield (inside a C call), raises
+  // "terminated".
   static int terminate(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      return ok_or_fail(L, p.rt_.scheduler().terminate(to));
+      const int nret = ok_or_fail(L, p.rt_.scheduler().terminate(to));
+      if (to != p.ctx_.self) return nret;
+      if (!p.kernel_.can_yield_to_others(L)) return luaL_error(L, "terminated");
+      return p.kernel_.yield_to_others(L, nret);
     });
   }
 
@@ -1393,7 +1395,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         break;
       case EventKind::Cancel:
         push_pid(L, ev.from);
-        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
+        if (ev.tag != 1 || !push_payload(L, ev)) lua_pushlstring(L, ev.payload.data(), ev.payload.size());
         kernel_.event(L, Name::cancel, {Name::from, Name::reason});
         break;
       case EventKind::Exit: {

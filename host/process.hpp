@@ -44,7 +44,7 @@ struct Event {
 
   EventKind kind = EventKind::Message;
   bool failed = false;     // YieldComplete, Exit, LinkDown: payload is the error text
-  std::uint64_t tag = 0;   // YieldComplete, and the monitor reference for Exit
+  std::uint64_t tag = 0;   // YieldComplete, the monitor reference for Exit; 1 for a Cancel whose reason is encoded
   Pid from;                // sender, or the process an Exit/LinkDown is about
   std::string topic;       // Message topic
   std::string payload;     // message body, command result or error, cancel reason, exit result or error

@@ -226,10 +226,11 @@ std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&&
   return alive ? std::string() : not_found(to);
 }
 
-std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from) {
+std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from, bool value_bytes) {
   Event ev;
   ev.kind = EventKind::Cancel;
   ev.from = from;
+  ev.tag = value_bytes ? 1 : 0;
   ev.payload = std::move(reason);
   return deliver(to, std::move(ev));
 }

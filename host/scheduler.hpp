@@ -144,7 +144,9 @@ class Scheduler {
                    std::size_t* backlog = nullptr);
   // Moves the event once, into the process's queue.
   std::string deliver(const Pid& to, Event&& event);
-  std::string cancel(const Pid& to, std::string reason, const Pid& from = {});
+  // A Cancel event: its payload is `reason`, as text, or (value_bytes) a
+  // value a binding encoded, which its tag (1) marks.
+  std::string cancel(const Pid& to, std::string reason, const Pid& from = {}, bool value_bytes = false);
   // Forced stop: the process is not stepped again; monitors see "terminated".
   std::string terminate(const Pid& to);
 
