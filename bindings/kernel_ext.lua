@@ -219,28 +219,14 @@ end
 
 
 ---------------------------------------------------------------------------
--- Durations: seconds as a number, or "250ms", "5s", "1m", "1h30m", "10us".
-local UNITS = { ns = 1e-9, us = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
-
+-- Durations: seconds as a number, or "250ms", "5s", "1m", "1h30m", "10us"
+-- (bindings/duration.cpp parses them, for time.sleep's C path as well).
+-- level: as error's, from the caller of duration. Not a tail call, so that
+-- the levels count this frame.
+local parse_duration = H.duration
 local function duration(d, level)
-  if type(d) == "number" then
-    if d ~= d or d < 0 then error("invalid duration: " .. tostring(d), level + 1) end
-    return d
-  end
-  if type(d) ~= "string" then
-    error("bad duration: expected seconds or a string like \"250ms\", got " .. type(d), level + 1)
-  end
-  local total, pos, n = 0, 1, #d
-  if n == 0 then error("invalid duration: empty string", level + 1) end
-  while pos <= n do
-    local num, unit, stop = d:match("^(%d+%.?%d*)(%a+)()", pos)
-    if not num then num, unit, stop = d:match("^(%.%d+)(%a+)()", pos) end
-    local scale = unit and UNITS[unit]
-    if not scale then error("invalid duration: \"" .. d .. "\"", level + 1) end
-    total = total + tonumber(num) * scale
-    pos = stop
-  end
-  return total
+  local secs = parse_duration(d, level + 1)
+  return secs
 end
 
 
@@ -494,16 +480,6 @@ end
 
 local function build_time()
   local time = {}
-  function time.sleep(d)
-    local secs = duration(d, 2)
-    local t = check_blockable(2)
-    if secs <= 0 then
-      block(YIELD)  -- the C half re-queues it behind other processes
-      return
-    end
-    start_timer(secs, function() wake(t) end)
-    block()
-  end
   function time.after(d)
     local secs = duration(d, 2)
     local ch = new_channel(1)

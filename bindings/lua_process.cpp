@@ -14,6 +14,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
@@ -349,6 +350,33 @@ struct Primitives {
   static int unregister(lua_State* L) {
     auto& p = of(L);
     return ok_or_fail(L, p.rt_.names().unregister(check_string(L, 1)));
+  }
+
+  // time.sleep(d): C, so that a process which only sleeps never loads
+  // kernel_ext.lua (TaskKernel::block_in_sleep says why).
+  static int sleep(lua_State* L) {
+    auto& p = of(L);
+    const double secs = check_duration(L, 1, 1);
+    p.kernel_.check_blockable(L);
+    if (secs <= 0) return p.kernel_.yield_to_others(L, 0);  // behind the other processes
+    const std::uint64_t tag = p.kernel_.sleep_tag();
+    const double ns = std::min(secs * 1e9, 9e18);
+    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(ns));
+    return p.kernel_.block_in_sleep(L, tag);
+  }
+
+  // A sleep started in this step is only dropped: its command is not out
+  // yet (flush_commands sends cancels before new sleeps).
+  static void cancel_sleep(LuaProcess& p, std::uint64_t tag) {
+    if (std::erase_if(p.pending_sleeps_, [tag](const auto& s) { return s.first == tag; }) == 0)
+      p.pending_cancels_.push_back(tag);
+  }
+
+  // H.duration(d, level) -> seconds, for kernel_ext.lua's time calls.
+  static int duration(lua_State* L) {
+    const double secs = check_duration(L, 1, static_cast<int>(luaL_checkinteger(L, 2)));
+    lua_pushnumber(L, secs);
+    return 1;
   }
 
   static int sleep_cmd(lua_State* L) {
@@ -803,12 +831,14 @@ struct Primitives {
     }
   }
 
-  // time: now is C; the first other name (sleep, after, ticker,
-  // parse_duration) brings in kernel_ext's calls.
+  // time: now and sleep are C; the first other name (after, ticker,
+  // timer) brings in kernel_ext's calls.
   static void push_time_api(lua_State* L) {
     lua_createtable(L, 0, 5);
     lua_pushcfunction(L, now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, sleep);
+    lua_setfield(L, -2, "sleep");
     lua_createtable(L, 0, 1);
     lua_pushcfunction(L, [](lua_State* S) -> int {
       auto& p = of(S);
@@ -910,6 +940,10 @@ struct Primitives {
 };
 
 TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
+
+void TaskKernel::cancel_sleep(void* loader_ctx, std::uint64_t tag) {
+  Primitives::cancel_sleep(*static_cast<LuaProcess*>(loader_ctx), tag);
+}
 
 // One per process, from malloc: within mimalloc's 1 KB class an idle
 // process takes 256 bytes less than in the next (1.25 KB).
@@ -1070,6 +1104,7 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
   // H: the primitives kernel_ext.lua uses.
   static const luaL_Reg prims[] = {
       {"now", Primitives::now},
+      {"duration", Primitives::duration},
       {"demonitor", Primitives::demonitor},
       {"sleep_cmd", Primitives::sleep_cmd},
       {"cancel_cmd", Primitives::cancel_cmd},
@@ -1364,6 +1399,10 @@ namespace {
   kernel_.end_queue(L, base, n);
 }
 
+namespace {
+constexpr std::size_t kMaxQueueRun = 1024;
+}  // namespace
+
 // Hands each event to the kernel. A message whose payload cannot be decoded
 // is logged and skipped.
 void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
@@ -1378,9 +1417,15 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
     // arguments for one): appending changes nothing that decides where a
     // message goes. Asked again at each message handed over singly: a
     // parked task takes a run's first message, and the rest may then queue.
+    // A run goes at most kMaxQueueRun at a time: an inbox of message
+    // tables takes a run as the arguments of one call (TaskKernel::
+    // end_queue), three stack slots a message, and a step that delivers
+    // all its events at once (its task yielded) could bring tens of
+    // thousands: past LuaJIT's stack limit, which failed the process.
     if (end - i >= 2 && kernel_.queues_directly(L)) {
-      queue_run(L, events.subspan(i, end - i));
-      i = end - 1;
+      const std::size_t stop = std::min(end, i + kMaxQueueRun);
+      queue_run(L, events.subspan(i, stop - i));
+      i = stop - 1;
       continue;
     }
     switch (ev.kind) {

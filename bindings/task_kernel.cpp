@@ -582,7 +582,51 @@ void TaskKernel::message(lua_State* L) {
   lua_settop(L, base);
 }
 
+namespace {
+// A C sleep's tag: its task's address (below 2^47) with this bit, which no
+// kernel_ext tag (a count from 1) reaches, and a Lua number holds exactly.
+constexpr std::uint64_t kSleepTagMark = std::uint64_t{1} << 52;
+}  // namespace
+
+void TaskKernel::check_blockable(lua_State* L) const {
+  if (current_ == nullptr) luaL_error(L, "blocking call outside a process task");
+  if (!lua_isyieldable(L)) luaL_error(L, "%s", kCBoundary);
+}
+
+std::uint64_t TaskKernel::sleep_tag() const {
+  return kSleepTagMark | static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(current_));
+}
+
+int TaskKernel::block_in_sleep(lua_State* L, std::uint64_t tag) {
+  // tasks[tag] = the task, until its completion (or an upgrade) drops it.
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushnumber(L, static_cast<lua_Number>(tag));
+  push_task(L, current_);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
+  // it up from a user's coroutine).
+  lua_pushlightuserdata(L, &kBlock);
+  return lua_yield(L, 1);
+}
+
 void TaskKernel::complete(lua_State* L) {
+  if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kSleepTagMark)) {
+    lua_pop(L, 2);  // its error too: a sleep ends either way (kernel_ext's do)
+    lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+    lua_pushnumber(L, tag);
+    lua_rawget(L, -2);
+    lua_State* co = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    if (co) {
+      lua_pushnumber(L, tag);
+      lua_pushnil(L);
+      lua_rawset(L, -3);
+    }
+    lua_pop(L, 1);
+    if (co) wake(L, co, 0);
+    return;
+  }
   if (!ext_loaded()) {  // no timer can be waiting for it
     lua_pop(L, 2);
     return;
@@ -854,7 +898,12 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
   lua_remove(L, fn + 1);
   lua_settop(co, 0);
-  // The old tasks go with their table.
+  // The old tasks go with their table, and their C sleeps' commands with
+  // them: a task made later at the same address would get the same tag.
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
+    if (lua_type(L, -2) == LUA_TNUMBER) cancel_sleep(loader_ctx_, static_cast<std::uint64_t>(lua_tonumber(L, -2)));
+  lua_pop(L, 1);
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
   start(L, n);

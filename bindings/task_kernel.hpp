@@ -99,6 +99,21 @@ class TaskKernel {
   void event(lua_State* L, EventName kind, std::initializer_list<EventName> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
+  // time.sleep's C path (Primitives::sleep): kernel_ext.lua's timers need
+  // it loaded, 245k instructions and 39 KB of heap that a process which
+  // only sleeps never needs. check_blockable raises where the running code
+  // cannot block (outside a task; inside a C call), as kernel_ext's does.
+  // The running task then sleeps on the sleep command sleep_tag() (which
+  // the caller starts): block_in_sleep yields it, what the C function
+  // returns, and complete() wakes it. A task has one such sleep at most, so
+  // its tag is its address, marked (kSleepTagMark) apart from kernel_ext's
+  // tags; restart() cancels those an upgrade leaves behind.
+  void check_blockable(lua_State* L) const;
+  std::uint64_t sleep_tag() const;
+  int block_in_sleep(lua_State* L, std::uint64_t tag);
+  // Defined by the owner (bindings/lua_process.cpp): cancels the sleep
+  // command `tag` of the process whose kernel's loader context is ctx.
+  static void cancel_sleep(void* loader_ctx, std::uint64_t tag);
   // process.watch made a monitor: from now on an exit event may be for a
   // watch channel, which kernel_ext.lua knows (event asks it only then).
   void note_watch() { watched_ = true; }

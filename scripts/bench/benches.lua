@@ -1,7 +1,7 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "queue_memory", "pingpong", "ring",
-  "send_1k", "send_tables", "send_named", "send_self" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept", "queue_memory",
+  "pingpong", "ring", "send_1k", "send_tables", "send_named", "send_self", "sleepers" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -68,6 +68,26 @@ function B.idle_memory(quick, h) return idle_processes("idle_memory", "nodes.idl
 
 -- One that has used the base library and keeps a small table.
 function B.idle_memory_lib(quick, h) return idle_processes("idle_memory_lib", "nodes.idle_lib", quick, h) end
+
+-- One that has slept once (time.sleep's C path: BENCHMARKS.md, change 96).
+function B.idle_memory_slept(quick, h) return idle_processes("idle_memory_slept", "nodes.idle_slept", quick, h) end
+
+-- A process per delay: n processes that each sleep 1 ms and answer, as
+-- short-lived workers with a delay do.
+function B.sleepers(quick)
+  local n = quick and 10000 or 100000
+  local me = process.pid()
+  local t0 = time.now()
+  for i = 1, n do
+    assert(process.spawn("nodes.sleeper", me, i))
+    if i % 1000 == 0 then time.sleep(0) end
+  end
+  local sum = 0
+  for _ = 1, n do sum = sum + assert(process.receive(30), "a sleeper did not answer").payload end
+  local s = elapsed(t0)
+  assert(sum == n * (n + 1) / 2, "wrong sum")
+  return { params = "n=" .. n .. ", 1 ms each", seconds = s, per_op = s / n * 1e6, unit = "us/process" }
+end
 
 function B.pingpong(quick)
   local n = quick and 20000 or 1000000

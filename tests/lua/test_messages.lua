@@ -385,6 +385,18 @@ return { main = function()
       local ev = T.next_event("exit", 30)
       T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
     end },
+    { "a step that hands over more queued messages than a Lua stack holds keeps them all", function()
+      -- A receiver that yields has its step's remaining events handed over
+      -- at once; an inbox of message tables took a run of them as one
+      -- call's arguments, past LuaJIT's stack limit ("stack overflow
+      -- (queued messages)", the receiver failed).
+      local n = 40000
+      local r = assert(process.spawn_monitored("fixtures.flood_yielder", process.pid(), n))
+      T.eq(process.receive(5).topic, "ready")
+      for i = 1, n do assert(process.send(r, "n", i)) end
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
+    end },
     { "a process that talks to hundreds names each sender and reaches each PID, old and reused", function()
       -- More peers than PeerStrings's cache has slots of either kind, in a
       -- shuffled order, so that its entries are replaced; then processes

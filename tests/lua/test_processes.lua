@@ -243,6 +243,26 @@ return { main = function()
       T.eq(ask(quiet, "events"), "none")
       process.send(quiet, "stop", nil); process.send(canceled, "stop", nil)
     end },
+    { "time.sleep runs on the C kernel alone: a process that sleeps stays an idle process's size", function()
+      local quiet = assert(process.spawn("fixtures.heap_probe"))
+      local sleeper = assert(process.spawn("fixtures.heap_probe"))
+      local function ask(pid, topic)
+        process.send(pid, topic, nil)
+        local m = assert(process.receive(5))
+        T.eq(m.topic, topic)
+        return m.payload
+      end
+      T.ok(ask(sleeper, "sleep") >= 0.003, "slept 2 ms and 1 ms")
+      local grown = ask(sleeper, "heap") - ask(quiet, "heap")
+      -- kernel_ext.lua and the base library it needs were 39 KB.
+      T.ok(grown < 8192, "sleeping grew the heap by " .. grown .. " bytes")
+      process.send(quiet, "stop", nil); process.send(sleeper, "stop", nil)
+    end },
+    { "an upgrade drops the old code's sleeping tasks: none wakes after it", function()
+      assert(process.spawn_monitored("fixtures.upgrader:sleepers", process.pid()))
+      T.eq(T.next_event("exit", 5).result, "upgraded")
+      T.eq(process.receive(0.1), nil, "a task of the old code woke")
+    end },
     { "require of a process's own entry module gives the module it runs", function()
       assert(process.spawn_monitored("fixtures.echo:self_required"))
       T.eq(T.next_event("exit").result, true)
