@@ -12,6 +12,15 @@ local function ask_server(server, topic)
   return m.payload
 end
 
+-- Sends `topic` to a probe process (fixtures.heap_probe) and returns the
+-- payload of its answer, which must come on the same topic.
+local function ask(pid, topic)
+  process.send(pid, topic, nil)
+  local m = assert(process.receive(5))
+  T.eq(m.topic, topic)
+  return m.payload
+end
+
 return { main = function()
   return T.run {
     { "spawn refuses a missing module, a syntax error, a missing method", function()
@@ -227,12 +236,6 @@ return { main = function()
       local canceled = assert(process.spawn("fixtures.heap_probe"))
       T.eq(process.cancel(canceled, "please"), true)
       time.sleep(0.05)
-      local function ask(pid, topic)
-        process.send(pid, topic, nil)
-        local m = assert(process.receive(5))
-        T.eq(m.topic, topic)
-        return m.payload
-      end
       T.eq(ask(canceled, "log"), true)  -- log and time.now are C too
       local grown = ask(canceled, "heap") - ask(quiet, "heap")
       -- kernel_ext.lua alone is over 20 KB of prototypes and closures; the
@@ -246,12 +249,6 @@ return { main = function()
     { "time.sleep runs on the C kernel alone: a process that sleeps stays an idle process's size", function()
       local quiet = assert(process.spawn("fixtures.heap_probe"))
       local sleeper = assert(process.spawn("fixtures.heap_probe"))
-      local function ask(pid, topic)
-        process.send(pid, topic, nil)
-        local m = assert(process.receive(5))
-        T.eq(m.topic, topic)
-        return m.payload
-      end
       T.ok(ask(sleeper, "sleep") >= 0.003, "slept 2 ms and 1 ms")
       local grown = ask(sleeper, "heap") - ask(quiet, "heap")
       -- kernel_ext.lua and the base library it needs were 39 KB.
