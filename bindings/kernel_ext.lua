@@ -42,8 +42,8 @@
 --   E.deliver(ch, msg)          a message the C half does not take itself
 --                               (to the inbox or a listener)
 --   E.try_receive(ch)           see below (process.receive once I.slow_inbox)
---   E.timeout_seconds(d, caller) process.receive's timeout in seconds
 --   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
+--   E.timed_waiter(t, secs)     the waiter of such a receive (C's slow_inbox)
 --   E.complete(tag, err)        a sleep command completed
 --   E.watched(ref, ev)          an exit event for a process.watch channel?
 --                               (true: delivered there)
@@ -260,28 +260,25 @@ function E.complete(tag, err)
   -- Else: a completion for a timer already stopped; nothing waits for it.
 end
 
--- process.receive(d): d in seconds. Called from C (process.receive), so an
--- error's level 3 is the script's call.
--- caller: how many frames above the C receive the script's call is. Not a
--- tail call, so that the frames above duration are this, the C receive
--- and then the script's (a tail call would drop this one).
-function E.timeout_seconds(d, caller)
-  local secs = duration(d, 2 + caller)
-  return secs
-end
-
--- Task t blocked in process.receive(secs) with nothing in the inbox: it
--- wakes with the first message, or with nil, "timeout".
-function E.receive_timeout(t, secs)
+-- Task t's waiter in the inbox's receive queue for a process.receive that
+-- times out after secs: it wakes with the first message, or with nil,
+-- "timeout". Made here for a receive that finds nothing, or by C for one it
+-- parked with its own timer when the inbox came to these rules (slow_inbox).
+function E.timed_waiter(t, secs)
   local sel = { done = false }
   local w = { task = t, sel = sel, one = true }
-  qpush(inbox[RECVQ], w)
   w.tag = start_timer(secs, function()
     if not sel.done then
       sel.done = true
       wake(t, nil, "timeout")
     end
   end)
+  return w
+end
+
+-- Task t blocked in process.receive(secs) behind other waiters.
+function E.receive_timeout(t, secs)
+  qpush(inbox[RECVQ], E.timed_waiter(t, secs))
 end
 
 ---------------------------------------------------------------------------

@@ -359,15 +359,21 @@ struct Primitives {
     const double secs = check_duration(L, 1, 1);
     p.kernel_.check_blockable(L);
     if (secs <= 0) return p.kernel_.yield_to_others(L, 0);  // behind the other processes
-    const std::uint64_t tag = p.kernel_.sleep_tag();
-    const double ns = std::min(secs * 1e9, 9e18);
-    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(ns));
-    return p.kernel_.block_in_sleep(L, tag);
+    return p.kernel_.block_in_sleep(L, secs);
   }
 
-  // A sleep started in this step is only dropped: its command is not out
+  // TaskKernel's C timers' commands: a count from kTimerTagMark, so that a
+  // tag is never one still out (a completion already on its way when its
+  // receive got a message must not end the task's next wait).
+  static std::uint64_t start_timer(LuaProcess& p, double secs) {
+    const std::uint64_t tag = TaskKernel::kTimerTagMark | ++p.c_timers_;
+    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(std::min(secs * 1e9, 9e18)));
+    return tag;
+  }
+
+  // A timer started in this step is only dropped: its command is not out
   // yet (flush_commands sends cancels before new sleeps).
-  static void cancel_sleep(LuaProcess& p, std::uint64_t tag) {
+  static void cancel_timer(LuaProcess& p, std::uint64_t tag) {
     if (std::erase_if(p.pending_sleeps_, [tag](const auto& s) { return s.first == tag; }) == 0)
       p.pending_cancels_.push_back(tag);
   }
@@ -941,8 +947,12 @@ struct Primitives {
 
 TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
 
-void TaskKernel::cancel_sleep(void* loader_ctx, std::uint64_t tag) {
-  Primitives::cancel_sleep(*static_cast<LuaProcess*>(loader_ctx), tag);
+std::uint64_t TaskKernel::start_timer(void* loader_ctx, double secs) {
+  return Primitives::start_timer(*static_cast<LuaProcess*>(loader_ctx), secs);
+}
+
+void TaskKernel::cancel_timer(void* loader_ctx, std::uint64_t tag) {
+  Primitives::cancel_timer(*static_cast<LuaProcess*>(loader_ctx), tag);
 }
 
 // One per process, from malloc: within mimalloc's 1 KB class an idle

@@ -178,6 +178,8 @@ class LuaProcess final : public Process {
   // the tag of the thread of the last sample.
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
+  // TaskKernel's C timers started (Primitives::start_timer: their tags).
+  std::uint32_t c_timers_ = 0;
 };
 
 }  // namespace host::lua

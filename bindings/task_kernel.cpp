@@ -2,6 +2,7 @@
 #include "bindings/task_kernel.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
 
@@ -171,6 +173,11 @@ void push_error_text(lua_State* L, int idx) {
       lua_pushstring(L, buf);
     }
   }
+}
+
+// Now, in seconds of the steady clock (a timed receive's deadline).
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // LuaJIT's message when a task blocks where it cannot yield, and what we
@@ -537,9 +544,10 @@ void TaskKernel::message(lua_State* L) {
     // message over) or nobody waits (queue it). Selects and receives with a
     // timeout take kernel_ext's path.
     if (!parked_.empty()) {
-      lua_State* co = parked_.front().co;
+      const Parked w = parked_.front();
       parked_.erase(parked_.begin());
-      wake(L, co, 1);
+      if (w.timer) stop_timer(L, w.timer);
+      wake(L, w.co, 1);
       lua_settop(L, base);
       return;
     }
@@ -582,28 +590,30 @@ void TaskKernel::message(lua_State* L) {
   lua_settop(L, base);
 }
 
-namespace {
-// A C sleep's tag: its task's address (below 2^47) with this bit, which no
-// kernel_ext tag (a count from 1) reaches, and a Lua number holds exactly.
-constexpr std::uint64_t kSleepTagMark = std::uint64_t{1} << 52;
-}  // namespace
-
 void TaskKernel::check_blockable(lua_State* L) const {
   if (current_ == nullptr) luaL_error(L, "blocking call outside a process task");
   if (!lua_isyieldable(L)) luaL_error(L, "%s", kCBoundary);
 }
 
-std::uint64_t TaskKernel::sleep_tag() const {
-  return kSleepTagMark | static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(current_));
-}
-
-int TaskKernel::block_in_sleep(lua_State* L, std::uint64_t tag) {
-  // tasks[tag] = the task, until its completion (or an upgrade) drops it.
+void TaskKernel::map_timer(lua_State* L, std::uint64_t tag, lua_State* co) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
-  push_task(L, current_);
+  push_task(L, co);
   lua_rawset(L, -3);
   lua_pop(L, 1);
+}
+
+void TaskKernel::stop_timer(lua_State* L, std::uint64_t tag) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushnumber(L, static_cast<lua_Number>(tag));
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  cancel_timer(loader_ctx_, tag);
+}
+
+int TaskKernel::block_in_sleep(lua_State* L, double secs) {
+  map_timer(L, start_timer(loader_ctx_, secs), current_);
   // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
   // it up from a user's coroutine).
   lua_pushlightuserdata(L, &kBlock);
@@ -611,8 +621,8 @@ int TaskKernel::block_in_sleep(lua_State* L, std::uint64_t tag) {
 }
 
 void TaskKernel::complete(lua_State* L) {
-  if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kSleepTagMark)) {
-    lua_pop(L, 2);  // its error too: a sleep ends either way (kernel_ext's do)
+  if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kTimerTagMark)) {
+    lua_pop(L, 2);  // its error too: a wait ends either way (kernel_ext's do)
     lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
     lua_pushnumber(L, tag);
     lua_rawget(L, -2);
@@ -624,7 +634,17 @@ void TaskKernel::complete(lua_State* L) {
       lua_rawset(L, -3);
     }
     lua_pop(L, 1);
-    if (co) wake(L, co, 0);
+    if (!co) return;  // stopped, or dropped by an upgrade
+    const auto timer = static_cast<std::uint64_t>(tag);
+    auto it = std::find_if(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
+    if (it == parked_.end()) {
+      wake(L, co, 0);  // a sleep
+      return;
+    }
+    parked_.erase(it);
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    wake(L, co, 2);
     return;
   }
   if (!ext_loaded()) {  // no timer can be waiting for it
@@ -812,7 +832,14 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
     if (sentinel == &kReceive) {
       // process.receive found nothing and got through its yield: now it
       // waits in the inbox.
-      if (lua_gettop(co) >= 2) {
+      if (lua_gettop(co) >= 2 && !slow_inbox_ && inbox_queue_empty(L, kRecvq)) {
+        // With a timeout, and nobody before it: parked as a plain receive,
+        // with a C timer (see start_timer).
+        const double secs = lua_tonumber(co, 2);
+        const std::uint64_t tag = start_timer(loader_ctx_, secs);
+        map_timer(L, tag, co);
+        parked_.push_back({co, false, tag, steady_seconds() + secs});
+      } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
         push_task(L, co);
@@ -898,11 +925,11 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
   lua_remove(L, fn + 1);
   lua_settop(co, 0);
-  // The old tasks go with their table, and their C sleeps' commands with
-  // them: a task made later at the same address would get the same tag.
+  // The old tasks go with their table, and their C timers' commands with
+  // them.
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
-    if (lua_type(L, -2) == LUA_TNUMBER) cancel_sleep(loader_ctx_, static_cast<std::uint64_t>(lua_tonumber(L, -2)));
+    if (lua_type(L, -2) == LUA_TNUMBER) cancel_timer(loader_ctx_, static_cast<std::uint64_t>(lua_tonumber(L, -2)));
   lua_pop(L, 1);
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
@@ -926,6 +953,19 @@ void TaskKernel::slow_inbox(lua_State* L) {
   luaL_checkstack(L, n + 4, "inbox waiters");
   for (int i = 0; i < n; ++i) recvq.shift();  // onto the stack, in order
   for (const Parked& w : parked_) {
+    if (w.timer) {
+      // A timed receive waits by kernel_ext's rules from now on: its
+      // waiter and timer, for what is left of its time.
+      stop_timer(L, w.timer);
+      push_ext(L);
+      lua_getfield(L, -1, "timed_waiter");
+      lua_replace(L, -2);
+      push_task(L, w.co);
+      lua_pushnumber(L, std::max(0.0, w.deadline - steady_seconds()));
+      lua_call(L, 2, 1);
+      recvq.push();
+      continue;
+    }
     push_task(L, w.co);
     recvq.push();
     receive_one_.push_back(w.co);
@@ -1164,12 +1204,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
   bool timed = stack_args::type(L, 1) > LUA_TNIL;
   lua_Number secs = 0;
   if (timed) {
-    k.push_ext(L);
-    lua_getfield(L, -1, "timeout_seconds");
-    lua_pushvalue(L, 1);
-    lua_pushinteger(L, caller_level(L));
-    lua_call(L, 2, 1);
-    secs = lua_tonumber(L, -1);
+    secs = check_duration(L, 1, caller_level(L));
     if (secs <= 0) {
       lua_pushnil(L);
       lua_pushliteral(L, "timeout");

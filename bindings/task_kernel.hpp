@@ -99,21 +99,26 @@ class TaskKernel {
   void event(lua_State* L, EventName kind, std::initializer_list<EventName> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
-  // time.sleep's C path (Primitives::sleep): kernel_ext.lua's timers need
-  // it loaded, 245k instructions and 39 KB of heap that a process which
-  // only sleeps never needs. check_blockable raises where the running code
-  // cannot block (outside a task; inside a C call), as kernel_ext's does.
-  // The running task then sleeps on the sleep command sleep_tag() (which
-  // the caller starts): block_in_sleep yields it, what the C function
-  // returns, and complete() wakes it. A task has one such sleep at most, so
-  // its tag is its address, marked (kSleepTagMark) apart from kernel_ext's
-  // tags; restart() cancels those an upgrade leaves behind.
+  // C timers, for time.sleep (Primitives::sleep) and process.receive's
+  // timeout while the inbox is on its fast paths: kernel_ext.lua's timers
+  // need it loaded, 180k instructions and 39 KB of heap that a process
+  // which only sleeps or waits with a timeout never needs. Each is a sleep
+  // command whose tag (start_timer's) maps to its task in the tasks table
+  // until complete() wakes the task (a sleep with nothing; a timed
+  // receive, still parked, with nil, "timeout"), a message takes the
+  // receive (stop_timer), or an upgrade drops the task (restart cancels
+  // its command). check_blockable raises where the running code cannot
+  // block (outside a task; inside a C call), as kernel_ext's does; then
+  // block_in_sleep yields the running task, what the C function returns.
   void check_blockable(lua_State* L) const;
-  std::uint64_t sleep_tag() const;
-  int block_in_sleep(lua_State* L, std::uint64_t tag);
-  // Defined by the owner (bindings/lua_process.cpp): cancels the sleep
-  // command `tag` of the process whose kernel's loader context is ctx.
-  static void cancel_sleep(void* loader_ctx, std::uint64_t tag);
+  int block_in_sleep(lua_State* L, double secs);
+  // Defined by the owner (bindings/lua_process.cpp), for the process whose
+  // kernel's loader context is ctx: starts a sleep command of secs and
+  // returns its tag (kTimerTagMark and a count: none of kernel_ext's, none
+  // still out); cancels one.
+  static std::uint64_t start_timer(void* loader_ctx, double secs);
+  static void cancel_timer(void* loader_ctx, std::uint64_t tag);
+  static constexpr std::uint64_t kTimerTagMark = std::uint64_t{1} << 52;
   // process.watch made a monitor: from now on an exit event may be for a
   // watch channel, which kernel_ext.lua knows (event asks it only then).
   void note_watch() { watched_ = true; }
@@ -268,6 +273,10 @@ class TaskKernel {
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
+  // A C timer's entry in the tasks table (tasks[tag] = task co), and its
+  // end before it fires: the entry goes and the command is cancelled.
+  void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
+  void stop_timer(lua_State* L, std::uint64_t tag);
 
   // The fields a step or a message reads come first, together: in a ring of
   // 1000 processes each hop finds its process's lines evicted, and every
@@ -280,9 +289,13 @@ class TaskKernel {
   // oldest first: older than every waiter in recvq, so a message goes to
   // the first of them before anyone in recvq. Usually zero or one. raw:
   // waiting in receive.lua's call, which takes a message as its values.
+  // timer: a timed receive's C timer (0: none); deadline: when it ends, in
+  // steady_clock seconds (for slow_inbox, which hands it to kernel_ext).
   struct Parked {
     lua_State* co;
     bool raw;
+    std::uint64_t timer = 0;
+    double deadline = 0;
   };
   std::vector<Parked> parked_;
   // Tasks blocked in process.receive from recvq (behind other waiters):

@@ -1,7 +1,8 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
-local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept", "queue_memory",
-  "pingpong", "ring", "send_1k", "send_tables", "send_named", "send_self", "sleepers" } }
+local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
+  "idle_memory_timed", "queue_memory", "pingpong", "ring", "send_1k", "send_tables", "send_named", "send_self",
+  "sleepers" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -71,6 +72,9 @@ function B.idle_memory_lib(quick, h) return idle_processes("idle_memory_lib", "n
 
 -- One that has slept once (time.sleep's C path: BENCHMARKS.md, change 96).
 function B.idle_memory_slept(quick, h) return idle_processes("idle_memory_slept", "nodes.idle_slept", quick, h) end
+
+-- One that waits in receive with a timeout (its C path: change 98).
+function B.idle_memory_timed(quick, h) return idle_processes("idle_memory_timed", "nodes.idle_timed", quick, h) end
 
 -- A process per delay: n processes that each sleep 1 ms and answer, as
 -- short-lived workers with a delay do.

@@ -385,6 +385,21 @@ return { main = function()
       local ev = T.next_event("exit", 30)
       T.eq(ev.error, nil, "receiver error"); T.eq(ev.result, n)
     end },
+    { "timed receives racing their messages: each message once and in order, no timeout early", function()
+      -- The timer of a receive that got its message is stopped, but its
+      -- completion may be on its way: it must not end the next wait.
+      local n = 400
+      local r = assert(process.spawn_monitored("fixtures.timed_receiver", n))
+      for i = 1, n do
+        assert(process.send(r, "n", i))
+        if i % 3 ~= 0 then time.sleep(0.001 * (i % 4)) end  -- gaps of 0 to 3 ms, around its 2 ms
+      end
+      local ev = T.next_event("exit", 30)
+      T.eq(ev.error, nil, "receiver error")
+      for i = 1, n do T.eq(ev.result.got[i], i, "message " .. i) end
+      T.ok(ev.result.timeouts > 0, "some waits timed out")
+      T.ok(ev.result.shortest >= 0.0019, "a wait of 2 ms timed out after " .. ev.result.shortest)
+    end },
     { "a step that hands over more queued messages than a Lua stack holds keeps them all", function()
       -- A receiver that yields has its step's remaining events handed over
       -- at once; an inbox of message tables took a run of them as one
