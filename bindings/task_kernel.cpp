@@ -541,8 +541,9 @@ void TaskKernel::message(lua_State* L) {
   }
   if (!slow_inbox_) {
     // The common cases here: a task waits in process.receive (hand the
-    // message over) or nobody waits (queue it). Selects and receives with a
-    // timeout take kernel_ext's path.
+    // message over, stopping its timer if it waits with a timeout) or
+    // nobody waits (queue it). Selects, and receives behind other waiters,
+    // take kernel_ext's path.
     if (!parked_.empty()) {
       const Parked w = parked_.front();
       parked_.erase(parked_.begin());

@@ -1,9 +1,10 @@
 // TaskKernel: the C half of a Lua process's kernel, the scheduler inside
 // one process. It runs the process's tasks (the entry method and
 // coroutine.spawn'ed functions) as coroutines, delivers messages to the
-// inbox, implements process.receive and queues lifecycle events. Everything
-// else (channels beyond the inbox's plain receive, select, timers,
-// process.watch, most of the API) is bindings/kernel_ext.lua, which a
+// inbox, implements process.receive (its timeout too) and time.sleep, and
+// queues lifecycle events. Everything else (channels beyond the inbox's
+// plain receive, select, the other timers, process.watch, most of the API)
+// is bindings/kernel_ext.lua, which a
 // process loads the first time it needs it: a process that only spawns,
 // sends, receives and logs runs no kernel Lua at all, which saves it the
 // memory and load time of the kernel's prototypes (LuaJIT cannot share them
