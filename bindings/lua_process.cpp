@@ -732,6 +732,21 @@ struct Primitives {
     lua_pushcfunction(L, opener(name));
     lua_pushstring(L, name);
     lua_call(L, 1, nresults);
+    if (!std::strcmp(name, "os")) {  // os.exit ends the process (exit)
+      raw_global(L, "os");
+      lua_pushcfunction(L, exit);
+      lua_setfield(L, -2, "exit");
+      lua_pop(L, 1);
+    }
+  }
+
+  // os.exit([code]): see TaskKernel::request_exit. true, nil or 0 is a
+  // success; false or any other number a failure.
+  static int exit(lua_State* L) {
+    int code = 0;
+    if (lua_type(L, 1) == LUA_TBOOLEAN) code = lua_toboolean(L, 1) ? 0 : 1;
+    else if (!lua_isnoneornil(L, 1)) code = static_cast<int>(luaL_checkinteger(L, 1));
+    return of(L).kernel_.request_exit(L, code == 0, code);
   }
 
   // Upvalue 1 called with the arguments, after marking the state as one to

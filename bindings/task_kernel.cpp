@@ -809,13 +809,38 @@ void TaskKernel::settle_unsettled(lua_State* L) {
   after_resume(L, co, rc);
 }
 
+int TaskKernel::request_exit(lua_State* L, bool success, int code) {
+  if (current_ == nullptr || !lua_isyieldable(L))
+    return luaL_error(L, "os.exit(%d) where the process cannot stop (%s)", code,
+                      current_ == nullptr ? "outside a process task" : "inside a C call");
+  exit_request_ = success ? 1 : 2;
+  exit_code_ = static_cast<std::uint8_t>(code);
+  return yield_to_others(L, 0);
+}
+
+bool TaskKernel::exited(lua_State* L, int base) {
+  if (exit_request_ == 0 || outcome_ != kWaiting) return false;
+  if (exit_request_ == 2) {
+    fail("os.exit(" + std::to_string(exit_code_) + ")");
+    return true;
+  }
+  lua_settop(L, base);
+  lua_pushnil(L);  // its result
+  outcome_ = kDone;
+  return true;
+}
+
 TaskKernel::Outcome TaskKernel::run(lua_State* L) {
   const int base = lua_gettop(L);
+  // (Also here: a task resumed by a hand-over, settled before this, may
+  // have asked.)
+  if (exited(L, base)) [[unlikely]] return outcome_;
   while (outcome_ == kWaiting && !ready_.empty()) {
     lua_State* co = ready_.pop();
     const int rc = resume(co);
     if (plain_wait(co, rc)) continue;
     after_resume(L, co, rc);
+    if (exited(L, base)) [[unlikely]] return outcome_;
     if (outcome_ == kDone) return kDone;  // the result after_resume pushed
     lua_settop(L, base);
   }

@@ -113,6 +113,16 @@ class TaskKernel {
   // block_in_sleep yields the running task, what the C function returns.
   void check_blockable(lua_State* L) const;
   int block_in_sleep(lua_State* L, double secs);
+  // os.exit(code) inside a process (Primitives::exit): the process ends,
+  // not the host (SPEC: only the root's end ends it), completed (code nil,
+  // true or 0; its result nil) or failed with "os.exit(code)". The task
+  // yields to the kernel, which ends the process once the yield reaches
+  // it; where it cannot yield (a C call), the call raises instead.
+  int request_exit(lua_State* L, bool success, int code);
+  // run()'s check: true once an exit asked for has set the outcome (a
+  // success's result nil pushed at base).
+  bool exited(lua_State* L, int base);
+
   // Defined by the owner (bindings/lua_process.cpp), for the process whose
   // kernel's loader context is ctx: starts a sleep command of secs and
   // returns its tag (kTimerTagMark and a count: none of kernel_ext's, none
@@ -367,6 +377,10 @@ class TaskKernel {
   static constexpr int kRegistrySlots = 16;
   bool trap_links_ = false;  // process.set_options{trap_links = true}
   bool watched_ = false;     // see note_watch
+  // os.exit(code) was called (request_exit): 0 none, 1 with a success, 2
+  // with a failure whose code is exit_code_.
+  std::uint8_t exit_request_ = 0;
+  std::uint8_t exit_code_ = 0;
   const std::string* receive_chunk_ = nullptr;  // see push_receive
   std::string failure_;
 };

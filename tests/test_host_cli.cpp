@@ -78,6 +78,29 @@ TEST_CASE("a --mem-limit too small for any process fails the root with limit: me
   }
 }
 
+TEST_CASE("os.exit ends the process that calls it; the host ends with the root, 0 or 1") {
+  // Before, os.exit in any process ended the host at once with its code.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.child() os.exit(3) end\n"
+          "function M.main(code)\n"
+          "  assert(process.spawn_monitored('main:child'))\n"
+          "  local ev = process.events():receive()\n"
+          "  log.info('CHILD %s', ev.error)\n"
+          "  os.exit(tonumber(code))\n"
+          "  log.info('AFTER EXIT')\n"
+          "end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str(), "--", "0"});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "CHILD os.exit(3)"));
+  CHECK_FALSE(contains(r.err, "AFTER EXIT"));
+  r = run_host({"run", d.str(), "--", "4"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "failed: os.exit(4)"));
+}
+
 TEST_CASE("the root's outcome is the exit status: 0 on return, 1 with error and traceback on failure") {
   ScriptDir d;
   d.write("main.lua",

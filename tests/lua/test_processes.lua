@@ -323,6 +323,25 @@ return { main = function()
       T.eq(pid, nil); T.eq(err, "invalid: cannot send function at reason.handler")
       T.match(select(2, process.cancel("<0.999999.3>")), "^not_found")
     end },
+    { "os.exit ends the calling process, not the host: a success, or a failure naming its code", function()
+      local function exit_of(how, message)
+        local pid = assert(process.spawn_monitored("fixtures.exiter", process.pid(), how))
+        if message then
+          for i = 1, 20 do assert(process.send(pid, "warm", i)) end
+          time.sleep(0.01)  -- it waits for the last one
+          assert(process.send(pid, "code", message))
+        end
+        local ev = T.next_event("exit")
+        T.eq(ev.from, pid)
+        return ev
+      end
+      local ev = exit_of("plain")
+      T.eq(ev.error, nil); T.eq(ev.result, nil)
+      T.eq(exit_of("code").error, "os.exit(3)")
+      T.eq(exit_of("coroutine").error, "os.exit(1)")
+      T.eq(exit_of("after_message", 5).error, "os.exit(5)")
+      T.eq(process.receive(0.05), nil, "code after os.exit ran")
+    end },
     { "a process that terminates itself stops there; its monitor sees terminated", function()
       local pid = assert(process.spawn_monitored("fixtures.self_terminator", process.pid()))
       local ev = T.next_event("exit")
