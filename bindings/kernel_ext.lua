@@ -12,6 +12,7 @@
 -- The C half calls it with I, its internals, and H, the C primitives:
 --   I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE   sentinels a task yields (below)
 --   I.coroutine        the real coroutine library
+--   I.getmetatable, I.setmetatable   the base library's own
 --   I.wake(t, ...)     make task t (a thread) ready; the values become the
 --                      returns of its blocking call
 --   I.new_task(fn, ...) -> t   start a task
@@ -65,8 +66,9 @@ local co_create, co_resume, co_yield, co_status, co_running = co.create, co.resu
 local co_isyieldable = co.isyieldable
 local BLOCK, YIELD, UPGRADE, RECEIVE = I.BLOCK, I.YIELD, I.UPGRADE, I.RECEIVE
 local wake, new_task, current = I.wake, I.new_task, I.current
-local type, error, tostring, setmetatable, getmetatable, pairs, ipairs, select =
-  type, error, tostring, setmetatable, getmetatable, pairs, ipairs, select
+local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
+-- The base library's own, not the globals (bindings/metatable_calls.lua).
+local setmetatable, getmetatable = I.setmetatable, I.getmetatable
 
 local E = {}
 

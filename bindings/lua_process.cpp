@@ -609,6 +609,12 @@ struct Primitives {
       push_api(L, p, k);
       return 1;
     }
+    if (is_metatable_call(k)) {
+      install_metatable_calls(L, p);
+      lua_pushvalue(L, 2);
+      lua_rawget(L, 1);
+      return 1;
+    }
     // Any other name the process lacks may be the base library's (print's
     // tostring, pairs, _G, ...): open it and look again. assert alone, the
     // one base function of many short processes (assert(process.spawn(..))),
@@ -693,6 +699,14 @@ struct Primitives {
     lua_pushvalue(L, base + 2);
     lua_setfield(L, base + 1, "coroutine");
     wrap_needs_close(L, LUA_GLOBALSINDEX, "newproxy");
+    // getmetatable and setmetatable wait in the registry until the script
+    // names one (install_metatable_calls).
+    for (const char* name : kMetatableCalls) {
+      raw_global(L, name);
+      lua_setfield(L, LUA_REGISTRYINDEX, name);
+      lua_pushnil(L);
+      lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
+    }
     for (int i = 0; i < saved; ++i) lua_rawset(L, LUA_GLOBALSINDEX);
     lua_settop(L, base);
   }
@@ -737,7 +751,86 @@ struct Primitives {
       lua_pushcfunction(L, exit);
       lua_setfield(L, -2, "exit");
       lua_pop(L, 1);
+    } else if (!std::strcmp(name, "debug")) {
+      raw_global(L, "debug");
+      wrap_metatable_calls(L, -1);
+      lua_pop(L, 1);
     }
+  }
+
+  // The globals and the libraries a process has not named yet come from
+  // _G's metatable (lazy_global), which strings share until the string
+  // library opens. Code that reads or replaces those metatables (a strict
+  // mode, as LuaJIT's etc/strict.lua and penlight's pl.strict install;
+  // getmetatable("").__index to extend strings) would find or break ours.
+  // So getmetatable and setmetatable (the base library's, through
+  // bindings/metatable_calls.lua, and debug's) call plain first for _G or
+  // a string: _G becomes what it is in plain LuaJIT, every library, API
+  // table and global there and no metatable; a string's metatable, the
+  // string library's.
+  static int plain(lua_State* L) {
+    if (lua_type(L, 1) == LUA_TSTRING) {
+      push_string_lib(L);  // installs the strings' own metatable
+      return 0;
+    }
+    lua_pushvalue(L, LUA_GLOBALSINDEX);
+    if (lua_rawequal(L, 1, -1)) plain_globals(L);
+    return 0;
+  }
+
+  // getmetatable and setmetatable as globals: bindings/metatable_calls.lua's
+  // over the base library's, made when the script first names one (about
+  // 1 KB of heap that a process which never does is spared).
+  static constexpr const char* kMetatableCalls[] = {"getmetatable", "setmetatable"};
+  static bool is_metatable_call(const char* k) {
+    return !std::strcmp(k, kMetatableCalls[0]) || !std::strcmp(k, kMetatableCalls[1]);
+  }
+  static void install_metatable_calls(lua_State* L, LuaProcess& p) {
+    open_base(L, p);
+    const std::string& bc = p.rt_.metatable_calls_bytecode();
+    if (luaL_loadbuffer(L, bc.data(), bc.size(), "=metatable_calls") != 0) lua_error(L);
+    for (const char* name : kMetatableCalls) lua_getfield(L, LUA_REGISTRYINDEX, name);
+    lua_pushvalue(L, LUA_GLOBALSINDEX);
+    raw_global(L, "type");
+    lua_pushcfunction(L, plain);
+    lua_call(L, 5, 2);
+    lua_setfield(L, LUA_GLOBALSINDEX, kMetatableCalls[1]);  // rawset: _G has no __newindex
+    lua_setfield(L, LUA_GLOBALSINDEX, kMetatableCalls[0]);
+  }
+
+  // debug's: upvalue 1 the original call.
+  static int metatable_call(lua_State* L) {
+    lua_pushcfunction(L, plain);
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 0);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+  }
+
+  static void wrap_metatable_calls(lua_State* L, int idx) {
+    if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+    for (const char* name : {"getmetatable", "setmetatable"}) {
+      lua_getfield(L, idx, name);
+      lua_pushcclosure(L, metatable_call, 1);
+      lua_setfield(L, idx, name);
+    }
+  }
+
+  // Every name lazy_global would give, made now, and _G's metatable gone.
+  static void plain_globals(lua_State* L) {
+    if (!lua_getmetatable(L, LUA_GLOBALSINDEX)) return;  // plain already
+    lua_pop(L, 1);
+    auto& p = of(L);
+    open_base(L, p);
+    for (const char* name : {"string", "table", "math", "io", "os", "debug", "bit", "jit", "package", "require",
+                             "process", "channel", "time", "log", "coroutine"}) {
+      lua_getfield(L, LUA_GLOBALSINDEX, name);  // through lazy_global
+      lua_pop(L, 1);
+    }
+    lua_pushnil(L);
+    lua_setmetatable(L, LUA_GLOBALSINDEX);
   }
 
   // os.exit([code]): see TaskKernel::request_exit. true, nil or 0 is a

@@ -10,11 +10,12 @@
 
 namespace host::lua {
 
-// Generated from bindings/kernel_ext.lua, bindings/receive.lua and
-// bindings/message.lua.
+// Generated from bindings/kernel_ext.lua, bindings/receive.lua,
+// bindings/message.lua and bindings/metatable_calls.lua.
 extern const char* const k_kernel_ext_source;
 extern const char* const k_receive_source;
 extern const char* const k_message_source;
+extern const char* const k_metatable_calls_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -39,6 +40,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   (void)reads_tables_raw();
   err = ModuleCache::compile("=message", k_message_source, message_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the message constructor does not compile: " + err);
+  err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
+  if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }
 

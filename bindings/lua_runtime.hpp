@@ -58,6 +58,7 @@ class LuaRuntime {
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& receive_bytecode() const { return receive_bytecode_; }
   const std::string& message_bytecode() const { return message_bytecode_; }
+  const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
 
   // Which modules each live process loaded, for reload events (only with
   // track_module_uses).
@@ -81,6 +82,7 @@ class LuaRuntime {
   std::string kernel_ext_bytecode_;
   std::string receive_bytecode_;
   std::string message_bytecode_;
+  std::string metatable_calls_bytecode_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_

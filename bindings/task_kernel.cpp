@@ -1100,6 +1100,10 @@ void TaskKernel::push_ext(lua_State* L) {
   }
   lua_rawgeti(L, LUA_REGISTRYINDEX, coroutine_ref_);
   lua_setfield(L, -2, "coroutine");
+  for (const char* name : {"getmetatable", "setmetatable"}) {  // the loader opened the base library
+    lua_getfield(L, LUA_REGISTRYINDEX, name);
+    lua_setfield(L, -2, name);
+  }
   lua_pushstring(L, kCBoundary);
   lua_setfield(L, -2, "C_BOUNDARY");
   lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);

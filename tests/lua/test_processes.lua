@@ -323,6 +323,13 @@ return { main = function()
       T.eq(pid, nil); T.eq(err, "invalid: cannot send function at reason.handler")
       T.match(select(2, process.cancel("<0.999999.3>")), "^not_found")
     end },
+    { "a strict mode on _G works as in plain LuaJIT: the libraries and API tables are there", function()
+      -- They come from _G's metatable until named; getmetatable(_G) makes
+      -- them plain globals first (bindings/metatable_calls.lua).
+      assert(process.spawn_monitored("fixtures.strict_mode"))
+      local ev = T.next_event("exit")
+      T.eq(ev.error, nil); T.eq(ev.result, "5:ab 6 true true X")
+    end },
     { "os.exit ends the calling process, not the host: a success, or a failure naming its code", function()
       local function exit_of(how, message)
         local pid = assert(process.spawn_monitored("fixtures.exiter", process.pid(), how))
