@@ -3,6 +3,7 @@
 #include "bindings/duration.hpp"
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -70,6 +71,10 @@ double check_duration(lua_State* L, int idx, int level) {
     total += std::strtod(std::string(s + start, unit - start).c_str(), nullptr) * scale;
   }
   return total;
+}
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace host::lua

@@ -46,20 +46,18 @@ bool is_api(const char* name) {
   return false;
 }
 
-// LuaJIT's standard libraries, by name; null for any other name.
+// LuaJIT's standard libraries, by name.
+constexpr std::pair<const char*, lua_CFunction> kLibraries[] = {
+    {"string", luaopen_string}, {"table", luaopen_table}, {"math", luaopen_math},
+    {"io", luaopen_io},         {"os", luaopen_os},       {"debug", luaopen_debug},
+    {"bit", luaopen_bit},       {"ffi", luaopen_ffi},     {"package", luaopen_package},
+    {"jit", luaopen_jit}};
+
+// The opener of a standard library; null for any other name.
 lua_CFunction opener(const char* name) {
-  static const std::pair<const char*, lua_CFunction> openers[] = {
-      {"string", luaopen_string}, {"table", luaopen_table}, {"math", luaopen_math},
-      {"io", luaopen_io},         {"os", luaopen_os},       {"debug", luaopen_debug},
-      {"bit", luaopen_bit},       {"ffi", luaopen_ffi},     {"package", luaopen_package},
-      {"jit", luaopen_jit}};
-  for (auto& [n, f] : openers)
+  for (auto& [n, f] : kLibraries)
     if (std::strcmp(n, name) == 0) return f;
   return nullptr;
-}
-
-double monotonic_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Pushes nil, err and returns 2: the "fails for reasons outside the caller's
@@ -367,8 +365,13 @@ struct Primitives {
   // receive got a message must not end the task's next wait).
   static std::uint64_t start_timer(LuaProcess& p, double secs) {
     const std::uint64_t tag = TaskKernel::kTimerTagMark | ++p.c_timers_;
-    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(std::min(secs * 1e9, 9e18)));
+    add_sleep(p, tag, secs);
     return tag;
+  }
+
+  // A sleep command for flush_commands, its nanoseconds bounded.
+  static void add_sleep(LuaProcess& p, std::uint64_t tag, double secs) {
+    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(std::min(secs * 1e9, 9e18)));
   }
 
   // A timer started in this step is only dropped: its command is not out
@@ -386,12 +389,8 @@ struct Primitives {
   }
 
   static int sleep_cmd(lua_State* L) {
-    auto& p = of(L);
-    auto tag = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
-    double secs = luaL_checknumber(L, 2);
-    double ns = secs * 1e9;
-    if (ns > 9e18) ns = 9e18;
-    p.pending_sleeps_.emplace_back(tag, static_cast<std::int64_t>(ns));
+    const auto tag = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
+    add_sleep(of(L), tag, luaL_checknumber(L, 2));
     return 0;
   }
 
@@ -811,7 +810,7 @@ struct Primitives {
 
   static void wrap_metatable_calls(lua_State* L, int idx) {
     if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
-    for (const char* name : {"getmetatable", "setmetatable"}) {
+    for (const char* name : kMetatableCalls) {
       lua_getfield(L, idx, name);
       lua_pushcclosure(L, metatable_call, 1);
       lua_setfield(L, idx, name);
@@ -824,11 +823,14 @@ struct Primitives {
     lua_pop(L, 1);
     auto& p = of(L);
     open_base(L, p);
-    for (const char* name : {"string", "table", "math", "io", "os", "debug", "bit", "jit", "package", "require",
-                             "process", "channel", "time", "log", "coroutine"}) {
+    auto name_global = [L](const char* name) {
       lua_getfield(L, LUA_GLOBALSINDEX, name);  // through lazy_global
       lua_pop(L, 1);
-    }
+    };
+    for (const auto& [name, open] : kLibraries)
+      if (std::strcmp(name, "ffi") != 0) name_global(name);  // ffi is only require'd, as in plain LuaJIT
+    name_global("require");
+    for (const char* name : kApiNames) name_global(name);
     lua_pushnil(L);
     lua_setmetatable(L, LUA_GLOBALSINDEX);
   }

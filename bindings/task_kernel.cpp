@@ -2,7 +2,6 @@
 #include "bindings/task_kernel.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -173,11 +172,6 @@ void push_error_text(lua_State* L, int idx) {
       lua_pushstring(L, buf);
     }
   }
-}
-
-// Now, in seconds of the steady clock (a timed receive's deadline).
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // LuaJIT's message when a task blocks where it cannot yield, and what we
@@ -864,7 +858,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         const double secs = lua_tonumber(co, 2);
         const std::uint64_t tag = start_timer(loader_ctx_, secs);
         map_timer(L, tag, co);
-        parked_.push_back({co, false, tag, steady_seconds() + secs});
+        parked_.push_back({co, false, tag, monotonic_seconds() + secs});
       } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
@@ -987,7 +981,7 @@ void TaskKernel::slow_inbox(lua_State* L) {
       lua_getfield(L, -1, "timed_waiter");
       lua_replace(L, -2);
       push_task(L, w.co);
-      lua_pushnumber(L, std::max(0.0, w.deadline - steady_seconds()));
+      lua_pushnumber(L, std::max(0.0, w.deadline - monotonic_seconds()));
       lua_call(L, 2, 1);
       recvq.push();
       continue;

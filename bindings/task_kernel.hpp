@@ -301,7 +301,7 @@ class TaskKernel {
   // the first of them before anyone in recvq. Usually zero or one. raw:
   // waiting in receive.lua's call, which takes a message as its values.
   // timer: a timed receive's C timer (0: none); deadline: when it ends, in
-  // steady_clock seconds (for slow_inbox, which hands it to kernel_ext).
+  // monotonic_seconds (for slow_inbox, which hands it to kernel_ext).
   struct Parked {
     lua_State* co;
     bool raw;
