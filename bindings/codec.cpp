@@ -517,33 +517,30 @@ class Decoder {
   bool scalar_into(unsigned char* dst) {
     namespace LL = luajit_layout;
     if (p_ >= end_) return false;
+    const char* next = p_ + 1;  // past the tag, then past the value
     std::uint64_t tv;
     switch (static_cast<std::uint8_t>(*p_)) {
-      case kNil: ++p_; return true;
+      case kNil: p_ = next; return true;
       case kFalse: tv = LL::primitive(LL::kTagFalse); break;
       case kTrue: tv = LL::primitive(LL::kTagTrue); break;
       case kInt: {
-        const char* q = p_ + 1;
         std::uint64_t z;
-        if (read_varint(q, end_, z) != Varint::kOk) return false;
+        if (read_varint(next, end_, z) != Varint::kOk) return false;
         tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
-        std::memcpy(dst, &tv, 8);
-        p_ = q;
-        return true;
+        break;
       }
       case kDouble: {
-        if (end_ - p_ < 9) return false;
+        if (end_ - next < 8) return false;
         double d;
-        std::memcpy(&d, p_ + 1, 8);
+        std::memcpy(&d, next, 8);
+        next += 8;
         tv = LL::number_tvalue(d);
-        std::memcpy(dst, &tv, 8);
-        p_ += 9;
-        return true;
+        break;
       }
       default: return false;
     }
     std::memcpy(dst, &tv, 8);
-    ++p_;
+    p_ = next;
     return true;
   }
   bool at_end() const { return p_ == end_; }
