@@ -105,8 +105,8 @@ end
 
 -- Blocks the running task until a wake for it; returns the wake's values.
 -- Callers check check_blockable first, before they put the task anywhere.
-local function block(sentinel)
-  return co_yield(sentinel or BLOCK)
+local function block()
+  return co_yield(BLOCK)
 end
 
 ---------------------------------------------------------------------------
