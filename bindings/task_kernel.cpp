@@ -598,12 +598,16 @@ void TaskKernel::map_timer(lua_State* L, std::uint64_t tag, lua_State* co) {
   lua_pop(L, 1);
 }
 
-void TaskKernel::stop_timer(lua_State* L, std::uint64_t tag) {
+void TaskKernel::unmap_timer(lua_State* L, std::uint64_t tag) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   lua_pushnil(L);
   lua_rawset(L, -3);
   lua_pop(L, 1);
+}
+
+void TaskKernel::stop_timer(lua_State* L, std::uint64_t tag) {
+  unmap_timer(L, tag);
   cancel_timer(loader_ctx_, tag);
 }
 
@@ -622,15 +626,10 @@ void TaskKernel::complete(lua_State* L) {
     lua_pushnumber(L, tag);
     lua_rawget(L, -2);
     lua_State* co = lua_tothread(L, -1);
-    lua_pop(L, 1);
-    if (co) {
-      lua_pushnumber(L, tag);
-      lua_pushnil(L);
-      lua_rawset(L, -3);
-    }
-    lua_pop(L, 1);
+    lua_pop(L, 2);
     if (!co) return;  // stopped, or dropped by an upgrade
     const auto timer = static_cast<std::uint64_t>(tag);
+    unmap_timer(L, timer);
     auto it = std::find_if(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
     if (it == parked_.end()) {
       wake(L, co, 0);  // a sleep

@@ -287,6 +287,7 @@ class TaskKernel {
   // A C timer's entry in the tasks table (tasks[tag] = task co), and its
   // end before it fires: the entry goes and the command is cancelled.
   void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
+  void unmap_timer(lua_State* L, std::uint64_t tag);  // the entry alone (a timer that fired)
   void stop_timer(lua_State* L, std::uint64_t tag);
 
   // The fields a step or a message reads come first, together: in a ring of
