@@ -130,12 +130,48 @@ local function new_channel(capacity)
   return setmetatable({ queue(), queue(), queue(), false, cap = capacity or 0 }, Channel)
 end
 
+local function is_live(w) return type(w) == "thread" or w.sel == nil or not w.sel.done end
+
 local function live_waiter(q)
   while true do
     local w = qshift(q)
     if w == nil then return nil end
-    if type(w) == "thread" or w.sel == nil or not w.sel.done then return w end
+    if is_live(w) then return w end
   end
+end
+
+-- A select leaves a waiter in each of its channels; once one fires, the
+-- others are stale. Left for live_waiter, they would pile up in a channel
+-- that seldom fires (a select over the inbox and a quit channel, or
+-- events(), held one more stale waiter for each message, for good). The
+-- select's own are the newest in each queue, so it drops them from the
+-- end (prune_stale); a queue whose stale waiters sit below live ones
+-- (several tasks selecting on one channel) is compacted when it has grown
+-- to twice its live waiters (push_waiter): every push O(1) amortized.
+local function prune_stale(q)
+  local h, t = q[HEAD], q[TAIL]
+  while t >= h and not is_live(q[t]) do
+    q[t] = nil
+    t = t - 1
+  end
+  if t < h then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[TAIL] = t end
+end
+
+local compact_at = setmetatable({}, { __mode = "k" })  -- queue -> its length that compacts it (default 32)
+
+local function push_waiter(q, w)
+  if qlen(q) >= (compact_at[q] or 32) then
+    local n = FIRST - 1
+    for i = q[HEAD], q[TAIL] do
+      local v = q[i]
+      q[i] = nil
+      if is_live(v) then n = n + 1; q[n] = v end
+    end
+    q[HEAD], q[TAIL] = FIRST, n
+    local live = n - FIRST + 1
+    compact_at[q] = live >= 16 and 2 * live or nil
+  end
+  qpush(q, w)
 end
 
 local stop_timer  -- defined with the timers below
@@ -272,6 +308,7 @@ function E.timed_waiter(t, secs)
   w.tag = start_timer(secs, function()
     if not sel.done then
       sel.done = true
+      prune_stale(inbox[RECVQ])
       wake(t, nil, "timeout")
     end
   end)
@@ -280,7 +317,7 @@ end
 
 -- Task t blocked in process.receive(secs) behind other waiters.
 function E.receive_timeout(t, secs)
-  qpush(inbox[RECVQ], E.timed_waiter(t, secs))
+  push_waiter(inbox[RECVQ], E.timed_waiter(t, secs))
 end
 
 ---------------------------------------------------------------------------
@@ -366,10 +403,13 @@ local function channel_select(cases)
   local sel = { done = false }
   for i = 1, n do
     local c = cases[i]
-    local w = { task = t, sel = sel, value = c.value }
-    qpush(c.channel[c.op == "receive" and RECVQ or SENDQ], w)
+    push_waiter(c.channel[c.op == "receive" and RECVQ or SENDQ], { task = t, sel = sel, value = c.value })
   end
   local r = block()
+  for i = 1, n do
+    local c = cases[i]
+    prune_stale(c.channel[c.op == "receive" and RECVQ or SENDQ])
+  end
   if r.closed then error("send on a closed channel", 2) end
   return r
 end

@@ -71,6 +71,65 @@ return { main = function()
       r = channel.select { a:case_send("x") }
       T.ok(r.channel == a)
     end },
+    { "selects over a channel that never fires leave nothing behind in it", function()
+      -- Each select left a stale waiter in every channel it did not take
+      -- from: a server loop over its inbox and a quit channel (or events())
+      -- grew by one for each message, for good.
+      local function heap() collectgarbage(); collectgarbage(); return process.memory() end
+      local quit, work = channel.new(), channel.new()
+      local inbox, events = process.inbox(), process.events()
+      local n = 20000
+      coroutine.spawn(function() for i = 1, n do work:send(i) end end)
+      local before = heap()
+      local sum = 0
+      for _ = 1, n do
+        local r = channel.select { work:case_receive(), quit:case_receive(), events:case_receive() }
+        sum = sum + r.value
+      end
+      for i = 1, 2000 do
+        process.send(process.pid(), "n", i)
+        local r = channel.select { inbox:case_receive(), quit:case_receive() }
+        sum = sum + r.value.payload
+      end
+      local grown = heap() - before
+      T.eq(sum, n * (n + 1) / 2 + 2000 * 2001 / 2)
+      T.ok(grown < 256 * 1024, "22000 selects kept " .. grown .. " bytes")
+      -- quit still works after all that pruning
+      coroutine.spawn(function() quit:send("stop") end)
+      local r = channel.select { work:case_receive(), quit:case_receive() }
+      T.ok(r.channel == quit); T.eq(r.value, "stop")
+    end },
+    { "several tasks selecting on one channel: none is lost, the channel stays small", function()
+      local function heap() collectgarbage(); collectgarbage(); return process.memory() end
+      local quit, done = channel.new(), channel.new(3)
+      local feeds, counts = {}, {}
+      for k = 1, 3 do
+        feeds[k] = channel.new()
+        counts[k] = 0
+        coroutine.spawn(function()
+          while true do
+            local r = channel.select { feeds[k]:case_receive(), quit:case_receive() }
+            if r.channel == quit then done:send(k); return end
+            counts[k] = counts[k] + 1
+          end
+        end)
+      end
+      local before = heap()
+      for i = 1, 6000 do feeds[i % 3 + 1]:send(i) end
+      local grown = heap() - before
+      T.ok(grown < 256 * 1024, "6000 selects kept " .. grown .. " bytes")
+      quit:close()  -- wakes every waiter: the live ones were kept
+      local seen = 0
+      for _ = 1, 3 do seen = seen + done:receive() end
+      T.eq(seen, 6)
+      T.eq(counts[1] + counts[2] + counts[3], 6000)  -- each took its last value before quit
+    end },
+    { "timed receives that time out leave the inbox working", function()
+      process.listen("elsewhere")  -- the inbox on kernel_ext's paths
+      for _ = 1, 50 do T.eq(select(2, process.receive(0.001)), "timeout") end
+      process.send(process.pid(), "back", 1)
+      T.eq(process.receive(1).topic, "back")
+    end },
     { "select on a closed channel receives nil, false", function()
       local a = channel.new(); a:close()
       local r = channel.select { a:case_receive() }
