@@ -194,7 +194,8 @@ class Encoder {
     if (type == LUA_TNONE) type = lua_type(L_, idx);
     if (put_scalar(L_, idx, type, out_)) return true;
     if (type == LUA_TTABLE) return table(idx);
-    const char* what = type == LUA_TTHREAD ? "coroutine" : type == LUA_TFUNCTION ? "function" : "userdata";
+    // lua_typename names a cdata "cdata" (LuaJIT's type 10), not "userdata".
+    const char* what = type == LUA_TTHREAD ? "coroutine" : lua_typename(L_, type);
     return fail(ErrorKind::Invalid, std::string("cannot send ") + what);
   }
 

@@ -164,6 +164,8 @@ return { main = function()
       T.eq(err, "invalid: cannot send userdata at value.list[3]")
       ok, err = process.send(echo, "x", coroutine.create(function() end))
       T.eq(err, "invalid: cannot send coroutine at value")
+      ok, err = process.send(echo, "x", { n = require("ffi").new("int64_t", 1) })
+      T.eq(err, "invalid: cannot send cdata at value.n")
       local cyc = { a = { } }; cyc.a.back = cyc
       ok, err = process.send(echo, "x", cyc)
       T.eq(err, "invalid: cannot send a table with a cycle at value.a.back")
