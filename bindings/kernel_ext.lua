@@ -386,6 +386,11 @@ local function channel_select(cases)
       error("bad case #" .. i .. " to 'select' (use ch:case_receive() or ch:case_send(v))", 2)
     end
   end
+  -- An extension: `timeout = d` (a duration) ends a select that nothing
+  -- was ready for within d with { timeout = true }, as Erlang's
+  -- `receive ... after`, without a timer channel and its case.
+  local secs = cases.timeout
+  if secs ~= nil then secs = duration(secs, 2) end
   for i = 1, n do
     local c = cases[i]
     local ch = c.channel
@@ -398,14 +403,22 @@ local function channel_select(cases)
     end
   end
   if cases.default then return { default = true } end
-  if n == 0 then error("select with no cases and no default would block forever", 2) end
+  if secs and secs <= 0 then return { timeout = true } end
+  if n == 0 and not secs then error("select with no cases and no default would block forever", 2) end
   local t = check_blockable(2)
   local sel = { done = false }
   for i = 1, n do
     local c = cases[i]
     push_waiter(c.channel[c.op == "receive" and RECVQ or SENDQ], { task = t, sel = sel, value = c.value })
   end
+  local tag = secs and start_timer(secs, function()
+    if not sel.done then
+      sel.done = true
+      wake(t, { timeout = true })
+    end
+  end)
   local r = block()
+  if tag and not r.timeout then stop_timer(tag) end
   for i = 1, n do
     local c = cases[i]
     prune_stale(c.channel[c.op == "receive" and RECVQ or SENDQ])

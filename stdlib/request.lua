@@ -7,34 +7,40 @@
 --   local msg = process.receive()
 --   request.reply(msg, msg.payload.value[1] + msg.payload.value[2])
 --
--- A call sends `{ call = REF, value = VALUE }` on the topic you give; the
--- server answers with request.reply(msg, result), which sends to the caller
--- on the topic "$reply". One dispatcher coroutine per process routes each
--- reply to the call waiting for its REF, so several coroutines may call at
--- once; a reply that comes after its call timed out is dropped, never left
--- in the inbox.
+-- A call sends `{ call = REF, value = VALUE }` on the topic you give (REF a
+-- number, unique within the calling process); the server answers with
+-- request.reply(msg, result), which sends to the caller on the topic
+-- "$reply". Several coroutines of one process may call at once: whichever
+-- call takes a reply from the "$reply" listener hands it to the call
+-- waiting for its REF; a reply that comes after its call timed out is
+-- dropped, never left in the inbox.
 local M = {}
 
 local REPLY_TOPIC = "$reply"
-local pending = {}      -- ref -> channel(1)
+local replies = nil     -- process.listen(REPLY_TOPIC), made by the first call
+local waiting = {}      -- ref -> the box of the call in flight
 local next_ref = 0
-local dispatcher = nil
+-- Each task's box (a one-slot channel) and the select cases of its calls,
+-- made by its first call: a task makes one call at a time, and a box is
+-- empty again once its call ends (only waiting's boxes get replies).
+local boxes = setmetatable({}, { __mode = "k" })
 
-local function ensure_dispatcher()
-  if dispatcher then return end
-  local replies = process.listen(REPLY_TOPIC)
-  dispatcher = coroutine.spawn(function()
-    while true do
-      local m = replies:receive()
-      local p = m.payload
-      local waiting = type(p) == "table" and pending[p.ref]
-      if waiting then
-        pending[p.ref] = nil
-        waiting:send(p)
-      end
-      -- else: a late reply to a call that timed out; dropped.
-    end
-  end)
+-- Hands a reply's payload to the call waiting for it; a late one is dropped.
+local function route(p)
+  local box = type(p) == "table" and waiting[p.ref]
+  if box then
+    waiting[p.ref] = nil
+    box:send(p)
+  end
+end
+
+-- Routes the replies already queued, without blocking.
+local function route_queued()
+  while true do
+    local r = channel.select { replies:case_receive(), default = true }
+    if r.default then return end
+    route(r.value.payload)
+  end
 end
 
 -- Sends `value` to `dest` (PID or registered name) on `topic` and waits up
@@ -49,46 +55,54 @@ function M.call(dest, topic, value, timeout)
   if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", 2) end
   local valid, secs = pcall(time.parse_duration, timeout or 5)
   if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
-  ensure_dispatcher()
-  next_ref = next_ref + 1
-  local ref = process.pid() .. "#" .. next_ref
-  local box = channel.new(1)
-  pending[ref] = box
+  if not replies then replies = process.listen(REPLY_TOPIC) end
   -- Watch the callee, so a call to a process that dies fails at once.
   local pid = dest
   if dest:sub(1, 1) ~= "<" then
     local found, err = process.registry.lookup(dest)
-    if not found then pending[ref] = nil; return nil, err end
+    if not found then return nil, err end
     pid = found
   end
   local watch, werr = process.watch(pid)
-  if not watch then pending[ref] = nil; return nil, werr end
+  if not watch then return nil, werr end
+  next_ref = next_ref + 1
+  local ref = next_ref
   local ok, err = process.send(pid, topic, { call = ref, value = value })
   if not ok then
-    pending[ref] = nil
     process.unwatch(pid, watch)
     return nil, err
   end
-  -- Stopped once the select returns: time.after's timer would stay for the
-  -- whole timeout, and a process making many calls would hold thousands.
-  local timer = time.timer(secs)
-  local r = channel.select { box:case_receive(), watch:case_receive(), timer.channel:case_receive() }
-  timer.stop()
-  local exited = r.channel == watch
-  if exited then
-    -- A reply the callee sent just before it exited can arrive in the same
-    -- step as its exit, which woke this select before the dispatcher could
-    -- hand the reply over: one yield lets it, and the reply wins.
-    time.sleep(0)
-    local late = channel.select { box:case_receive(), default = true }
-    if not late.default then r = late end
+  local task = coroutine.running()
+  local cases = boxes[task]
+  if not cases then
+    local box = channel.new(1)
+    cases = { box:case_receive(), replies:case_receive(), box = box }
+    boxes[task] = cases
   end
-  if not exited then process.unwatch(pid, watch) end
+  local box = cases.box
+  waiting[ref] = box
+  cases[3] = watch:case_receive()
+  cases.timeout = secs
+  local r
+  repeat
+    r = channel.select(cases)
+    if r.channel == replies then route(r.value.payload) end  -- ours comes round through box
+  until r.channel ~= replies
+  if r.channel ~= watch then process.unwatch(pid, watch) end
   if r.channel ~= box then
-    pending[ref] = nil
-    if r.channel == timer.channel then return nil, "timeout" end
-    return nil, "not_found: " .. pid .. " exited before replying" ..
-      (r.value.error and (": " .. r.value.error:match("^[^\n]*")) or "")
+    -- The reply wins when it came in the same step as the timeout or the
+    -- callee's exit (a reply sent just before it exited can wait behind
+    -- its exit event): another task may have put it in the box already,
+    -- or it waits in replies. The box is empty again for the next call.
+    if r.channel == watch then route_queued() end
+    waiting[ref] = nil
+    local late = channel.select { box:case_receive(), default = true }
+    if late.default then
+      if r.timeout then return nil, "timeout" end
+      return nil, "not_found: " .. pid .. " exited before replying" ..
+        (r.value.error and (": " .. r.value.error:match("^[^\n]*")) or "")
+    end
+    r = late
   end
   if r.value.error ~= nil then return nil, r.value.error end
   return r.value.value
@@ -96,7 +110,7 @@ end
 
 -- True when msg is a call made with request.call.
 function M.is_call(msg)
-  return type(msg) == "table" and type(msg.payload) == "table" and type(msg.payload.call) == "string"
+  return type(msg) == "table" and type(msg.payload) == "table" and type(msg.payload.call) == "number"
 end
 
 -- Answers a call. Returns true, or nil, err when the caller is gone.

@@ -130,6 +130,26 @@ return { main = function()
       process.send(process.pid(), "back", 1)
       T.eq(process.receive(1).topic, "back")
     end },
+    { "select with a timeout: the ready case, or { timeout = true } once it passes", function()
+      local a, b = channel.new(), channel.new(1)
+      local t0 = time.now()
+      local r = channel.select { a:case_receive(), timeout = 0.03 }
+      T.eq(r.timeout, true); T.eq(r.channel, nil)
+      T.ok(time.now() - t0 >= 0.025, "waited for the timeout")
+      b:send(1)
+      r = channel.select { a:case_receive(), b:case_receive(), timeout = "1s" }
+      T.ok(r.channel == b); T.eq(r.value, 1)
+      T.eq(channel.select { a:case_receive(), timeout = 0 }.timeout, true)
+      T.eq(channel.select { timeout = "5ms" }.timeout, true)
+      -- A select that got its value stops its timer: nothing wakes this
+      -- task later, and a value sent after the timeout is still there.
+      coroutine.spawn(function() time.sleep(0.01); a:send("x") end)
+      r = channel.select { a:case_receive(), timeout = 0.05 }
+      T.eq(r.value, "x")
+      coroutine.spawn(function() time.sleep(0.08); b:send("later") end)
+      T.eq(b:receive(), "later")
+      T.raises(function() return channel.select { a:case_receive(), timeout = "soon" } end, 'invalid duration: "soon"')
+    end },
     { "select on a closed channel receives nil, false", function()
       local a = channel.new(); a:close()
       local r = channel.select { a:case_receive() }

@@ -63,6 +63,28 @@ return { main = function()
       T.eq(request.call(s, "echo", "after"), "after")
       process.send(s, "stop", nil)
     end },
+    { "a late reply is never taken for the next call's", function()
+      local s = assert(process.spawn("fixtures.server"))
+      local s2 = assert(process.spawn("fixtures.server"))
+      -- The slow server's "late" arrives while the same task's next call,
+      -- to another server that takes as long, still waits.
+      T.eq(select(2, request.call(s, "slow", 0.1, 0.02)), "timeout")
+      T.eq(request.call(s2, "slow", 0.2, 5), "late")
+      T.eq(request.call(s, "echo", "mine"), "mine")
+      -- Concurrent calls where one times out: the others get their own.
+      local results = channel.new(3)
+      coroutine.spawn(function() results:send({ request.call(s, "slow", 0.1, 0.02) }) end)
+      coroutine.spawn(function() results:send({ request.call(s2, "echo", "b") }) end)
+      coroutine.spawn(function() results:send({ request.call(s2, "echo", "c") }) end)
+      local got = {}
+      for _ = 1, 3 do local r = results:receive(); got[#got + 1] = tostring(r[1]) .. "/" .. tostring(r[2]) end
+      table.sort(got)
+      T.eq(table.concat(got, " "), "b/nil c/nil nil/timeout")
+      time.sleep(0.15)
+      T.eq(request.call(s, "echo", "after"), "after")
+      T.eq(select(2, process.receive(0)), "timeout", "no stray reply in the inbox")
+      process.send(s, "stop", nil); process.send(s2, "stop", nil)
+    end },
     { "a reply sent just before the server ends still reaches call, and its exit nothing else", function()
       local function queued_event()
         local r = channel.select { process.events():case_receive(), default = true }
