@@ -7,7 +7,7 @@ local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
 B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_throughput", "fj_create", "big",
-  "chameneos", "fib" }
+  "chameneos", "fib", "request" }
 
 local function elapsed(t0) return time.now() - t0 end
 
@@ -303,6 +303,23 @@ function B.fib(quick)
   assert(m.payload == want, "fib(" .. n .. ") = " .. tostring(m.payload))
   local procs = 2 * fibs[n + 1] - 1  -- calls of the naive recursion
   return { params = "n=" .. n, seconds = s, per_op = s / procs * 1e6, unit = "us/process" }
+end
+
+-- request/reply the OTP way: request.call (a watch of the server, the call,
+-- a select on its reply, the watch's exit and a timeout) against a server
+-- that answers with request.reply; Erlang's gen_server:call.
+function B.request(quick)
+  local request = require("request")
+  local n = quick and 5000 or 200000
+  local server = assert(process.spawn("nodes.adder"))
+  local t0 = time.now()
+  for i = 1, n do
+    local v, err = request.call(server, "add", i, 5)
+    if v ~= i + 1 then error("request: call " .. i .. " got " .. tostring(v) .. " " .. tostring(err)) end
+  end
+  local s = elapsed(t0)
+  process.send(server, "stop", nil)
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/call" }
 end
 
 return B

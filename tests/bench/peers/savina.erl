@@ -4,6 +4,9 @@
 %% Prints "RESULT NAME SECONDS"; checks each result like the host does.
 -module(savina).
 -mode(compile).
+%% request: the callbacks of its gen_server.
+-behaviour(gen_server).
+-export([init/1, handle_call/3, handle_cast/2]).
 
 main([Name | Rest]) ->
     Quick = lists:member("--quick", Rest),
@@ -90,12 +93,31 @@ run(idle_memory, Q) ->
     io:format("MEMORY idle_memory ~.2f~n", [(After - Before) / N]),
     [P ! stop || P <- Pids],
     S;
+%% request: gen_server:call, OTP's request/reply (a monitor, the call, a
+%% receive of its reference with a timeout, the demonitor), N calls.
+run(request, Q) ->
+    N = pick(Q, 5000, 200000),
+    {ok, Server} = gen_server:start(?MODULE, [], []),
+    {S, ok} = timeit(fun() -> call_n(Server, 1, N) end),
+    gen_server:stop(Server),
+    S;
 run(fib, Q) ->
     {N, Want} = pick(Q, {14, 377}, {24, 46368}),
     Self = self(),
     {S, V} = timeit(fun() -> spawn(fun() -> fibp(N, Self) end), receive {fib, X} -> X end end),
     Want = V,
     S.
+
+
+call_n(_, I, N) when I > N -> ok;
+call_n(Server, I, N) ->
+    Reply = gen_server:call(Server, {add, I}, 5000),
+    true = Reply =:= I + 1,
+    call_n(Server, I + 1, N).
+
+init([]) -> {ok, nil}.
+handle_call({add, I}, _From, State) -> {reply, I + 1, State}.
+handle_cast(_, State) -> {noreply, State}.
 
 idle() ->
     receive

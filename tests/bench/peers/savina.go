@@ -270,6 +270,40 @@ func chameneos(quick bool) time.Duration {
 	return time.Since(t0)
 }
 
+// request: a call and its reply with a timeout, as Go code does it: the
+// request carries a reply channel, the caller waits on it or on a timer
+// that it stops once answered.
+type call struct {
+	n     int
+	reply chan int
+}
+
+func request(quick bool) time.Duration {
+	n := pick(quick, 5000, 200000)
+	calls := make(chan call, mailbox)
+	go func() {
+		for c := range calls {
+			c.reply <- c.n + 1
+		}
+	}()
+	t0 := time.Now()
+	for i := 1; i <= n; i++ {
+		reply := make(chan int, 1)
+		calls <- call{i, reply}
+		timer := time.NewTimer(5 * time.Second)
+		select {
+		case v := <-reply:
+			must(v == i+1, "request: wrong reply")
+		case <-timer.C:
+			must(false, "request: timeout")
+		}
+		timer.Stop()
+	}
+	d := time.Since(t0)
+	close(calls)
+	return d
+}
+
 func fibp(n int, parent chan<- int) {
 	if n < 2 {
 		parent <- n
@@ -362,6 +396,8 @@ func main() {
 		d = fjCreate(quick)
 	case "fib":
 		d = fib(quick)
+	case "request":
+		d = request(quick)
 	case "idle_memory":
 		d = idleMemory(quick)
 	default:
