@@ -76,7 +76,13 @@ local E = {}
 -- Queues: { head, tail, items... } with the items from index 3, so the C
 -- half reads them with integer keys; O(1) push and shift.
 local HEAD, TAIL, FIRST = 1, 2, 3
-local function queue() return { FIRST, FIRST - 1 } end
+-- (With its first item's slot in the array part from the start: added by
+-- the first push, it rehashed the table.)
+local function queue()
+  local q = { FIRST, FIRST - 1, false }
+  q[FIRST] = nil
+  return q
+end
 local function qpush(q, v) local t = q[TAIL] + 1; q[TAIL] = t; q[t] = v end
 local function qshift(q)
   local h, t = q[HEAD], q[TAIL]
@@ -91,6 +97,31 @@ local function qlen(q) return q[TAIL] - q[HEAD] + 1 end
 local function qclear(q)
   for i = q[HEAD], q[TAIL] do q[i] = nil end
   q[HEAD], q[TAIL] = FIRST, FIRST - 1
+end
+
+-- Records of a fixed shape, made from a constructor of constants and then
+-- filled in: LuaJIT copies such a constructor's template with its keys in
+-- place, where one with variable values (`{ task = t, value = v }`) adds
+-- its keys one by one and rehashes the new table for one of them in two
+-- (about 300 instructions each; a request.call made 14 rehashes).
+local function waiter(task, sel, value)
+  local w = { task = false, sel = false, value = false }
+  w.task, w.sel, w.value = task, sel, value
+  return w
+end
+
+-- A select's result: a receive case's ...
+local function received(ch, v, ok)
+  local r = { channel = false, value = false, ok = false }
+  r.channel, r.value, r.ok = ch, v, ok
+  return r
+end
+
+-- ... and a send case's.
+local function sent(ch, closed)
+  local r = { channel = false, ok = false, closed = false }
+  r.channel, r.ok, r.closed = ch, not closed, closed or nil
+  return r
 end
 
 ---------------------------------------------------------------------------
@@ -127,7 +158,23 @@ local function new_channel(capacity)
   if capacity ~= nil and (type(capacity) ~= "number" or capacity < 0 or capacity % 1 ~= 0) then
     error("bad argument #1 to 'channel.new' (capacity must be a non-negative integer)", 2)
   end
-  return setmetatable({ queue(), queue(), queue(), false, cap = capacity or 0 }, Channel)
+  local ch = { false, false, false, false, cap = 0 }  -- see waiter
+  ch[BUF], ch[RECVQ], ch[SENDQ], ch.cap = queue(), queue(), queue(), capacity or 0
+  return setmetatable(ch, Channel)
+end
+
+-- A channel(1) for one of process.watch's exit events, with its monitor's ref.
+local function watch_channel(ref)
+  local ch = { false, false, false, false, cap = 1, ref = false }
+  ch[BUF], ch[RECVQ], ch[SENDQ], ch.ref = queue(), queue(), queue(), ref
+  return setmetatable(ch, Channel)
+end
+
+-- time.timer's and time.ticker's { channel =, stop = }.
+local function stoppable(ch, stop)
+  local t = { channel = false, stop = false }
+  t.channel, t.stop = ch, stop
+  return t
 end
 
 local function is_live(w) return type(w) == "thread" or w.sel == nil or not w.sel.done end
@@ -186,14 +233,14 @@ local function finish_receiver(ch, w, v, ok)
     wake(w.task, v)
   else
     w.sel.done = true
-    wake(w.task, { channel = ch, value = v, ok = ok })
+    wake(w.task, received(ch, v, ok))
   end
 end
 
 local function finish_sender(ch, w, closed)
   if w.sel then
     w.sel.done = true
-    wake(w.task, { channel = ch, ok = not closed, closed = closed or nil })
+    wake(w.task, sent(ch, closed))
   else
     wake(w.task, not closed)
   end
@@ -304,7 +351,8 @@ end
 -- parked with its own timer when the inbox came to these rules (slow_inbox).
 function E.timed_waiter(t, secs)
   local sel = { done = false }
-  local w = { task = t, sel = sel, one = true }
+  local w = { task = false, sel = false, one = true, tag = false }
+  w.task, w.sel = t, sel
   w.tag = start_timer(secs, function()
     if not sel.done then
       sel.done = true
@@ -327,7 +375,7 @@ function Channel.send(ch, v)
   if ch == inbox then I.slow_inbox() end
   if ch[CLOSED] then error("send on a closed channel", 2) end
   if try_send(ch, v) then return true end
-  qpush(ch[SENDQ], { task = check_blockable(2), value = v })
+  qpush(ch[SENDQ], waiter(check_blockable(2), nil, v))
   if not block() then error("send on a closed channel", 2) end
   return true
 end
@@ -368,13 +416,17 @@ end
 function Channel.case_receive(ch)
   check_channel(ch, "case_receive")
   if ch == inbox then I.inbox_tables() end  -- select reads its buffer
-  return { op = "receive", channel = ch }
+  local c = { op = "receive", channel = false }
+  c.channel = ch
+  return c
 end
 
 function Channel.case_send(ch, v)
   check_channel(ch, "case_send")
   if ch == inbox then I.slow_inbox() end
-  return { op = "send", channel = ch, value = v }
+  local c = { op = "send", channel = false, value = false }
+  c.channel, c.value = ch, v
+  return c
 end
 
 local function channel_select(cases)
@@ -396,10 +448,10 @@ local function channel_select(cases)
     local ch = c.channel
     if c.op == "receive" then
       local ok_now, v, ok = try_receive(ch)
-      if ok_now then return { channel = ch, value = v, ok = ok } end
+      if ok_now then return received(ch, v, ok) end
     else
       if ch[CLOSED] then error("send on a closed channel", 2) end
-      if try_send(ch, c.value) then return { channel = ch, ok = true } end
+      if try_send(ch, c.value) then return sent(ch, false) end
     end
   end
   if cases.default then return { default = true } end
@@ -409,7 +461,7 @@ local function channel_select(cases)
   local sel = { done = false }
   for i = 1, n do
     local c = cases[i]
-    push_waiter(c.channel[c.op == "receive" and RECVQ or SENDQ], { task = t, sel = sel, value = c.value })
+    push_waiter(c.channel[c.op == "receive" and RECVQ or SENDQ], waiter(t, sel, c.value))
   end
   local tag = secs and start_timer(secs, function()
     if not sel.done then
@@ -551,12 +603,12 @@ local function build_time()
       tag = nil
       deliver(ch, H.now())
     end)
-    return { channel = ch, stop = function()
+    return stoppable(ch, function()
       if not tag then return false end
       stop_timer(tag)
       tag = nil
       return true
-    end }
+    end)
   end
   function time.ticker(d)
     local secs = duration(d, 2)
@@ -571,11 +623,11 @@ local function build_time()
       end)
     end
     arm()
-    return { channel = ch, stop = function()
+    return stoppable(ch, function()
       stopped = true
       if tag then stop_timer(tag) end
       return true
-    end }
+    end)
   end
   time.now = H.now
   time.parse_duration = function(d)
@@ -601,8 +653,7 @@ E.process = {
     check_string(pid, 1, "watch")
     local ok, ref = H.watch_monitor(pid)
     if not ok then return nil, ref end
-    local ch = new_channel(1)
-    ch.ref = ref
+    local ch = watch_channel(ref)
     exit_watchers[ref] = ch
     return ch
   end,

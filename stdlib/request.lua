@@ -67,7 +67,9 @@ function M.call(dest, topic, value, timeout)
   if not watch then return nil, werr end
   next_ref = next_ref + 1
   local ref = next_ref
-  local ok, err = process.send(pid, topic, { call = ref, value = value })
+  local body = { call = 0, value = false }  -- keys in place: see reply_to
+  body.call, body.value = ref, value
+  local ok, err = process.send(pid, topic, body)
   if not ok then
     process.unwatch(pid, watch)
     return nil, err
@@ -113,16 +115,26 @@ function M.is_call(msg)
   return type(msg) == "table" and type(msg.payload) == "table" and type(msg.payload.call) == "number"
 end
 
+-- The reply to a call: made from a constructor of constants, then filled
+-- in, because LuaJIT builds `{ ref = r, value = v }` key by key and
+-- rehashes it on the way (about 300 instructions).
+local function reply_to(msg, key, value)
+  local body = { ref = 0, value = false, error = false }
+  body.ref, body.value, body.error = msg.payload.call, nil, nil
+  body[key] = value
+  return process.send(msg.from, REPLY_TOPIC, body)
+end
+
 -- Answers a call. Returns true, or nil, err when the caller is gone.
 function M.reply(msg, value)
   if not M.is_call(msg) then error("bad argument #1 to 'reply' (not a request.call message)", 2) end
-  return process.send(msg.from, REPLY_TOPIC, { ref = msg.payload.call, value = value })
+  return reply_to(msg, "value", value)
 end
 
 -- Answers a call with an error: the caller's call returns nil, err.
 function M.fail(msg, err)
   if not M.is_call(msg) then error("bad argument #1 to 'fail' (not a request.call message)", 2) end
-  return process.send(msg.from, REPLY_TOPIC, { ref = msg.payload.call, error = tostring(err) })
+  return reply_to(msg, "error", tostring(err))
 end
 
 return M
