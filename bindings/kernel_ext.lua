@@ -144,8 +144,9 @@ end
 -- Channels. A channel is { buf, recvq, sendq, closed, cap = n } (integer
 -- keys for what the C half reads of the inbox). A waiter in recvq or sendq
 -- is a task (a plain receive) or a record { task, sel, value, one, tag }:
--- sel is the select it belongs to (nil for a plain send); once a select
--- fired, its other waiters are stale and skipped. `one` marks a
+-- sel is the select it belongs to (nil for a plain send), a record with
+-- `done` (a select's receive cases share one, which is its own sel); once
+-- a select fired, its other waiters are stale and skipped. `one` marks a
 -- process.receive with a timeout, which returns the message alone.
 local BUF, RECVQ, SENDQ, CLOSED, SLOW = 1, 2, 3, 4, 5
 local inbox = I.inbox
@@ -318,9 +319,11 @@ end
 ---------------------------------------------------------------------------
 -- Timers: sleep commands and what runs when they complete.
 local next_tag = 0
-local timers = {}  -- tag -> function(err) called when the command completes
+local timers = {}  -- tag -> function(err) called when the command completes, or a waiter that it times out
 
--- Starts a sleep command; fn() runs when it completes (unless stopped).
+-- Starts a sleep command; fn() runs when it completes (unless stopped);
+-- fn may be a select's or a timed receive's waiter instead (time_out):
+-- no closure to make for each.
 local function start_timer(seconds, fn)
   next_tag = next_tag + 1
   local tag = next_tag
@@ -336,11 +339,23 @@ stop_timer = function(tag)
   end
 end
 
+-- A select's timeout, or a timed receive's, came first.
+local function time_out(w)
+  if w.sel.done then return end
+  w.sel.done = true
+  if w.one then
+    prune_stale(inbox[RECVQ])
+    wake(w.task, nil, "timeout")
+  else
+    wake(w.task, { timeout = true })
+  end
+end
+
 function E.complete(tag, err)
   local fn = timers[tag]
   if fn then
     timers[tag] = nil
-    fn(err)
+    if type(fn) == "table" then time_out(fn) else fn(err) end
   end
   -- Else: a completion for a timer already stopped; nothing waits for it.
 end
@@ -350,16 +365,9 @@ end
 -- "timeout". Made here for a receive that finds nothing, or by C for one it
 -- parked with its own timer when the inbox came to these rules (slow_inbox).
 function E.timed_waiter(t, secs)
-  local sel = { done = false }
-  local w = { task = false, sel = false, one = true, tag = false }
-  w.task, w.sel = t, sel
-  w.tag = start_timer(secs, function()
-    if not sel.done then
-      sel.done = true
-      prune_stale(inbox[RECVQ])
-      wake(t, nil, "timeout")
-    end
-  end)
+  local w = { task = false, sel = false, one = true, tag = false, done = false }
+  w.task, w.sel = t, w
+  w.tag = start_timer(secs, w)
   return w
 end
 
@@ -458,17 +466,17 @@ local function channel_select(cases)
   if secs and secs <= 0 then return { timeout = true } end
   if n == 0 and not secs then error("select with no cases and no default would block forever", 2) end
   local t = check_blockable(2)
-  local sel = { done = false }
+  local sel = { task = false, sel = false, done = false }  -- the receive cases' waiter
+  sel.task, sel.sel = t, sel
   for i = 1, n do
     local c = cases[i]
-    push_waiter(c.channel[c.op == "receive" and RECVQ or SENDQ], waiter(t, sel, c.value))
-  end
-  local tag = secs and start_timer(secs, function()
-    if not sel.done then
-      sel.done = true
-      wake(t, { timeout = true })
+    if c.op == "receive" then
+      push_waiter(c.channel[RECVQ], sel)
+    else
+      push_waiter(c.channel[SENDQ], waiter(t, sel, c.value))
     end
-  end)
+  end
+  local tag = secs and start_timer(secs, sel)
   local r = block()
   if tag and not r.timeout then stop_timer(tag) end
   for i = 1, n do
