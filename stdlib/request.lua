@@ -25,6 +25,48 @@ local next_ref = 0
 -- empty again once its call ends (only waiting's boxes get replies).
 local boxes = setmetatable({}, { __mode = "k" })
 
+-- The callees' watches (process.watch), kept from one call to the next,
+-- so a server called again and again is watched once, as long as it
+-- lives: pid -> { ch = its channel, case = ch:case_receive(), used =,
+-- busy = calls waiting on it }. At most WATCHES_KEPT: a call to another
+-- drops the least recently used that no call waits on (unwatch). Its exit
+-- event, once a call takes it, goes back into the channel for the others.
+local WATCHES_KEPT = 16
+local watches, kept, clock = {}, 0, 0
+
+local function forget_watch(pid)
+  if watches[pid] then
+    watches[pid] = nil
+    kept = kept - 1
+  end
+end
+
+local function watch_of(pid)
+  clock = clock + 1
+  local w = watches[pid]
+  if w then
+    w.used = clock
+    return w
+  end
+  if kept >= WATCHES_KEPT then
+    local oldest
+    for p, o in pairs(watches) do
+      if o.busy == 0 and (not oldest or o.used < watches[oldest].used) then oldest = p end
+    end
+    if oldest then
+      process.unwatch(oldest, watches[oldest].ch)
+      forget_watch(oldest)
+    end
+  end
+  local ch, err = process.watch(pid)
+  if not ch then return nil, err end
+  w = { ch = false, case = false, used = 0, busy = 0 }  -- keys in place: see reply_to
+  w.ch, w.case, w.used = ch, ch:case_receive(), clock
+  watches[pid] = w
+  kept = kept + 1
+  return w
+end
+
 -- Hands a reply's payload to the call waiting for it; a late one is dropped.
 local function route(p)
   local box = type(p) == "table" and waiting[p.ref]
@@ -63,8 +105,9 @@ function M.call(dest, topic, value, timeout)
     if not found then return nil, err end
     pid = found
   end
-  local watch, werr = process.watch(pid)
-  if not watch then return nil, werr end
+  local w, werr = watch_of(pid)
+  if not w then return nil, werr end
+  local watch = w.ch
   next_ref = next_ref + 1
   local ref = next_ref
   local body = { call = 0, value = false }  -- keys in place: see reply_to
@@ -72,6 +115,7 @@ function M.call(dest, topic, value, timeout)
   local ok, err = process.send(pid, topic, body)
   if not ok then
     process.unwatch(pid, watch)
+    forget_watch(pid)
     return nil, err
   end
   local task = coroutine.running()
@@ -83,14 +127,19 @@ function M.call(dest, topic, value, timeout)
   end
   local box = cases.box
   waiting[ref] = box
-  cases[3] = watch:case_receive()
+  cases[3] = w.case
   cases.timeout = secs
   local r
+  w.busy = w.busy + 1
   repeat
     r = channel.select(cases)
     if r.channel == replies then route(r.value.payload) end  -- ours comes round through box
   until r.channel ~= replies
-  if r.channel ~= watch then process.unwatch(pid, watch) end
+  w.busy = w.busy - 1
+  if r.channel == watch then
+    watch:send(r.value)  -- for the other calls waiting on it (the channel holds one)
+    forget_watch(pid)
+  end
   if r.channel ~= box then
     -- The reply wins when it came in the same step as the timeout or the
     -- callee's exit (a reply sent just before it exited can wait behind

@@ -85,6 +85,41 @@ return { main = function()
       T.eq(select(2, process.receive(0)), "timeout", "no stray reply in the inbox")
       process.send(s, "stop", nil); process.send(s2, "stop", nil)
     end },
+    { "calls waiting on one server all fail at once when it dies", function()
+      -- The watch of a server is kept from call to call and shared: its
+      -- one exit event must reach every call waiting on it.
+      local s = assert(process.spawn("fixtures.server"))
+      T.eq(request.call(s, "echo", 1), 1)
+      local results = channel.new(3)
+      for _ = 1, 3 do
+        coroutine.spawn(function() results:send({ request.call(s, "ignore", nil, 5) }) end)
+      end
+      time.sleep(0.05)
+      local t0 = time.now()
+      process.terminate(s)
+      for _ = 1, 3 do
+        local r = results:receive()
+        T.eq(r[1], nil); T.match(r[2], "^not_found: .* exited before replying")
+      end
+      T.ok(time.now() - t0 < 1, "took " .. (time.now() - t0) .. " s")
+      T.match(select(2, request.call(s, "echo", 2)), "^not_found")
+    end },
+    { "calls to many servers keep a bounded number of watches", function()
+      local function heap() collectgarbage(); collectgarbage(); return process.memory() end
+      local s0 = assert(process.spawn("fixtures.server"))
+      T.eq(request.call(s0, "echo", 0), 0)
+      local before = heap()
+      for i = 1, 300 do
+        local s = assert(process.spawn("fixtures.server"))
+        T.eq(request.call(s, "echo", i), i)
+        process.send(s, "stop", nil)
+      end
+      time.sleep(0.05)
+      local grown = heap() - before
+      T.ok(grown < 64 * 1024, "300 servers called kept " .. grown .. " bytes")
+      T.eq(request.call(s0, "echo", "still"), "still")
+      process.send(s0, "stop", nil)
+    end },
     { "a reply sent just before the server ends still reaches call, and its exit nothing else", function()
       local function queued_event()
         local r = channel.select { process.events():case_receive(), default = true }
