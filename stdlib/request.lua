@@ -97,6 +97,11 @@ function M.call(dest, topic, value, timeout)
   if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", 2) end
   local valid, secs = pcall(time.parse_duration, timeout or 5)
   if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
+  -- A call that could not wait (outside a process task, or where LuaJIT
+  -- cannot yield) fails before it sends anything, with the kernel's own
+  -- error for it, which a select raises.
+  local task = coroutine.running()
+  if not task or not coroutine.isyieldable() then channel.select { channel.new():case_receive() } end
   if not replies then replies = process.listen(REPLY_TOPIC) end
   -- Watch the callee, so a call to a process that dies fails at once.
   local pid = dest
@@ -118,7 +123,6 @@ function M.call(dest, topic, value, timeout)
     forget_watch(pid)
     return nil, err
   end
-  local task = coroutine.running()
   local cases = boxes[task]
   if not cases then
     local box = channel.new(1)

@@ -85,6 +85,15 @@ return { main = function()
       T.eq(select(2, process.receive(0)), "timeout", "no stray reply in the inbox")
       process.send(s, "stop", nil); process.send(s2, "stop", nil)
     end },
+    { "a call that cannot wait fails before it sends anything", function()
+      local s = assert(process.spawn("fixtures.server"))
+      T.raises(function() table.sort({ 2, 1 }, function(a, b) request.call(s, "echo", "lost"); return a < b end) end,
+        "C function boundary")
+      time.sleep(0.05)
+      -- Nothing went out: no reply waits to be taken for the next call's.
+      T.eq(request.call(s, "echo", "mine"), "mine")
+      process.send(s, "stop", nil)
+    end },
     { "calls waiting on one server all fail at once when it dies", function()
       -- The watch of a server is kept from call to call and shared: its
       -- one exit event must reach every call waiting on it.
