@@ -41,6 +41,12 @@ local function forget_watch(pid)
   end
 end
 
+-- Drops a kept watch whose callee may still live.
+local function unwatch_kept(pid)
+  process.unwatch(pid, watches[pid].ch)
+  forget_watch(pid)
+end
+
 local function watch_of(pid)
   clock = clock + 1
   local w = watches[pid]
@@ -53,10 +59,7 @@ local function watch_of(pid)
     for p, o in pairs(watches) do
       if o.busy == 0 and (not oldest or o.used < watches[oldest].used) then oldest = p end
     end
-    if oldest then
-      process.unwatch(oldest, watches[oldest].ch)
-      forget_watch(oldest)
-    end
+    if oldest then unwatch_kept(oldest) end
   end
   local ch, err = process.watch(pid)
   if not ch then return nil, err end
@@ -119,8 +122,7 @@ function M.call(dest, topic, value, timeout)
   body.call, body.value = ref, value
   local ok, err = process.send(pid, topic, body)
   if not ok then
-    process.unwatch(pid, watch)
-    forget_watch(pid)
+    unwatch_kept(pid)
     return nil, err
   end
   local cases = boxes[task]

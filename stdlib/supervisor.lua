@@ -126,9 +126,7 @@ function M.run(spec, starter)
     local gone = process.watch(pid)
     process.terminate(pid)
     if gone then
-      local timer = time.timer(spec.shutdown_timeout or 15)  -- stopped at once when the child goes first
-      local r = channel.select { gone:case_receive(), timer.channel:case_receive() }
-      timer.stop()
+      local r = channel.select { gone:case_receive(), timeout = spec.shutdown_timeout or 15 }
       if r.channel ~= gone then log.error("supervisor: child '%s' (%s) did not stop", ch.spec.id, pid) end
     end
   end
