@@ -97,6 +97,11 @@ void collect_sooner(lua_State* L, std::size_t limit) {
   if (threshold > start) store64(g + LL::kGcThresholdOffset, start);
 }
 
+bool below_threshold(lua_State* L, std::size_t bytes) {
+  const unsigned char* g = global_of(L);
+  return LL::load64(g + LL::kGcTotalOffset) + bytes < LL::load64(g + LL::kGcThresholdOffset);
+}
+
 bool stopped(lua_State* L) { return LL::load64(global_of(L) + LL::kGcThresholdOffset) >= kStopped; }
 
 }  // namespace host::lua::gc_pressure

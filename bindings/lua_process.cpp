@@ -1603,6 +1603,13 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   }
 }
 
+bool LuaProcess::may_hand_over(const std::string& payload) {
+  if (payload.empty()) return true;
+  if (payload.size() < 2) return false;
+  if (static_cast<std::uint8_t>(payload[1]) < kTable) return true;
+  return payload.size() <= kHandOverTableBytes && !received_strings_.skip_find();
+}
+
 bool LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
   // Three slots, so the pushes below never grow the stack (an allocation).
@@ -1611,6 +1618,8 @@ bool LuaProcess::hand_over(const Event& ev) {
   if (!from) return false;
   const char* topic = received_strings_.find(ev.topic);
   if (!topic) return false;
+  if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
+    return hand_over_table(co, from, topic, ev.payload);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   const bool pushed = ev.payload.empty()
@@ -1624,6 +1633,25 @@ bool LuaProcess::hand_over(const Event& ev) {
     return false;
   }
   step_events_ = {};  // taken: step_body, if it runs, only goes on from here
+  return kernel_.resume_handed_over(co);
+}
+
+bool LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic, const std::string& payload) {
+  // Its allocations are outside the protected call: none may fail (the
+  // limit) nor step the collector (its finalizers, its errors). Three
+  // slots more than hand_over's: the table's first key and value.
+  const std::size_t heap = hand_over_table_heap(payload.size());
+  if (!stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available() ||
+      !gc_pressure::below_threshold(co, heap))
+    return false;
+  stack_args::push_string_object(co, from);
+  stack_args::push_string_object(co, topic);
+  if (!push_value_of_kept_strings(co, payload, received_strings_)) {
+    received_strings_.missed_find(kHandOverBackoff);
+    stack_args::drop_to(co, 0);
+    return false;
+  }
+  step_events_ = {};
   return kernel_.resume_handed_over(co);
 }
 
@@ -1739,16 +1767,14 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step
   // of one message for a waiting task may need none (hand_over; the
-  // message's kind and its payload's tag checked first, inline, so that a
-  // table, ping-pong's, declines at once).
+  // message's kind and its payload's tag and size checked first, so that
+  // a large table declines at once).
   // step_body finds its arguments here (the allocator's userdata leads to
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
   int rc = 0;
-  if (events.size() == 1 && events[0].kind == EventKind::Message &&
-      (events[0].payload.empty() ||
-       (events[0].payload.size() >= 2 && static_cast<std::uint8_t>(events[0].payload[1]) < kTable)) &&
+  if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload) &&
       hand_over(events[0])) {
     out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
   } else {

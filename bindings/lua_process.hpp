@@ -95,10 +95,30 @@ class LuaProcess final : public Process {
   // (TaskKernel::raw_receiver says when): the message's values pushed
   // onto the waiting task's stack, made of nothing new (its sender and
   // topic strings already kept, its payload nil, a boolean, a number or a
-  // kept string), and the task resumed. True when that was the whole step;
-  // false when step_body must run, with the message still in step_events_
-  // or, once the task was resumed, with step_events_ empty.
+  // kept string) or of new tables alone (a small table payload whose
+  // strings are all kept, where the heap is far enough below both the
+  // collector's threshold and the memory limit that making them can
+  // neither start a collection step nor fail), and the task resumed. True
+  // when that was the whole step; false when step_body must run, with the
+  // message still in step_events_ or, once the task was resumed, with
+  // step_events_ empty. may_hand_over is Step's first check, on the
+  // payload's size and tag.
   bool hand_over(const Event& ev);
+  bool may_hand_over(const std::string& payload);
+  // hand_over's table payloads (out of line: the other payloads' path
+  // stays as short as it was).
+  [[gnu::noinline]] bool hand_over_table(lua_State* co, const char* from, const char* topic, const std::string& payload);
+  // The largest table payload hand_over makes, in encoded bytes, and the
+  // bytes of heap it then asks to be free: each encoded byte of a table
+  // makes at most 24 (a table's 64-byte header for its 3 bytes of tag and
+  // counts, a hash node pair of 48 for a key's and a value's 2 at least,
+  // an array slot of 8 for an element's 1).
+  static constexpr std::size_t kHandOverTableBytes = 256;
+  static std::size_t hand_over_table_heap(std::size_t bytes) { return 32 * bytes + 64; }
+  // After a table payload hand_over declined (a string not kept), the
+  // next kHandOverBackoff go to step_body without trying, so that a
+  // process whose tables carry new strings does not decode each twice.
+  static constexpr std::uint32_t kHandOverBackoff = 64;
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.

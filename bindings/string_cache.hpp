@@ -40,6 +40,17 @@ class StringCache {
     return nullptr;
   }
 
+  // For a caller that finds only (LuaProcess::hand_over's tables): after
+  // a lookup that missed (missed_find), skip_find says true for the next
+  // `backoff` calls, so that a process whose messages carry strings the
+  // cache does not keep does not look them up twice each.
+  void missed_find(std::uint32_t backoff) { find_backoff_ = backoff; }
+  bool skip_find() {
+    if (find_backoff_ == 0) return false;
+    --find_backoff_;
+    return true;
+  }
+
   // Pushes the Lua string of s.
   void push(lua_State* L, std::string_view s) {
     if (s.size() > kMaxLength) {
@@ -109,7 +120,8 @@ class StringCache {
   using Slots = std::array<Slot, kSlots>;
 
   std::unique_ptr<Slots> slots_;
-  std::size_t next_ = 0;  // the slot a miss replaces
+  std::uint32_t next_ = 0;  // the slot a miss replaces
+  std::uint32_t find_backoff_ = 0;  // see skip_find
 };
 
 }  // namespace host::lua

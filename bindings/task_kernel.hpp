@@ -145,9 +145,10 @@ class TaskKernel {
   // worker's step is mostly this one message for this one task.
   // raw_receiver: that task, when it is the only thing the message could
   // go to and nothing else is ready to run (nullptr otherwise); the
-  // caller then pushes the values onto its stack, making nothing (the
-  // step is not protected: an allocation's error there would have no
-  // handler).
+  // caller then pushes the values onto its stack, making nothing but a
+  // small table payload's tables, and those only where they can neither
+  // fail nor start a collection step (the step is not protected: an
+  // allocation's error, or a finalizer's, would have no handler there).
   lua_State* raw_receiver() const {
     if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
         !ready_.empty() || !yielded_.empty() || !receive_one_.empty())

@@ -427,6 +427,23 @@ return { main = function()
       T.eq(process.receive(5).payload, "alive")
       process.send(echo, "stop", nil)
     end },
+    { "a process that meets its memory limit by the tables it is sent fails with limit: memory", function()
+      -- CTest runs this file with --mem-limit 64M. Near the limit, a table
+      -- handed to a waiting task is made in the step's protected body (not
+      -- by LuaProcess::hand_over, outside it), where meeting the limit
+      -- fails the process as any allocation there does.
+      local pid = assert(process.spawn_monitored("fixtures.table_hoard", 62 * 1024))
+      local inbox, events = process.inbox(), process.events()
+      local ev
+      for i = 1, 2000000 do
+        if not process.send(pid, "t", { n = i, k = "n", list = { i, i + 1, "n" } }) then break end
+        local r = channel.select { inbox:case_receive(), events:case_receive(), timeout = 30 }
+        T.ok(not r.timeout, "no answer in round " .. i)
+        if r.channel == events then ev = r.value; break end
+      end
+      ev = ev or T.next_event("exit")
+      T.eq(ev.kind, "exit"); T.eq(ev.from, pid); T.eq(ev.error, "limit: memory")
+    end },
     { "loading the kernel's Lua half pauses the collector only while it loads", function()
       -- TaskKernel::push_ext stops the collector for the load and restarts
       -- it, unless the script had stopped it.
