@@ -481,8 +481,9 @@ class Decoder {
           if (!text || !stack_args::push_string_object(L_, text)) return fail("a string not kept");
         } else if (strings_) {
           strings_->push(L_, std::string_view(p_, n));
+        } else {
+          lua_pushlstring(L_, p_, n);
         }
-        else lua_pushlstring(L_, p_, n);
         p_ += n;
         return true;
       }
