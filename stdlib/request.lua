@@ -98,8 +98,12 @@ function M.call(dest, topic, value, timeout)
     error("bad argument #1 to 'call' (PID or registered name expected, got " .. type(dest) .. ")", 2)
   end
   if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", 2) end
-  local valid, secs = pcall(time.parse_duration, timeout or 5)
-  if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
+  local secs = timeout or 5
+  if type(secs) ~= "number" or not (secs >= 0) then  -- seconds as they are; the rest parsed
+    local valid
+    valid, secs = pcall(time.parse_duration, secs)
+    if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
+  end
   -- A call that could not wait (outside a process task, or where LuaJIT
   -- cannot yield) fails before it sends anything, with the kernel's own
   -- error for it, which a select raises.
@@ -135,18 +139,31 @@ function M.call(dest, topic, value, timeout)
   waiting[ref] = box
   cases[3] = w.case
   cases.timeout = secs
-  local r
+  local r, reply
   w.busy = w.busy + 1
   repeat
     r = channel.select(cases)
-    if r.channel == replies then route(r.value.payload) end  -- ours comes round through box
+    if r.channel == replies then
+      -- Its own reply, the usual case, is taken here; another call's goes
+      -- to that call's box.
+      local p = r.value.payload
+      if type(p) == "table" and p.ref == ref then
+        reply = p
+        break
+      end
+      route(p)
+    end
   until r.channel ~= replies
   w.busy = w.busy - 1
-  if r.channel == watch then
-    watch:send(r.value)  -- for the other calls waiting on it (the channel holds one)
-    forget_watch(pid)
-  end
-  if r.channel ~= box then
+  if reply then
+    waiting[ref] = nil
+  elseif r.channel == box then
+    reply = r.value
+  else
+    if r.channel == watch then
+      watch:send(r.value)  -- for the other calls waiting on it (the channel holds one)
+      forget_watch(pid)
+    end
     -- The reply wins when it came in the same step as the timeout or the
     -- callee's exit (a reply sent just before it exited can wait behind
     -- its exit event): another task may have put it in the box already,
@@ -159,10 +176,10 @@ function M.call(dest, topic, value, timeout)
       return nil, "not_found: " .. pid .. " exited before replying" ..
         (r.value.error and (": " .. r.value.error:match("^[^\n]*")) or "")
     end
-    r = late
+    reply = late.value
   end
-  if r.value.error ~= nil then return nil, r.value.error end
-  return r.value.value
+  if reply.error ~= nil then return nil, reply.error end
+  return reply.value
 end
 
 -- True when msg is a call made with request.call.

@@ -38,6 +38,28 @@ return { main = function()
       T.eq(sum, 15)
       process.send(s, "stop", nil)
     end },
+    { "many calls at once from many tasks each get their own reply, never another's", function()
+      -- Each reply reaches whichever of the process's calls takes it from
+      -- the "$reply" listener first: one of its own it keeps, another's it
+      -- hands to that call's box. Distinct values catch a swap, which a sum
+      -- would not.
+      local servers = { assert(process.spawn("fixtures.server")), assert(process.spawn("fixtures.server")) }
+      local done = channel.new(20)
+      for t = 1, 20 do
+        coroutine.spawn(function()
+          local wrong
+          for i = 1, 50 do
+            local v = t * 1000 + i
+            local got, err = request.call(servers[(t + i) % 2 + 1], "echo", v)
+            if got ~= v and not wrong then wrong = "task " .. t .. " call " .. i .. ": " .. tostring(got) .. " " .. tostring(err) end
+          end
+          done:send(wrong or true)
+        end)
+      end
+      for _ = 1, 20 do T.eq(done:receive(), true) end
+      T.eq(select(2, process.receive(0)), "timeout", "no stray reply in the inbox")
+      for _, s in ipairs(servers) do process.send(s, "stop", nil) end
+    end },
     { "a call answered in time leaves no timer behind", function()
       -- Its timeout's timer is stopped: held until it fired, each call's
       -- timer (a closure and a channel) stayed for the whole timeout, and
@@ -161,6 +183,14 @@ return { main = function()
         "test_stdlib%.lua:%d+: bad argument #1 to 'call' %(PID or registered name expected, got number%)")
       T.raises(function() local r = request.call(s, "echo", 1, "soon"); return r end,
         "test_stdlib%.lua:%d+: bad argument #4 to 'call' %(invalid duration: \"soon\"%)")
+      T.raises(function() local r = request.call(s, "echo", 1, -1); return r end,
+        "test_stdlib%.lua:%d+: bad argument #4 to 'call' %(invalid duration: %-1%)")
+      T.raises(function() local r = request.call(s, "echo", 1, 0 / 0); return r end,
+        "bad argument #4 to 'call' %(invalid duration: %-?nan%)")
+      local live = assert(process.spawn("fixtures.server"))
+      T.eq(request.call(live, "echo", 7, "250ms"), 7)
+      T.eq(request.call(live, "echo", 8, 0.25), 8)
+      process.send(live, "stop", nil)
       v, err = request.call("nobody-here", "echo", 1)
       T.match(err, "^not_found")
     end },
