@@ -1491,7 +1491,7 @@ namespace {
   const Event* prev = nullptr;  // the last message pushed
   int n = 0;
   for (const Event& ev : run) {
-    if (prev && ev.from == prev->from && ev.topic == prev->topic) {
+    if (prev && ev.from == prev->from && StringCache::same(ev.topic, prev->topic)) {
       if (popped) {
         lua_pushvalue(L, kept);
         lua_pushvalue(L, kept + 1);

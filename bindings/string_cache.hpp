@@ -40,6 +40,22 @@ class StringCache {
     return nullptr;
   }
 
+  // Whether a and b hold the same bytes: up to 16 by the words of their
+  // keys (below), with no call; longer ones by memcmp. operator== calls
+  // memcmp for any length (about 19 instructions a message where a run of
+  // messages compares each topic with the one before).
+  static bool same(std::string_view a, std::string_view b) {
+    const std::size_t n = a.size();
+    if (n != b.size()) return false;
+    const char* p = a.data();
+    const char* q = b.data();
+    if (n > 16) return std::memcmp(p, q, n) == 0;
+    if (n >= 8) return same_ends<std::uint64_t>(p, q, n);
+    if (n >= 4) return same_ends<std::uint32_t>(p, q, n);
+    if (n >= 2) return same_ends<std::uint16_t>(p, q, n);
+    return n == 0 || *p == *q;
+  }
+
   // For a caller that finds only (LuaProcess::hand_over's tables): after
   // a lookup that missed (missed_find), skip_find says true for the next
   // `backoff` calls, so that a process whose messages carry strings the
@@ -97,6 +113,12 @@ class StringCache {
     Word w;
     std::memcpy(&w, p, sizeof w);
     return w;
+  }
+  // Whether the first and last sizeof(Word) of n bytes are the same at p
+  // and q (all n when n is at most twice that).
+  template <typename Word>
+  static bool same_ends(const char* p, const char* q, std::size_t n) {
+    return load<Word>(p) == load<Word>(q) && load<Word>(p + n - sizeof(Word)) == load<Word>(q + n - sizeof(Word));
   }
   static Key key_of(std::string_view s) {
     const char* p = s.data();

@@ -218,6 +218,22 @@ TEST_CASE("a string cache tells apart cached strings that differ in any one byte
   }
 }
 
+TEST_CASE("StringCache::same tells equal bytes from strings that differ in any one byte, at every length") {
+  for (std::size_t n = 0; n <= 20; ++n) {
+    const std::string base(n, 'x');
+    CHECK(host::lua::StringCache::same(base, std::string(n, 'x')));
+    CHECK_FALSE(host::lua::StringCache::same(base, std::string(n + 1, 'x')));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string other = base;
+      other[i] = 'y';
+      CAPTURE(n);
+      CAPTURE(i);
+      CHECK_FALSE(host::lua::StringCache::same(base, other));
+      CHECK_FALSE(host::lua::StringCache::same(other, base));
+    }
+  }
+}
+
 TEST_CASE("one simple value takes the short paths, with the full encoder's bytes and the decoder's value") {
   State s;
   host::lua::StringCache cache;
