@@ -11,9 +11,9 @@
 -- number, unique within the calling process); the server answers with
 -- request.reply(msg, result), which sends to the caller on the topic
 -- "$reply". Several coroutines of one process may call at once: whichever
--- call takes a reply from the "$reply" listener hands it to the call
--- waiting for its REF; a reply that comes after its call timed out is
--- dropped, never left in the inbox.
+-- call takes a reply from the "$reply" listener keeps it when it is its
+-- own and hands it to the call waiting for its REF when it is not; a reply
+-- that comes after its call timed out is dropped, never left in the inbox.
 local M = {}
 
 local REPLY_TOPIC = "$reply"
