@@ -541,7 +541,7 @@ void TaskKernel::message(lua_State* L) {
     if (!parked_.empty()) {
       const Parked w = parked_.front();
       parked_.erase(parked_.begin());
-      if (w.timer) stop_timer(L, w.timer);
+      if (w.timer) cancel_timer(loader_ctx_, w.timer);
       wake(L, w.co, 1);
       lua_settop(L, base);
       return;
@@ -606,11 +606,6 @@ void TaskKernel::unmap_timer(lua_State* L, std::uint64_t tag) {
   lua_pop(L, 1);
 }
 
-void TaskKernel::stop_timer(lua_State* L, std::uint64_t tag) {
-  unmap_timer(L, tag);
-  cancel_timer(loader_ctx_, tag);
-}
-
 int TaskKernel::block_in_sleep(lua_State* L, double secs) {
   map_timer(L, start_timer(loader_ctx_, secs), current_);
   // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
@@ -622,23 +617,27 @@ int TaskKernel::block_in_sleep(lua_State* L, double secs) {
 void TaskKernel::complete(lua_State* L) {
   if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kTimerTagMark)) {
     lua_pop(L, 2);  // its error too: a wait ends either way (kernel_ext's do)
+    const auto timer = static_cast<std::uint64_t>(tag);
+    // A timed receive's: its entry names it (none left: a message ended
+    // the wait first, or an upgrade dropped it).
+    auto it = std::find_if(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
+    if (it != parked_.end()) {
+      lua_State* co = it->co;
+      parked_.erase(it);
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      wake(L, co, 2);
+      return;
+    }
+    // A sleep's, through the tasks table.
     lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
     lua_pushnumber(L, tag);
     lua_rawget(L, -2);
     lua_State* co = lua_tothread(L, -1);
     lua_pop(L, 2);
     if (!co) return;  // stopped, or dropped by an upgrade
-    const auto timer = static_cast<std::uint64_t>(tag);
     unmap_timer(L, timer);
-    auto it = std::find_if(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
-    if (it == parked_.end()) {
-      wake(L, co, 0);  // a sleep
-      return;
-    }
-    parked_.erase(it);
-    lua_pushnil(L);
-    lua_pushliteral(L, "timeout");
-    wake(L, co, 2);
+    wake(L, co, 0);
     return;
   }
   if (!ext_loaded()) {  // no timer can be waiting for it
@@ -784,6 +783,7 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
+  if (const std::uint64_t timer = parked_.front().timer) cancel_timer(loader_ctx_, timer);
   parked_.erase(parked_.begin());
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
@@ -855,9 +855,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         // With a timeout, and nobody before it: parked as a plain receive,
         // with a C timer (see start_timer).
         const double secs = lua_tonumber(co, 2);
-        const std::uint64_t tag = start_timer(loader_ctx_, secs);
-        map_timer(L, tag, co);
-        parked_.push_back({co, false, tag, monotonic_seconds() + secs});
+        parked_.push_back({co, false, start_timer(loader_ctx_, secs), monotonic_seconds() + secs});
       } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
@@ -918,6 +916,8 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   // what they hold), links, monitors and names stay.
   ready_.clear();
   yielded_.clear();
+  for (const Parked& w : parked_)
+    if (w.timer) cancel_timer(loader_ctx_, w.timer);
   parked_.clear();
   receive_one_.clear();
   for (int which : {kRecvq, kSendq}) {
@@ -975,7 +975,7 @@ void TaskKernel::slow_inbox(lua_State* L) {
     if (w.timer) {
       // A timed receive waits by kernel_ext's rules from now on: its
       // waiter and timer, for what is left of its time.
-      stop_timer(L, w.timer);
+      cancel_timer(loader_ctx_, w.timer);
       push_ext(L);
       lua_getfield(L, -1, "timed_waiter");
       lua_replace(L, -2);
@@ -1241,13 +1241,17 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     return lua_error(L);
   }
   stack_args::drop_to(L, 0);  // the timeout's nil, if given
-  if (!timed && L == k.current_ && !k.slow_inbox_) {
+  if (L == k.current_ && !k.slow_inbox_) {
     // The task itself waits, not a coroutine inside it: the yield reaches
     // the kernel's resume for certain, so it waits from here, as a plain
     // block (no after_resume), unless others wait in the inbox's receive
     // queue, which only happens once kernel_ext has loaded (see message).
+    // With a timeout, its C timer is found through its entry (complete),
+    // not through the tasks table: a message that ends the wait stops it
+    // without a table write, so the step's hand-over may take it too.
     if (k.inbox_recvq_empty(L)) {
-      k.parked_.push_back({L, raw});
+      if (timed) k.parked_.push_back({L, raw, start_timer(k.loader_ctx_, secs), monotonic_seconds() + secs});
+      else k.parked_.push_back({L, raw});
       k.parking_ = true;
       return lua_yield(L, 0);
     }

@@ -104,11 +104,13 @@ class TaskKernel {
   // timeout while the inbox is on its fast paths: kernel_ext.lua's timers
   // need it loaded, 180k instructions and 39 KB of heap that a process
   // which only sleeps or waits with a timeout never needs. Each is a sleep
-  // command whose tag (start_timer's) maps to its task in the tasks table
-  // until complete() wakes the task (a sleep with nothing; a timed
-  // receive, still parked, with nil, "timeout"), a message takes the
-  // receive (stop_timer), or an upgrade drops the task (restart cancels
-  // its command). check_blockable raises where the running code cannot
+  // command (start_timer's tag). A sleep's tag maps to its task in the
+  // tasks table until complete() wakes the task with nothing, or an
+  // upgrade drops the task (restart cancels its command). A timed
+  // receive's tag is in its entry in parked_ until complete() wakes it
+  // with nil, "timeout", a message takes the receive (its command
+  // cancelled, no table written: the step's hand-over may take it), or an
+  // upgrade drops it. check_blockable raises where the running code cannot
   // block (outside a task; inside a C call), as kernel_ext's does; then
   // block_in_sleep yields the running task, what the C function returns.
   void check_blockable(lua_State* L) const;
@@ -285,11 +287,10 @@ class TaskKernel {
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
-  // A C timer's entry in the tasks table (tasks[tag] = task co), and its
-  // end before it fires: the entry goes and the command is cancelled.
+  // A sleep's C timer's entry in the tasks table (tasks[tag] = task co),
+  // and its removal once the timer fired.
   void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
-  void unmap_timer(lua_State* L, std::uint64_t tag);  // the entry alone (a timer that fired)
-  void stop_timer(lua_State* L, std::uint64_t tag);
+  void unmap_timer(lua_State* L, std::uint64_t tag);
 
   // The fields a step or a message reads come first, together: in a ring of
   // 1000 processes each hop finds its process's lines evicted, and every

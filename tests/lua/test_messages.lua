@@ -47,7 +47,7 @@ return { main = function()
         for i = 1, 40 do T.eq(ask(pid, 1), "cmd", "answer " .. i) end
         return pid
       end
-      for _, via in ipairs({ "receive", "inbox" }) do
+      for _, via in ipairs({ "receive", "inbox", "timed" }) do
         local p = start(via)
         T.eq(ask(p, nil), nil); T.eq(ask(p, true), true); T.eq(ask(p, false), false)
         T.eq(ask(p, "cmd"), "cmd"); T.eq(ask(p, "new text"), "new text")
