@@ -1793,6 +1793,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
   if (rc != 0) lua_settop(L, 0);  // the error; a call that returned left nothing
+  kernel_.settle_receive_timer();
   if (!pending_sleeps_.empty() || !pending_cancels_.empty()) {
     // A process that ended starts no timer, but still drops the ones its
     // last step stopped waiting for (a receive that a message ended):

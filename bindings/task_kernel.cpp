@@ -321,7 +321,7 @@ void TaskKernel::wake(lua_State* L, lua_State* co, int n) {
 void TaskKernel::fail(std::string err) {
   if (outcome_ != kWaiting) return;
   outcome_ = kFailed;
-  failure_ = std::move(err);
+  failure_ = std::make_unique<std::string>(std::move(err));
 }
 
 void TaskKernel::push_inbox_queue(lua_State* L, int which) {
@@ -541,7 +541,7 @@ void TaskKernel::message(lua_State* L) {
     if (!parked_.empty()) {
       const Parked w = parked_.front();
       parked_.erase(parked_.begin());
-      if (w.timer) cancel_timer(loader_ctx_, w.timer);
+      release_timer(w.timer);
       wake(L, w.co, 1);
       lua_settop(L, base);
       return;
@@ -614,21 +614,69 @@ int TaskKernel::block_in_sleep(lua_State* L, double secs) {
   return lua_yield(L, 1);
 }
 
+std::uint64_t TaskKernel::receive_timer(double deadline) {
+  if (receive_timer_ && receive_timer_due_ <= deadline) return receive_timer_;
+  // None armed, or it fires after this deadline: a new one, which later
+  // waits share. The one it replaces stays for the waits it serves, or
+  // goes if it serves none.
+  if (receive_timer_ && !serves(receive_timer_)) cancel_timer(loader_ctx_, receive_timer_);
+  receive_timer_ = start_timer(loader_ctx_, std::max(0.0, deadline - monotonic_seconds()));
+  receive_timer_due_ = deadline;
+  return receive_timer_;
+}
+
+void TaskKernel::release_timer(std::uint64_t timer) {
+  // The shared timer stays for the next timed wait (settle_receive_timer
+  // drops it at the step's end if none came); an older one goes with its
+  // last wait.
+  if (timer && timer != receive_timer_ && !serves(timer)) cancel_timer(loader_ctx_, timer);
+}
+
+bool TaskKernel::serves(std::uint64_t timer) const {
+  return std::any_of(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
+}
+
+void TaskKernel::settle_receive_timer() {
+  if (receive_timer_ && !serves(receive_timer_)) {
+    cancel_timer(loader_ctx_, receive_timer_);
+    receive_timer_ = 0;
+  }
+}
+
+void TaskKernel::drop_receive_timers() {
+  for (const Parked& w : parked_)
+    if (w.timer) cancel_timer(loader_ctx_, w.timer);  // a shared one's second cancel does nothing
+  receive_timer_ = 0;
+}
+
 void TaskKernel::complete(lua_State* L) {
   if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kTimerTagMark)) {
     lua_pop(L, 2);  // its error too: a wait ends either way (kernel_ext's do)
     const auto timer = static_cast<std::uint64_t>(tag);
-    // A timed receive's: its entry names it (none left: a message ended
-    // the wait first, or an upgrade dropped it).
-    auto it = std::find_if(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
-    if (it != parked_.end()) {
-      lua_State* co = it->co;
-      parked_.erase(it);
+    // A timed receive's (receive_timer): the entries it serves whose time
+    // is up time out; the others get a timer for their own deadline.
+    if (timer == receive_timer_) receive_timer_ = 0;
+    bool served = false;
+    const double now = monotonic_seconds();
+    for (std::size_t i = 0; i < parked_.size();) {
+      Parked& w = parked_[i];
+      if (w.timer != timer) {
+        ++i;
+        continue;
+      }
+      served = true;
+      if (w.deadline > now) {
+        w.timer = receive_timer(w.deadline);
+        ++i;
+        continue;
+      }
+      lua_State* co = w.co;
+      parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
       lua_pushnil(L);
       lua_pushliteral(L, "timeout");
       wake(L, co, 2);
-      return;
     }
+    if (served) return;
     // A sleep's, through the tasks table.
     lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
     lua_pushnumber(L, tag);
@@ -783,8 +831,9 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
-  if (const std::uint64_t timer = parked_.front().timer) cancel_timer(loader_ctx_, timer);
+  const std::uint64_t timer = parked_.front().timer;
   parked_.erase(parked_.begin());
+  release_timer(timer);
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
     current_ = co;
@@ -855,7 +904,8 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         // With a timeout, and nobody before it: parked as a plain receive,
         // with a C timer (see start_timer).
         const double secs = lua_tonumber(co, 2);
-        parked_.push_back({co, false, start_timer(loader_ctx_, secs), monotonic_seconds() + secs});
+        const double deadline = monotonic_seconds() + secs;
+        parked_.push_back({co, false, receive_timer(deadline), deadline});
       } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
@@ -916,8 +966,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   // what they hold), links, monitors and names stay.
   ready_.clear();
   yielded_.clear();
-  for (const Parked& w : parked_)
-    if (w.timer) cancel_timer(loader_ctx_, w.timer);
+  drop_receive_timers();
   parked_.clear();
   receive_one_.clear();
   for (int which : {kRecvq, kSendq}) {
@@ -964,6 +1013,7 @@ void TaskKernel::slow_inbox(lua_State* L) {
   lua_rawseti(L, -2, kSlow);
   lua_pop(L, 1);
   if (parked_.empty()) return;
+  drop_receive_timers();  // the timed ones below get kernel_ext's
   // recvq = parked tasks, then what it held.
   push_inbox_queue(L, kRecvq);
   const int base = lua_gettop(L) - 1;
@@ -975,7 +1025,6 @@ void TaskKernel::slow_inbox(lua_State* L) {
     if (w.timer) {
       // A timed receive waits by kernel_ext's rules from now on: its
       // waiter and timer, for what is left of its time.
-      cancel_timer(loader_ctx_, w.timer);
       push_ext(L);
       lua_getfield(L, -1, "timed_waiter");
       lua_replace(L, -2);
@@ -1250,7 +1299,10 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     // not through the tasks table: a message that ends the wait stops it
     // without a table write, so the step's hand-over may take it too.
     if (k.inbox_recvq_empty(L)) {
-      if (timed) k.parked_.push_back({L, raw, start_timer(k.loader_ctx_, secs), monotonic_seconds() + secs});
+      if (timed) {
+        const double deadline = monotonic_seconds() + secs;
+        k.parked_.push_back({L, raw, k.receive_timer(deadline), deadline});
+      }
       else k.parked_.push_back({L, raw});
       k.parking_ = true;
       return lua_yield(L, 0);

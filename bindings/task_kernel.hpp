@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -166,7 +167,15 @@ class TaskKernel {
   void settle(lua_State* L) {
     if (unsettled_rc_ >= 0) settle_unsettled(L);
   }
-  const std::string& failure() const { return failure_; }
+  const std::string& failure() const {
+    static const std::string none;
+    return failure_ ? *failure_ : none;
+  }
+  // At a step's end (LuaProcess::Step): the timed receives' shared timer
+  // goes once no receive waits on it, so that a process waiting without a
+  // deadline holds no timer (shutdown waits for none: see
+  // Scheduler::nothing_can_run).
+  void settle_receive_timer();
 
   // process.receive: the C function, then one of bindings/receive.lua's
   // two Lua forms (set_receive_chunk its bytecode), each of which makes
@@ -291,6 +300,16 @@ class TaskKernel {
   // and its removal once the timer fired.
   void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
   void unmap_timer(lua_State* L, std::uint64_t tag);
+  // The timer a timed receive that ends at deadline waits on (see
+  // receive_timer_); whether a parked receive waits on timer; and every
+  // parked receive's timer cancelled (an upgrade, the inbox going to
+  // kernel_ext's rules).
+  std::uint64_t receive_timer(double deadline);
+  // A parked receive's wait ended by a message: its timer goes unless it
+  // is the shared one or serves another wait.
+  void release_timer(std::uint64_t timer);
+  bool serves(std::uint64_t timer) const;
+  void drop_receive_timers();
 
   // The fields a step or a message reads come first, together: in a ring of
   // 1000 processes each hop finds its process's lines evicted, and every
@@ -385,7 +404,17 @@ class TaskKernel {
   std::uint8_t exit_request_ = 0;
   std::uint8_t exit_code_ = 0;
   const std::string* receive_chunk_ = nullptr;  // see push_receive
-  std::string failure_;
+  std::unique_ptr<std::string> failure_;  // fail()'s reason (a pointer: the process object's size, see LuaProcess)
+  // Timed receives share one C timer (receive_timer): armed for the
+  // earliest deadline it was asked for, kept while later waits come (a
+  // message that ends a wait leaves it for the next), and a new one only
+  // for an earlier deadline. When it fires, the waits whose time is up
+  // time out and the others get a timer for their own deadline. A
+  // server that waits with process.receive(d) for each message starts one
+  // timer every d seconds, not one a message (each start and cancel about
+  // 1.1k instructions in the scheduler's timer service).
+  std::uint64_t receive_timer_ = 0;   // 0: none armed
+  double receive_timer_due_ = 0;      // when it fires, in monotonic_seconds
 };
 
 }  // namespace host::lua

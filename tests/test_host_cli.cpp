@@ -213,6 +213,36 @@ TEST_CASE("processes that only wait in receive do not hold the host for the grac
   CHECK_FALSE(contains(r.err, "did not exit within the grace period"));
 }
 
+TEST_CASE("a process that waited with a timeout and now waits without one holds no timer at exit") {
+  // Timed receives share a timer kept from one wait to the next
+  // (TaskKernel::receive_timer_); once a step ends with none waiting on
+  // it, it goes. Left armed, the child's 3 s timer would hold shutdown
+  // until it fired (Scheduler::nothing_can_run: a timer due within the
+  // grace period may wake a process).
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local c = process.spawn('main:child', process.pid())\n"
+          "  process.receive(5)\n"  // ready
+          "  time.sleep(0.05)\n"    // it waits in its timed receive by now
+          "  process.send(c, 'go', 1)\n"
+          "  log.info('root got %s', process.receive(5).topic)\n"
+          "end\n"
+          "function M.child(root)\n"
+          "  process.send(root, 'ready', 1)\n"
+          "  local m = process.receive(3)\n"
+          "  process.send(m.from, 'done', 1)\n"
+          "  while true do process.receive() end\n"
+          "end\n"
+          "return M\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "root got done"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // not the child's 3 s
+}
+
 TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
   ScriptDir d;
   d.write("main.lua",

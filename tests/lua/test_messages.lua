@@ -469,6 +469,20 @@ return { main = function()
       T.ok(ev.result.timeouts > 0, "some waits timed out")
       T.ok(ev.result.shortest >= 0.0019, "a wait of 2 ms timed out after " .. ev.result.shortest)
     end },
+    { "timed receives in several tasks share timers and each ends at its own time", function()
+      -- The earliest deadline gets a timer of its own, a later one shares
+      -- it and is timed again when it fires, and a message ends the wait
+      -- of the task that waits first: none ends early, none is lost.
+      local pid = assert(process.spawn_monitored("fixtures.timed_waiters", process.pid()))
+      T.eq(assert(process.receive(5)).topic, "waiting")
+      assert(process.send(pid, "m", "hello"))
+      local r = T.next_event("exit", 10).result
+      T.eq(r["0.3"].got, "hello", "the first waiter's message")
+      T.eq(r["0.1"].got, "timeout"); T.eq(r["0.2"].got, "timeout")
+      T.ok(r["0.1"].waited >= 0.099, "0.1 s wait ended after " .. r["0.1"].waited)
+      T.ok(r["0.2"].waited >= 0.199, "0.2 s wait ended after " .. r["0.2"].waited)
+      T.ok(r["0.2"].waited > r["0.1"].waited, "the 0.2 s wait ended after the 0.1 s one")
+    end },
     { "a step that hands over more queued messages than a Lua stack holds keeps them all", function()
       -- A receiver that yields has its step's remaining events handed over
       -- at once; an inbox of message tables took a run of them as one
