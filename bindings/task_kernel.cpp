@@ -1302,8 +1302,9 @@ int TaskKernel::receive(lua_State* L, bool raw) {
       if (timed) {
         const double deadline = monotonic_seconds() + secs;
         k.parked_.push_back({L, raw, k.receive_timer(deadline), deadline});
+      } else {
+        k.parked_.push_back({L, raw});
       }
-      else k.parked_.push_back({L, raw});
       k.parking_ = true;
       return lua_yield(L, 0);
     }
