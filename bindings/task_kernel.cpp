@@ -902,7 +902,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
       // waits in the inbox.
       if (lua_gettop(co) >= 2 && !slow_inbox_ && inbox_queue_empty(L, kRecvq)) {
         // With a timeout, and nobody before it: parked as a plain receive,
-        // with a C timer (see start_timer).
+        // with a C timer (see receive_timer_).
         const double secs = lua_tonumber(co, 2);
         const double deadline = monotonic_seconds() + secs;
         parked_.push_back({co, false, receive_timer(deadline), deadline});
