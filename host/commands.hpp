@@ -23,7 +23,9 @@ class Scheduler;
 
 // Command ids the host itself handles. Bindings add theirs from kFirstUser.
 namespace cmd {
-inline constexpr CommandId kSleep = 1;      // arg: nanoseconds; completes with empty payload
+inline constexpr CommandId kSleep = 1;      // arg: nanoseconds; completes with empty payload.
+                                            // Scheduler::dispatch and cancel_yields carry it out
+                                            // themselves: the registry holds no handler for it.
 inline constexpr CommandId kFirstUser = 64;
 }  // namespace cmd
 

@@ -332,7 +332,8 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
     if (y.command == cmd::kSleep) {
       // The host's own command, straight to the timer service: through the
       // registry (a handler's std::function, a request with its string, a
-      // guarded call) a timed wait's sleep cost about 400 instructions more.
+      // guarded call) a timed wait's sleep and cancel cost about 120
+      // instructions more (callgrind, BENCHMARKS change 107).
       slot->outstanding_sleeps.fetch_add(1, std::memory_order_relaxed);  // before it can fire
       try {
         timers_.schedule(pid, y.tag, std::chrono::nanoseconds(y.arg));
