@@ -52,6 +52,13 @@ struct Delivery {
   ExitLog exits{s};
   Codec codec;
 
+  // The workers stop, and the processes still alive close, before the
+  // runtime goes (as host/main.cpp orders it): members go in reverse, and
+  // a process closing on a worker reaches into the runtime (its names).
+  // A test's last message (a "stop" to its sender) left one closing while
+  // the runtime was destroyed: ThreadSanitizer saw the race.
+  ~Delivery() { s.shutdown(0ms); }
+
   // fixtures.collector's result once it has exited: its payloads, in order.
   std::string collected(const Pid& collector) {
     REQUIRE(exits.wait(collector));
