@@ -1610,14 +1610,14 @@ bool LuaProcess::may_hand_over(const std::string& payload) {
   return payload.size() <= kHandOverTableBytes && !received_strings_.skip_find();
 }
 
-bool LuaProcess::hand_over(const Event& ev) {
+LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
   // Three slots, so the pushes below never grow the stack (an allocation).
-  if (!co || !stack_args::has_room(co, 3)) return false;
+  if (!co || !stack_args::has_room(co, 3)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
-  if (!from) return false;
+  if (!from) return HandOver::kDeclined;
   const char* topic = received_strings_.find(ev.topic);
-  if (!topic) return false;
+  if (!topic) return HandOver::kDeclined;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
     return hand_over_table(co, from, topic, ev.payload);
   stack_args::push_string_object(co, from);
@@ -1630,29 +1630,44 @@ bool LuaProcess::hand_over(const Event& ev) {
                             });
   if (!pushed) {
     stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
-    return false;
+    return HandOver::kDeclined;
   }
   step_events_ = {};  // taken: step_body, if it runs, only goes on from here
-  return kernel_.resume_handed_over(co);
+  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
 }
 
-bool LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic, const std::string& payload) {
+LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
+                                                 const std::string& payload) {
   // Its allocations are outside the protected call: none may fail (the
   // limit) nor step the collector (its finalizers, its errors). Three
   // slots more than hand_over's: the table's first key and value.
   const std::size_t heap = hand_over_table_heap(payload.size());
-  if (!stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available() ||
-      !gc_pressure::below_threshold(co, heap))
-    return false;
+  if (!stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available()) return HandOver::kDeclined;
+  if (!gc_pressure::below_threshold(co, heap)) {
+    if (!collect_step()) return HandOver::kFailed;
+    if (!gc_pressure::below_threshold(co, heap)) return HandOver::kDeclined;
+  }
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   if (!push_value_of_kept_strings(co, payload, received_strings_)) {
     received_strings_.missed_find(kHandOverBackoff);
     stack_args::drop_to(co, 0);
-    return false;
+    return HandOver::kDeclined;
   }
   step_events_ = {};
-  return kernel_.resume_handed_over(co);
+  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+}
+
+bool LuaProcess::collect_step() {
+  // lua_cpcall makes a C function object each call: no matter at one
+  // call in several messages, against a registry slot of its own.
+  return lua_cpcall(
+             L_,
+             [](lua_State* S) {
+               lua_gc(S, LUA_GCSTEP, 0);
+               return 0;
+             },
+             nullptr) == 0;
 }
 
 int LuaProcess::step_body(lua_State* S) {
@@ -1774,9 +1789,13 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   step_events_ = events;
   step_out_ = &out;
   int rc = 0;
-  if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload) &&
-      hand_over(events[0])) {
+  HandOver handed = HandOver::kDeclined;
+  if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload))
+    handed = hand_over(events[0]);
+  if (handed == HandOver::kDone) {
     out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+  } else if (handed == HandOver::kFailed) {
+    rc = LUA_ERRRUN;  // the collection step's error, on the stack as lua_pcall leaves one
   } else {
     stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);

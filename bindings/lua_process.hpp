@@ -98,16 +98,29 @@ class LuaProcess final : public Process {
   // kept string) or of new tables alone (a small table payload whose
   // strings are all kept, where the heap is far enough below both the
   // collector's threshold and the memory limit that making them can
-  // neither start a collection step nor fail), and the task resumed. True
-  // when that was the whole step; false when step_body must run, with the
-  // message still in step_events_ or, once the task was resumed, with
-  // step_events_ empty. may_hand_over is Step's first check, on the
-  // payload's size and tag.
-  bool hand_over(const Event& ev);
+  // neither start a collection step nor fail), and the task resumed.
+  // kDone when that was the whole step; kDeclined when step_body must run,
+  // with the message still in step_events_ or, once the task was resumed,
+  // with step_events_ empty; kFailed when the collection step that a table
+  // payload's hand-over runs first (collect_step) raised, its error on
+  // L_'s stack. may_hand_over is Step's first check, on the payload's
+  // size and tag.
+  enum class HandOver : std::uint8_t { kDeclined, kDone, kFailed };
+  HandOver hand_over(const Event& ev);
   bool may_hand_over(const std::string& payload);
   // hand_over's table payloads (out of line: the other payloads' path
   // stays as short as it was).
-  [[gnu::noinline]] bool hand_over_table(lua_State* co, const char* from, const char* topic, const std::string& payload);
+  [[gnu::noinline]] HandOver hand_over_table(lua_State* co, const char* from, const char* topic,
+                                             const std::string& payload);
+  // One step of the collector in a protected call, where a table payload's
+  // hand-over finds the heap too near its threshold: the step step_body
+  // would have run while making the message, without step_body's C API
+  // delivery and task run around it (a tenth of PingPong's messages came
+  // in at the threshold, and went that way). Afterwards the collector's
+  // threshold is at least its step size (1 KB) above the heap, or the
+  // cycle has ended. False, with the error on L_'s stack, when a
+  // finalizer raised or memory ran out.
+  bool collect_step();
   // The largest table payload hand_over makes, in encoded bytes, and the
   // bytes of heap it then asks to be free: each encoded byte of a table
   // makes at most 24 (a table's 64-byte header for its 3 bytes of tag and
