@@ -292,6 +292,7 @@ function Channel.receive(ch)
   if ch == inbox and not inbox[SLOW] then
     local a, b, c = inbox_receive()
     if b == nil then return a, true end
+    if a == nil and c then return b(), true end  -- its payload's shape's constructor
     local m = { from = false, topic = false, payload = false }
     m.from, m.topic, m.payload = a, b, c
     return m, true

@@ -1638,9 +1638,35 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
 
 LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
                                                  const std::string& payload) {
-  // Its allocations are outside the protected call: none may fail (the
-  // limit) nor step the collector (its finalizers, its errors). Three
-  // slots more than hand_over's: the table's first key and value.
+  // A payload of a shape seen before goes to the task as its shape's
+  // constructor, which makes the message in the task's own code, its
+  // allocations protected by the task's resume (shape_cache.hpp);
+  // hand_over left the three slots that takes.
+  if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
+  switch (shapes_->fill(payload, received_strings_, from, topic)) {
+    case ShapeCache::Match::kFilled:
+      lua_pushnil(co);
+      if (!stack_args::push_object(co, shapes_->constructor(), luajit_layout::kTagFunc)) {
+        stack_args::drop_to(co, 0);
+        return HandOver::kDeclined;
+      }
+      lua_pushboolean(co, 1);
+      step_events_ = {};
+      return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+    case ShapeCache::Match::kUnknown:
+      // Compiled the second time in a row it is seen, in a protected call
+      // (a few KB of heap: not near the memory limit).
+      if (used_ + kShapeCompileHeap <= limit_ && shapes_->wants_compile(payload) &&
+          lua_cpcall(L_, &ShapeCache::compile, shapes_.get()) != 0)
+        return HandOver::kFailed;
+      break;
+    case ShapeCache::Match::kNotShape:
+      break;
+  }
+  // The rest are made here, outside the protected call: none of their
+  // allocations may fail (the limit) nor step the collector (its
+  // finalizers, its errors). Three slots more than hand_over's: the
+  // table's first key and value.
   const std::size_t heap = hand_over_table_heap(payload.size());
   if (!stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available()) return HandOver::kDeclined;
   if (!gc_pressure::below_threshold(co, heap)) {

@@ -25,6 +25,7 @@
 #include "bindings/peer_strings.hpp"
 #include "bindings/small_globals.hpp"
 #include "bindings/state_arena.hpp"
+#include "bindings/shape_cache.hpp"
 #include "bindings/string_cache.hpp"
 #include "bindings/task_kernel.hpp"
 #include "host/process.hpp"
@@ -128,6 +129,8 @@ class LuaProcess final : public Process {
   // an array slot of 8 for an element's 1).
   static constexpr std::size_t kHandOverTableBytes = 256;
   static std::size_t hand_over_table_heap(std::size_t bytes) { return 32 * bytes + 64; }
+  // The heap a shape's constructor takes to compile, at most (about 2 KB).
+  static constexpr std::size_t kShapeCompileHeap = 16 * 1024;
   // After a table payload hand_over declined (a string not kept), the
   // next kHandOverBackoff go to step_body without trying, so that a
   // process whose tables carry new strings does not decode each twice.
@@ -181,6 +184,9 @@ class LuaProcess final : public Process {
   ProcessContext ctx_;
   // Topics and short strings of the messages it receives.
   StringCache received_strings_;
+  // Constructors of its table payloads' shapes (hand_over_table), made
+  // at its first table payload handed over.
+  std::unique_ptr<ShapeCache> shapes_;
   // The PID strings of its messages' senders and its sends' destinations.
   PeerStrings peers_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step

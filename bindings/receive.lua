@@ -8,7 +8,10 @@
 -- message's from, topic and payload (from and topic strings: the kernel
 -- hands over no message from the host, whose from is nil, that way): the
 -- table is then made here, a template copy (TDUP) in the task's own code,
--- where calling a constructor from C costs a C-to-Lua call a message.
+-- where calling a constructor from C costs a C-to-Lua call a message. A
+-- handed-over table payload of a shape the process keeps receiving comes
+-- as nil, its shape's constructor and true: the constructor makes the
+-- whole message (bindings/shape_cache.hpp).
 --
 -- The draining form first takes a queued message itself when the inbox is
 -- on the C kernel's fast paths (no listeners, senders or close), so that
@@ -26,7 +29,10 @@ if not draining then
   return function(timeout)
     local a, b, c = c_receive(timeout)
     if b == nil then return a end     -- a message table
-    if a == nil then return a, b end  -- nil, "timeout"
+    if a == nil then
+      if c then return b() end        -- its payload's shape's constructor
+      return a, b                     -- nil, "timeout"
+    end
     local m = { from = false, topic = false, payload = false }
     m.from, m.topic, m.payload = a, b, c
     return m
@@ -52,7 +58,10 @@ return function(timeout)
   end
   local a, b, c = c_receive(timeout)
   if b == nil then return a end
-  if a == nil then return a, b end
+  if a == nil then
+    if c then return b() end
+    return a, b
+  end
   local m = { from = false, topic = false, payload = false }
   m.from, m.topic, m.payload = a, b, c
   return m

@@ -11,6 +11,19 @@ local function roundtrip(v)
   return m.payload
 end
 
+-- Whether b is a copy of a (NaN and -0.0 by what they print as); raises
+-- naming the path where they differ.
+local function same(a, b, path)
+  if type(a) ~= type(b) then error(path .. ": " .. type(b) .. " instead of " .. type(a), 0) end
+  if type(a) == "number" then
+    if a ~= b or 1 / a ~= 1 / b then T.eq(tostring(b), tostring(a), path) end
+    return
+  end
+  if type(a) ~= "table" then T.eq(b, a, path); return end
+  for k, v in pairs(a) do same(v, b[k], path .. "." .. tostring(k)) end
+  for k in pairs(b) do if a[k] == nil then error(path .. ": extra key " .. tostring(k), 0) end end
+end
+
 local function deep(n)
   local root = {}
   local t = root
@@ -76,17 +89,6 @@ return { main = function()
       -- keep, or over 256 bytes, goes the protected way, and so do the
       -- tables after a declined one for a while. Every shape must come back
       -- equal, whichever way each round took.
-      local function same(a, b, path)
-        if type(a) ~= type(b) then error(path .. ": " .. type(b) .. " instead of " .. type(a), 0) end
-        if type(a) == "number" then
-          -- NaN equals nothing and -0.0 equals 0: compare what they print as
-          if a ~= b or 1 / a ~= 1 / b then T.eq(tostring(b), tostring(a), path) end
-          return
-        end
-        if type(a) ~= "table" then T.eq(b, a, path); return end
-        for k, v in pairs(a) do same(v, b[k], path .. "." .. tostring(k)) end
-        for k in pairs(b) do if a[k] == nil then error(path .. ": extra key " .. tostring(k), 0) end end
-      end
       local array40, array200 = {}, {}
       for i = 1, 40 do array40[i] = i end
       for i = 1, 200 do array200[i] = i * 1000 end
@@ -110,6 +112,50 @@ return { main = function()
         same(v, m.payload, "round " .. round .. ", shape " .. i)
       end
       process.send(echo, "stop", nil)
+    end },
+    { "tables of a shape a process keeps receiving arrive whole, through each form of receive", function()
+      -- A flat table of 1 to 4 string keys with numbers, booleans or kept
+      -- strings as values, seen twice in a row, gets a constructor of its
+      -- shape (bindings/shape_cache.hpp), which makes the message in the
+      -- receiving task when it is handed over. Each shape comes 70 times
+      -- in a row (a table that a hand-over declined sends the next 64 the
+      -- protected way, which keeps their strings; then the constructor,
+      -- compiled the second time the shape is handed over, makes the
+      -- rest), in two rounds of more shapes than a process keeps (4:
+      -- replaced in turn), with keys of any bytes, and among shapes no
+      -- constructor takes (5 keys, a nested table, an array part, a long
+      -- key, a string value new each time).
+      local shapes = {
+        { n = 1 }, { n = 2.5 }, { n = 0/0 }, { n = -0.0 }, { n = 1/0 }, { n = -2^53 },
+        { ok = true }, { ok = false },
+        { x = 1, y = "t" }, { a = "u", b = "n" },
+        { ["\0"] = 1, ["a\"b"] = 2, ["\\"] = 3, ["\n]]"] = 4 },
+        { [("k"):rep(15)] = "v", ["\255\1"] = 0.5 },
+        { w = 1, x = 2, y = 3, z = 4 },
+        { v = 1, w = 2, x = 3, y = 4, z = 5 },
+        { n = { 1 } }, { 1, n = 2 },
+        { [("k"):rep(16)] = 1 },
+        false,  -- { s = <a string new each time> }
+      }
+      for _, config in ipairs { { "receive" }, { "timed" }, { "inbox" }, { "receive", true }, { "inbox", true } } do
+        local echo = assert(process.spawn("fixtures.shape_echo", config[1], config[2]))
+        local sent = 0
+        for round = 1, 2 do
+          for i, shape in ipairs(shapes) do
+            for k = 1, 70 do
+              sent = sent + 1
+              local v = shape or { s = "new" .. sent }
+              local topic = k == 2 and "u" or "t"
+              assert(process.send(echo, topic, v))
+              local m = assert(process.receive(5), "no echo")
+              local where = config[1] .. (config[2] and "+gc" or "") .. ", round " .. round .. ", shape " .. i .. ", copy " .. k
+              T.eq(m.from, echo, where); T.eq(m.topic, topic, where)
+              same(v, m.payload, where)
+            end
+          end
+        end
+        process.send(echo, "stop", nil)
+      end
     end },
     { "a receiver whose garbage has failing finalizers fails by them, whatever its messages", function()
       -- A collection step runs the finalizers, whose error fails the

@@ -1,0 +1,236 @@
+#include "bindings/shape_cache.hpp"
+
+#include <cstring>
+
+#include "bindings/codec.hpp"
+#include "bindings/luajit_layout.hpp"
+#include "bindings/stack_args.hpp"
+#include "bindings/string_cache.hpp"
+
+namespace host::lua {
+
+namespace {
+namespace LL = luajit_layout;
+
+// The scratch table's slots: [1] from, [2] topic, [3..] the values.
+constexpr std::size_t kFirstValue = 3;
+constexpr std::size_t kScratchSlots = kFirstValue + ShapeCache::kMaxKeys;  // with [0], unused
+
+// A payload of one flat table: its count of values (1), its tag, an empty
+// array section, and 1 to kMaxKeys keys (one-byte counts all). Returns the
+// key count, or 0.
+std::uint8_t flat_table_keys(std::string_view b) {
+  if (b.size() < 4 || b[0] != 1 || static_cast<std::uint8_t>(b[1]) != kTable || b[2] != 0) return 0;
+  const auto m = static_cast<std::uint8_t>(b[3]);
+  return m >= 1 && m <= ShapeCache::kMaxKeys ? m : 0;
+}
+
+// The TValue of the string whose bytes start at text (a Lua string's).
+std::uint64_t string_tvalue(const char* text) { return LL::tvalue(text - LL::kStrBytes, LL::kTagStr); }
+
+// Reads one value at p (a table's, so never nil) into tv, advancing p;
+// false at anything but a boolean, a number or a string `kept` keeps.
+bool read_value(const char*& p, const char* end, const StringCache& kept, std::uint64_t& tv) {
+  if (p >= end) return false;
+  const auto tag = static_cast<std::uint8_t>(*p++);
+  switch (tag) {
+    case kFalse: tv = LL::primitive(LL::kTagFalse); return true;
+    case kTrue: tv = LL::primitive(LL::kTagTrue); return true;
+    case kInt: {
+      std::uint64_t z;
+      if (read_varint(p, end, z) != Varint::kOk) return false;
+      tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
+      return true;
+    }
+    case kDouble: {
+      if (end - p < 8) return false;
+      double d;
+      std::memcpy(&d, p, 8);
+      p += 8;
+      tv = LL::number_tvalue(d);
+      return true;
+    }
+    case kString: {
+      std::uint64_t n;
+      if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return false;
+      const char* text = kept.find(std::string_view(p, n));
+      if (!text) return false;
+      p += n;
+      tv = string_tvalue(text);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+// Skips one value at p as read_value reads it (any string).
+bool skip_value(const char*& p, const char* end) {
+  if (p >= end) return false;
+  switch (static_cast<std::uint8_t>(*p++)) {
+    case kFalse:
+    case kTrue: return true;
+    case kInt: {
+      std::uint64_t z;
+      return read_varint(p, end, z) == Varint::kOk;
+    }
+    case kDouble:
+      if (end - p < 8) return false;
+      p += 8;
+      return true;
+    case kString: {
+      std::uint64_t n;
+      if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return false;
+      p += n;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+// The key at p (kString, a one-byte length, its bytes) as its length byte
+// and bytes, advancing p past it; an empty view for anything else.
+std::string_view read_key(const char*& p, const char* end) {
+  if (end - p < 2 || static_cast<std::uint8_t>(p[0]) != kString) return {};
+  const auto n = static_cast<std::uint8_t>(p[1]);
+  if (n > ShapeCache::kMaxKeyLength || static_cast<std::size_t>(end - p) < 2u + n) return {};
+  const std::string_view key(p + 1, 1u + n);
+  p += 2 + n;
+  return key;
+}
+}  // namespace
+
+bool ShapeCache::shape_of(std::string_view payload, std::string& keys, std::uint8_t& count) {
+  count = flat_table_keys(payload);
+  if (count == 0) return false;
+  keys.clear();
+  const char* p = payload.data() + 4;
+  const char* end = payload.data() + payload.size();
+  for (std::uint8_t i = 0; i < count; ++i) {
+    const std::string_view key = read_key(p, end);
+    if (key.empty() || !skip_value(p, end)) return false;
+    keys.append(key);
+  }
+  return p == end;
+}
+
+bool ShapeCache::fill_with(const Shape& shape, std::string_view payload, const StringCache& kept) {
+  const char* p = payload.data() + 4;
+  const char* end = payload.data() + payload.size();
+  const char* want = shape.keys.data();
+  std::uint64_t values[kMaxKeys];
+  for (std::uint8_t i = 0; i < shape.count; ++i) {
+    // The key: its tag, then its length byte and bytes as the shape has
+    // them (one compare covers both), then at least a value's tag.
+    const std::size_t n = 1u + static_cast<std::uint8_t>(*want);
+    if (static_cast<std::size_t>(end - p) < n + 2 || static_cast<std::uint8_t>(*p) != kString ||
+        !StringCache::same(std::string_view(p + 1, n), std::string_view(want, n)))
+      return false;
+    p += 1 + n;
+    want += n;
+    if (!read_value(p, end, kept, values[i])) return false;
+  }
+  if (p != end) return false;
+  // Written only once all of it is read: a payload that fails half way
+  // leaves no string of its own in the table.
+  for (std::uint8_t i = 0; i < shape.count; ++i) std::memcpy(scratch_ + 8 * (kFirstValue + i), &values[i], 8);
+  return true;
+}
+
+ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& kept, const char* from,
+                                   const char* topic) {
+  const std::uint8_t count = flat_table_keys(payload);
+  if (count == 0) return Match::kNotShape;
+  if (scratch_) {
+    for (const Shape& shape : shapes_) {
+      if (shape.count != count || !fill_with(shape, payload, kept)) continue;
+      const std::uint64_t head[2] = {string_tvalue(from), string_tvalue(topic)};
+      std::memcpy(scratch_ + 8, head, sizeof head);
+      matched_ = shape.ctor;
+      return Match::kFilled;
+    }
+  }
+  return Match::kUnknown;
+}
+
+bool ShapeCache::wants_compile(std::string_view payload) {
+  if (unavailable_) return false;
+  std::string keys;
+  std::uint8_t count;
+  if (!shape_of(payload, keys, count)) return false;
+  for (const Shape& shape : shapes_)
+    if (shape.count == count && shape.keys == keys) return false;  // cached: a value was not kept
+  if (count == candidate_count_ && keys == candidate_) return true;
+  candidate_.swap(keys);
+  candidate_count_ = count;
+  return false;
+}
+
+std::string ShapeCache::constructor_source(const std::string_view* keys, std::size_t n) {
+  // (Appends, not a + chain: g++ 12 warns falsely on those, -Wrestrict.)
+  std::string locals, slots, fields;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string v = "v";
+    v += std::to_string(i + 1);
+    locals += ", ";
+    locals += v;
+    slots += ", s[";
+    slots += std::to_string(kFirstValue + i);
+    slots += ']';
+    fields += i ? ", [\"" : "[\"";
+    for (unsigned char c : keys[i]) {
+      fields += '\\';
+      fields += std::to_string(c);
+    }
+    fields += "\"] = ";
+    fields += v;
+  }
+  std::string nils = "nil, nil";
+  for (std::size_t i = 0; i < n; ++i) nils += ", nil";
+  return "local s = ...\n"
+         "return function()\n"
+         "  local from, topic" + locals + " = s[1], s[2]" + slots + "\n"
+         "  s[1], s[2]" + slots + " = " + nils + "\n"
+         "  return { from = from, topic = topic, payload = { " + fields + " } }\n"
+         "end\n";
+}
+
+int ShapeCache::compile(lua_State* L) {
+  auto& self = *static_cast<ShapeCache*>(lua_touserdata(L, 1));
+  if (!self.scratch_) {
+    lua_createtable(L, static_cast<int>(kScratchSlots - 1), 0);
+    unsigned char* array = stack_args::array_part(L, lua_gettop(L), kScratchSlots);
+    if (!array) {  // LuaJIT's layout is not the one expected: no shapes
+      self.unavailable_ = true;
+      return 0;
+    }
+    const int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    self.scratch_ = array;
+    self.scratch_ref_ = ref;
+  }
+  // The candidate's keys, as views of its bytes (each its length byte first).
+  std::string_view keys[kMaxKeys];
+  const char* p = self.candidate_.data();
+  for (std::uint8_t i = 0; i < self.candidate_count_; ++i) {
+    const std::size_t n = static_cast<std::uint8_t>(*p);
+    keys[i] = std::string_view(p + 1, n);
+    p += 1 + n;
+  }
+  const std::string source = constructor_source(keys, self.candidate_count_);
+  if (luaL_loadbuffer(L, source.data(), source.size(), "=message shape") != 0) return lua_error(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, self.scratch_ref_);
+  lua_call(L, 1, 1);
+  const void* ctor = lua_topointer(L, -1);
+  const int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  Shape& slot = self.shapes_[self.next_];
+  if (slot.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, slot.ref);
+  slot.keys.swap(self.candidate_);
+  slot.count = self.candidate_count_;
+  slot.ctor = ctor;
+  slot.ref = ref;
+  self.next_ = (self.next_ + 1) % kShapes;
+  self.candidate_.clear();
+  self.candidate_count_ = 0;
+  return 0;
+}
+
+}  // namespace host::lua
