@@ -232,7 +232,7 @@ struct Primitives {
     }
     SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
     if (!r) return push_fail(L, r.error);
-    if (mode == 2) p.monitors_[r.pid].push_back(opts.monitor_ref);
+    if (mode == 2) p.monitors()[r.pid].push_back(opts.monitor_ref);
     push_pid(L, r.pid);
     return 1;
   }
@@ -256,7 +256,7 @@ struct Primitives {
       std::uint64_t ref = ++p.next_monitor_ref_;
       std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
       if (!err.empty()) return push_fail(L, err);
-      p.monitors_[to].push_back(ref);
+      p.monitors()[to].push_back(ref);
       lua_pushboolean(L, 1);
       if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
       p.kernel_.note_watch();
@@ -278,11 +278,11 @@ struct Primitives {
 
   static int unmonitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      auto it = p.monitors_.find(to);
-      if (it == p.monitors_.end())
+      auto it = p.monitors().find(to);
+      if (it == p.monitors_->end())
         return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
       for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
-      p.monitors_.erase(it);
+      p.monitors_->erase(it);
       lua_pushboolean(L, 1);
       return 1;
     });
@@ -1426,10 +1426,11 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
 }
 
 bool LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
-  auto it = monitors_.find(target);
-  if (it == monitors_.end()) return false;
+  if (!monitors_) return false;
+  auto it = monitors_->find(target);
+  if (it == monitors_->end()) return false;
   const bool held = std::erase(it->second, ref) != 0;
-  if (it->second.empty()) monitors_.erase(it);
+  if (it->second.empty()) monitors_->erase(it);
   return held;
 }
 

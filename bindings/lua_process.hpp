@@ -203,8 +203,15 @@ class LuaProcess final : public Process {
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
   std::uint64_t next_monitor_ref_ = 0;
   // Monitors this process holds: target -> refs, until the target's exit
-  // event arrives or it is unmonitored.
-  std::unordered_map<Pid, std::vector<std::uint64_t>> monitors_;
+  // event arrives or it is unmonitored. Made at its first monitor: most
+  // processes hold none, and the map's 56 bytes kept the process object
+  // from growing within its 1 KB class.
+  using Monitors = std::unordered_map<Pid, std::vector<std::uint64_t>>;
+  std::unique_ptr<Monitors> monitors_;
+  Monitors& monitors() {
+    if (!monitors_) monitors_ = std::make_unique<Monitors>();
+    return *monitors_;
+  }
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   // What the JIT probe's hook saw of the latest armed steps (probe_jit,
   // jit_probe_hook): the step it last fired in and how often it fired

@@ -226,6 +226,19 @@ inline unsigned char* array_part(lua_State* L, int idx, std::size_t n) {
   return const_cast<unsigned char*>(LL::load_ptr(t + LL::kArrayOffset));
 }
 
+// The value in array slot i of table t (a GCtab some reference keeps
+// alive) into tv, read as luajit_layout says, and true; false where the
+// layout does not match or i is past its array part (the caller then asks
+// the C API).
+inline bool array_slot(const void* t, std::size_t i, std::uint64_t& tv) {
+  namespace LL = luajit_layout;
+  if (!detail::array_writes_ok || !t) return false;
+  const auto* tab = static_cast<const unsigned char*>(t);
+  if (LL::load32(tab + LL::kAsizeOffset) <= i) return false;
+  tv = LL::load64(LL::load_ptr(tab + LL::kArrayOffset) + 8 * i);
+  return true;
+}
+
 // lua_settop(L, idx) for an idx from 0 to the current top: the values
 // above it dropped, read and written as push_object does (the C API's
 // call was about 22 instructions, a message's receive made one).

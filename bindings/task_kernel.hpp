@@ -345,6 +345,9 @@ class TaskKernel {
   int inbox_ref_ = -2;
   int ext_ref_ = -2;
   int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (-2: not made yet; never replaced)
+  // The same queues' tables (their GCtab; nullptr: not made yet), whose
+  // bounds inbox_queue_empty reads straight from their array parts.
+  const void* inbox_queues_[3] = {nullptr, nullptr, nullptr};
   int queue_buf_ = 0;   // between begin_queue and end_queue, with flat_inbox_:
   int queue_tail_ = 0;  // the buffer's stack index and its tail so far
   Outcome outcome_ = kWaiting;
