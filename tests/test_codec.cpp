@@ -516,6 +516,24 @@ TEST_CASE("tables read straight from LuaJIT's memory give the C API walk's bytes
       return t
     end
     function chain(n) local t = {} local c = t for i = 1, n do c.next = { i } c = c.next end return t end
+    -- Small flat tables, the short path's (put_small_table): up to 9
+    -- string keys of 0 to 17 bytes, values of every scalar kind with
+    -- strings of 0 to 17 bytes; some with an array item, some made with an
+    -- array part then emptied, some holding a nested table.
+    function flat()
+      local t = random(4) == 1 and { 1, 2 } or {}
+      if t[1] and random(2) == 1 then t[1], t[2] = nil, nil end
+      for _ = 1, random(0, 9) do
+        local k = string.rep(string.char(random(0, 255)), random(0, 17))
+        local r = random(5)
+        if r == 1 then t[k] = string.rep("v", random(0, 17))
+        elseif r == 2 then t[k] = numbers[random(#numbers)]
+        elseif r == 3 then t[k] = random(2) == 1
+        elseif r == 4 then t[k] = random(-2^40, 2^40)
+        else t[k] = random(20) == 1 and {} or random(-1000, 1000) end
+      end
+      return t
+    end
   )lua") == 0);
   const auto same = [&](const char* what) {
     const int top = lua_gettop(s.L);
@@ -531,6 +549,11 @@ TEST_CASE("tables read straight from LuaJIT's memory give the C API walk's bytes
     lua_settop(s.L, 0);
     REQUIRE(luaL_dostring(s.L, "return make(0)") == 0);
     if (!same("random table")) break;
+  }
+  for (int i = 0; i < 2000; ++i) {
+    lua_settop(s.L, 0);
+    REQUIRE(luaL_dostring(s.L, "return flat()") == 0);
+    if (!same("small flat table")) break;
   }
   REQUIRE(luaL_dostring(s.L, "return make(0), 'two', make(1)") == 0);
   same("several values");
