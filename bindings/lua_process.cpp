@@ -1645,15 +1645,14 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
   // hand_over left the three slots that takes.
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   switch (shapes_->fill(payload, received_strings_, from, topic)) {
-    case ShapeCache::Match::kFilled:
-      lua_pushnil(co);
-      if (!stack_args::push_object(co, shapes_->constructor(), luajit_layout::kTagFunc)) {
-        stack_args::drop_to(co, 0);
-        return HandOver::kDeclined;
-      }
-      lua_pushboolean(co, 1);
+    case ShapeCache::Match::kFilled: {
+      namespace LL = luajit_layout;
+      const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
+                                       LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
+      if (!stack_args::push_tvalues(co, values, 3)) return HandOver::kDeclined;
       step_events_ = {};
       return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+    }
     case ShapeCache::Match::kUnknown:
       // Compiled the second time in a row it is seen, in a protected call
       // (a few KB of heap: not near the memory limit).

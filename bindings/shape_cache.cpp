@@ -117,23 +117,27 @@ bool ShapeCache::fill_with(const Shape& shape, std::string_view payload, const S
   const char* p = payload.data() + 4;
   const char* end = payload.data() + payload.size();
   const char* want = shape.keys.data();
-  std::uint64_t values[kMaxKeys];
+  unsigned char* values = scratch_ + 8 * kFirstValue;
+  // Written straight into the table; a payload that fails half way sets
+  // what it wrote back to nil, so that no string of its own stays there.
+  const auto fail = [values](std::size_t written) {
+    std::memset(values, 0xff, 8 * written);  // nil: all bits set
+    return false;
+  };
   for (std::uint8_t i = 0; i < shape.count; ++i) {
     // The key: its tag, then its length byte and bytes as the shape has
     // them (one compare covers both), then at least a value's tag.
     const std::size_t n = 1u + static_cast<std::uint8_t>(*want);
     if (static_cast<std::size_t>(end - p) < n + 2 || static_cast<std::uint8_t>(*p) != kString ||
         !StringCache::same(std::string_view(p + 1, n), std::string_view(want, n)))
-      return false;
+      return fail(i);
     p += 1 + n;
     want += n;
-    if (!read_value(p, end, kept, values[i])) return false;
+    std::uint64_t tv;
+    if (!read_value(p, end, kept, tv)) return fail(i);
+    std::memcpy(values + 8 * i, &tv, 8);
   }
-  if (p != end) return false;
-  // Written only once all of it is read: a payload that fails half way
-  // leaves no string of its own in the table.
-  for (std::uint8_t i = 0; i < shape.count; ++i) std::memcpy(scratch_ + 8 * (kFirstValue + i), &values[i], 8);
-  return true;
+  return p == end || fail(shape.count);
 }
 
 ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& kept, const char* from,

@@ -166,6 +166,20 @@ inline bool push_object(lua_State* L, const void* obj, std::uint32_t tag) {
   return layout_matches() && detail::push_raw(L, obj, tag);
 }
 
+// Pushes the n values tvs (TValues as luajit_layout makes them: nil,
+// booleans, numbers, or objects that references of their own keep alive,
+// as push_object's) and returns true; false, pushing nothing, where the
+// layout does not match or the stack has no room.
+inline bool push_tvalues(lua_State* L, const std::uint64_t* tvs, int n) {
+  if (!layout_matches()) return false;
+  unsigned char* t = detail::top(L);
+  const std::size_t bytes = static_cast<std::size_t>(n) * 8;
+  if (!detail::fits(L, t, bytes)) [[unlikely]] return false;
+  std::memcpy(t, tvs, bytes);
+  detail::set_top(L, t + bytes);
+  return true;
+}
+
 // lua_xmove(from, to, n) (a state and one of its coroutines), with the
 // room it needs on to's stack checked as lua_checkstack would, read and
 // written as push_object does; false, moving nothing, where the layout
