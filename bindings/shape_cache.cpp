@@ -30,7 +30,7 @@ std::uint64_t string_tvalue(const char* text) { return LL::tvalue(text - LL::kSt
 
 // Reads one value at p (a table's, so never nil) into tv, advancing p;
 // false at anything but a boolean, a number or a string `kept` keeps.
-bool read_value(const char*& p, const char* end, const StringCache& kept, std::uint64_t& tv) {
+[[gnu::always_inline]] inline bool read_value(const char*& p, const char* end, const StringCache& kept, std::uint64_t& tv) {
   if (p >= end) return false;
   const auto tag = static_cast<std::uint8_t>(*p++);
   switch (tag) {
@@ -113,7 +113,7 @@ bool ShapeCache::shape_of(std::string_view payload, std::string& keys, std::uint
   return p == end;
 }
 
-bool ShapeCache::fill_with(const Shape& shape, std::string_view payload, const StringCache& kept) {
+[[gnu::always_inline]] inline bool ShapeCache::fill_with(const Shape& shape, std::string_view payload, const StringCache& kept) {
   const char* p = payload.data() + 4;
   const char* end = payload.data() + payload.size();
   const char* want = shape.keys.data();
