@@ -80,10 +80,7 @@ bool check() {
 
 }  // namespace
 
-bool available() {
-  static const bool ok = check();
-  return ok;
-}
+const bool detail::fields_ok = check();
 
 void collect_sooner(lua_State* L, std::size_t limit) {
   unsigned char* g = global_of(L);

@@ -24,13 +24,27 @@
 
 #include <cstddef>
 
+#include "bindings/luajit_layout.hpp"
+
 struct lua_State;
 
 namespace host::lua::gc_pressure {
 
+namespace detail {
+extern const bool fields_ok;
+}
 // Whether the collector's fields are where luajit_layout says (checked
-// once, on a state of its own, at first use).
-bool available();
+// once, on a state of its own, at startup).
+inline bool available() { return detail::fields_ok; }
+// The allocator's userdata of L's state (lua_getallocf's), read from its
+// global state: a load where the C API's call was about 10 instructions,
+// and every primitive finds its process this way. Only when available(),
+// whose check reads this very field.
+inline void* allocator_data(lua_State* L) {
+  namespace LL = luajit_layout;
+  const unsigned char* g = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateGlobalOffset);
+  return const_cast<unsigned char*>(LL::load_ptr(g + LL::kGlobalAllocdOffset));
+}
 
 // The collector of L's state starts its next cycle by the time the heap
 // is halfway from its live estimate to `limit` bytes (see above). No

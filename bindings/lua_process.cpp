@@ -111,6 +111,8 @@ struct Primitives {
   // The process whose state L is (the allocator's userdata), from anywhere:
   // a field read, cheaper than an upvalue holding it as a light userdata.
   static LuaProcess& of(lua_State* L) {
+    if (gc_pressure::available()) [[likely]]
+      return *static_cast<LuaProcess*>(gc_pressure::allocator_data(L));
     void* ud = nullptr;
     lua_getallocf(L, &ud);
     return *static_cast<LuaProcess*>(ud);
@@ -172,7 +174,9 @@ struct Primitives {
 
   static int ok_or_fail(lua_State* L, const std::string& err) {
     if (!err.empty()) return push_fail(L, err);
-    lua_pushboolean(L, 1);
+    // (A send's true, pushed as a value: the C API's call was about 20.)
+    const std::uint64_t yes = luajit_layout::primitive(luajit_layout::kTagTrue);
+    if (!stack_args::push_tvalues(L, &yes, 1)) lua_pushboolean(L, 1);
     return 1;
   }
 
