@@ -506,9 +506,10 @@ void TaskKernel::message(lua_State* L) {
   // nil, "timeout".
   if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw &&
       stack_args::type(L, base + 1) != LUA_TNIL) {
-    lua_State* co = parked_.front().co;
+    const Parked w = parked_.front();
     parked_.erase(parked_.begin());
-    wake(L, co, 3);  // takes the three values off: the stack is at base again
+    release_timer(w.timer);  // a timed receive's own timer goes with its wait
+    wake(L, w.co, 3);  // takes the three values off: the stack is at base again
     return;
   }
   // The usual case of a flood: nobody waits and nothing else may take the

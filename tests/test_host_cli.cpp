@@ -243,6 +243,44 @@ TEST_CASE("a process that waited with a timeout and now waits without one holds 
   CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // not the child's 3 s
 }
 
+TEST_CASE("a timed receive that a message ends in the step's body leaves no timer of its own armed") {
+  // Two tasks of the child wait with timeouts: the main one 3 s, then one
+  // of its coroutines 0.2 s, whose earlier deadline gets a timer of its
+  // own (TaskKernel::receive_timer) while the 3 s one stays with the main
+  // task. The coroutine times out; then the root's first message of a
+  // topic the child does not keep yet goes through the step's body
+  // (TaskKernel::message) to the main task, which waits in receive.lua's
+  // call by then (20 messages in): its 3 s timer must go with its wait,
+  // or shutdown waits for it (Scheduler::nothing_can_run).
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local c = process.spawn('main:child', process.pid())\n"
+          "  for i = 1, 20 do process.send(c, 'warm', i) end\n"
+          "  log.info('child %s', process.receive(5).topic)\n"  // its coroutine timed out
+          "  process.send(c, 'go', 1)\n"
+          "  log.info('root got %s', process.receive(5).topic)\n"
+          "end\n"
+          "function M.child(root)\n"
+          "  for i = 1, 20 do process.receive() end\n"
+          "  coroutine.spawn(function()\n"
+          "    local m, err = process.receive(0.2)\n"
+          "    process.send(root, err == 'timeout' and 'timed_out' or 'wrong', 1)\n"
+          "  end)\n"
+          "  local m = process.receive(3)\n"
+          "  process.send(m.from, 'done', 1)\n"
+          "  while true do process.receive() end\n"
+          "end\n"
+          "return M\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "child timed_out"));
+  CHECK(contains(r.err, "root got done"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // not the main task's 3 s
+}
+
 TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
   ScriptDir d;
   d.write("main.lua",
