@@ -913,7 +913,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         // with a C timer (see receive_timer_).
         const double secs = lua_tonumber(co, 2);
         const double deadline = monotonic_seconds() + secs;
-        parked_.push_back({co, false, receive_timer(deadline), deadline});
+        park(co, false, receive_timer(deadline), deadline);
       } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
@@ -922,7 +922,7 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
         lua_call(L, 2, 0);
         lua_pop(L, 1);
       } else if (!slow_inbox_ && inbox_queue_empty(L, kRecvq)) {
-        parked_.push_back({co, false});
+        park(co, false);
       } else {
         push_inbox_queue(L, kRecvq);
         QueueRef recvq(L, -1);
@@ -1309,9 +1309,9 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     if (k.inbox_recvq_empty(L)) {
       if (timed) {
         const double deadline = monotonic_seconds() + secs;
-        k.parked_.push_back({L, raw, k.receive_timer(deadline), deadline});
+        k.park(L, raw, k.receive_timer(deadline), deadline);
       } else {
-        k.parked_.push_back({L, raw});
+        k.park(L, raw);
       }
       k.parking_ = true;
       return lua_yield(L, 0);
