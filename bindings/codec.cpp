@@ -527,32 +527,13 @@ class Decoder {
   // nothing, for any other tag (or bytes that would not decode: value()
   // then says why).
   bool scalar_into(unsigned char* dst) {
-    namespace LL = luajit_layout;
-    if (p_ >= end_) return false;
-    const char* next = p_ + 1;  // past the tag, then past the value
-    std::uint64_t tv;
-    switch (static_cast<std::uint8_t>(*p_)) {
-      case kNil: p_ = next; return true;
-      case kFalse: tv = LL::primitive(LL::kTagFalse); break;
-      case kTrue: tv = LL::primitive(LL::kTagTrue); break;
-      case kInt: {
-        std::uint64_t z;
-        if (read_varint(next, end_, z) != Varint::kOk) return false;
-        tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
-        break;
-      }
-      case kDouble: {
-        if (end_ - next < 8) return false;
-        double d;
-        std::memcpy(&d, next, 8);
-        next += 8;
-        tv = LL::number_tvalue(d);
-        break;
-      }
-      default: return false;
+    if (p_ < end_ && static_cast<std::uint8_t>(*p_) == kNil) {
+      ++p_;
+      return true;
     }
+    std::uint64_t tv;
+    if (!read_scalar_tvalue(p_, end_, tv)) return false;
     std::memcpy(dst, &tv, 8);
-    p_ = next;
     return true;
   }
   bool at_end() const { return p_ == end_; }

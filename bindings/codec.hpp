@@ -17,6 +17,8 @@
 
 #include <lua.hpp>
 
+#include "bindings/luajit_layout.hpp"
+
 namespace host::lua {
 
 inline constexpr int kMaxDepth = 256;
@@ -84,6 +86,37 @@ inline Varint read_varint(const char*& p, const char* end, std::uint64_t& v) {
 
 // An integer from its zigzag form (0, -1, 1, -2, ... as 0, 1, 2, 3, ...).
 inline std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1)); }
+
+// Reads the boolean or number at p (its tag first) as the TValue LuaJIT
+// holds for it (luajit_layout's), moving p past it; false, p unchanged,
+// for any other tag or bytes that end too soon. The decoder's array items
+// and the shape cache's values (shape_cache.hpp) are read this way.
+inline bool read_scalar_tvalue(const char*& p, const char* end, std::uint64_t& tv) {
+  namespace LL = luajit_layout;
+  if (p >= end) return false;
+  const char* next = p + 1;  // past the tag, then past the value
+  switch (static_cast<std::uint8_t>(*p)) {
+    case kFalse: tv = LL::primitive(LL::kTagFalse); break;
+    case kTrue: tv = LL::primitive(LL::kTagTrue); break;
+    case kInt: {
+      std::uint64_t z;
+      if (read_varint(next, end, z) != Varint::kOk) return false;
+      tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
+      break;
+    }
+    case kDouble: {
+      if (end - next < 8) return false;
+      double d;
+      std::memcpy(&d, next, 8);
+      next += 8;
+      tv = LL::number_tvalue(d);
+      break;
+    }
+    default: return false;
+  }
+  p = next;
+  return true;
+}
 
 // The most common message payloads without the decoder: when bytes encode
 // one value that is nil, a boolean, a number or a string shorter than 128

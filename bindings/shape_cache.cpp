@@ -30,37 +30,17 @@ std::uint64_t string_tvalue(const char* text) { return LL::tvalue(text - LL::kSt
 
 // Reads one value at p (a table's, so never nil) into tv, advancing p;
 // false at anything but a boolean, a number or a string `kept` keeps.
-[[gnu::always_inline]] inline bool read_value(const char*& p, const char* end, const StringCache& kept, std::uint64_t& tv) {
-  if (p >= end) return false;
-  const auto tag = static_cast<std::uint8_t>(*p++);
-  switch (tag) {
-    case kFalse: tv = LL::primitive(LL::kTagFalse); return true;
-    case kTrue: tv = LL::primitive(LL::kTagTrue); return true;
-    case kInt: {
-      std::uint64_t z;
-      if (read_varint(p, end, z) != Varint::kOk) return false;
-      tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
-      return true;
-    }
-    case kDouble: {
-      if (end - p < 8) return false;
-      double d;
-      std::memcpy(&d, p, 8);
-      p += 8;
-      tv = LL::number_tvalue(d);
-      return true;
-    }
-    case kString: {
-      std::uint64_t n;
-      if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return false;
-      const char* text = kept.find(std::string_view(p, n));
-      if (!text) return false;
-      p += n;
-      tv = string_tvalue(text);
-      return true;
-    }
-    default: return false;
-  }
+[[gnu::always_inline]] inline bool read_value(const char*& p, const char* end, const StringCache& kept,
+                                              std::uint64_t& tv) {
+  if (p >= end || static_cast<std::uint8_t>(*p) != kString) return read_scalar_tvalue(p, end, tv);
+  const char* q = p + 1;
+  std::uint64_t n;
+  if (read_varint(q, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - q)) return false;
+  const char* text = kept.find(std::string_view(q, n));
+  if (!text) return false;
+  p = q + n;
+  tv = string_tvalue(text);
+  return true;
 }
 
 // Skips one value at p as read_value reads it (any string).
