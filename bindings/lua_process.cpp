@@ -1653,7 +1653,10 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
       namespace LL = luajit_layout;
       const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
                                        LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
-      if (!stack_args::push_tvalues(co, values, 3)) return HandOver::kDeclined;
+      if (!stack_args::push_tvalues(co, values, 3)) {
+        shapes_->clear_scratch();
+        return HandOver::kDeclined;
+      }
       step_events_ = {};
       return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
     }

@@ -136,6 +136,10 @@ ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& 
   return Match::kUnknown;
 }
 
+void ShapeCache::clear_scratch() {
+  if (scratch_) std::memset(scratch_ + 8, 0xff, 8 * (kScratchSlots - 1));  // nil: all bits set
+}
+
 bool ShapeCache::wants_compile(std::string_view payload) {
   if (unavailable_) return false;
   std::string keys;

@@ -67,6 +67,9 @@ class ShapeCache {
   // The GC object (a Lua function) of the shape the last fill matched;
   // its registry slot keeps it.
   const void* constructor() const { return matched_; }
+  // Sets the scratch table's slots back to nil: for a filled message whose
+  // constructor will not run (its strings must not stay there).
+  void clear_scratch();
 
   // After fill said kUnknown: whether this payload's shape is the one the
   // last kUnknown was (seen twice in a row), so that compile() should run
