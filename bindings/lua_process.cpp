@@ -1828,7 +1828,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   if (handed == HandOver::kDone) {
     out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
   } else if (handed == HandOver::kFailed) {
-    rc = LUA_ERRRUN;  // the collection step's error, on the stack as lua_pcall leaves one
+    rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
     stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);

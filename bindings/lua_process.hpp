@@ -99,13 +99,16 @@ class LuaProcess final : public Process {
   // kept string) or of new tables alone (a small table payload whose
   // strings are all kept, where the heap is far enough below both the
   // collector's threshold and the memory limit that making them can
-  // neither start a collection step nor fail), and the task resumed.
-  // kDone when that was the whole step; kDeclined when step_body must run,
-  // with the message still in step_events_ or, once the task was resumed,
-  // with step_events_ empty; kFailed when the collection step that a table
-  // payload's hand-over runs first (collect_step) raised, its error on
-  // L_'s stack. may_hand_over is Step's first check, on the payload's
-  // size and tag.
+  // neither start a collection step nor fail; or, for a small table of a
+  // shape the process keeps receiving, nil, its shape's constructor and
+  // true, the values in the shape cache's scratch table: shape_cache.hpp),
+  // and the task resumed. kDone when that was the whole step; kDeclined
+  // when step_body must run, with the message still in step_events_ or,
+  // once the task was resumed, with step_events_ empty; kFailed when a
+  // protected call of a table payload's hand-over raised (its collection
+  // step, collect_step, or a shape's compile, ShapeCache::compile), its
+  // error on L_'s stack.
+  // may_hand_over is Step's first check, on the payload's size and tag.
   enum class HandOver : std::uint8_t { kDeclined, kDone, kFailed };
   HandOver hand_over(const Event& ev);
   bool may_hand_over(const std::string& payload);
