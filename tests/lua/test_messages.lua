@@ -157,6 +157,27 @@ return { main = function()
         process.send(echo, "stop", nil)
       end
     end },
+    { "two-key tables arrive whole while the receiver's string cache churns and it collects", function()
+      -- Five words as values and, every fourth message, one of eight rare
+      -- topics, against the string cache's eight slots: its strings come
+      -- and go, so some tables are made by their shape's constructor and
+      -- others, declined (a string not kept), the protected way, while the
+      -- echo runs a full collection before each wait (the shape cache's
+      -- scratch table holds a message's strings only until its
+      -- constructor runs: shape_cache.hpp). Each must come back whole, on
+      -- its own topic.
+      local words = { "w1", "w2", "w3", "w4", "w5" }
+      local echo = assert(process.spawn("fixtures.shape_echo", "receive", true))
+      for round = 1, 3000 do
+        local topic = round % 4 == 0 and "x" .. round % 8 or "t"
+        local v = { a = words[round % 5 + 1], b = words[round * 3 % 5 + 1] }
+        assert(process.send(echo, topic, v))
+        local m = assert(process.receive(5), "no echo in round " .. round)
+        T.eq(m.topic, topic, "round " .. round)
+        same(v, m.payload, "round " .. round)
+      end
+      process.send(echo, "stop", nil)
+    end },
     { "a receiver whose garbage has failing finalizers fails by them, whatever its messages", function()
       -- A collection step runs the finalizers, whose error fails the
       -- process where the step ran: inside a protected call (the task's
