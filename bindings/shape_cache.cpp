@@ -28,43 +28,38 @@ std::uint8_t flat_table_keys(std::string_view b) {
 // The TValue of the string whose bytes start at text (a Lua string's).
 std::uint64_t string_tvalue(const char* text) { return LL::tvalue(text - LL::kStrBytes, LL::kTagStr); }
 
+// The string value at p (its tag, a varint length, its bytes) as its
+// bytes, advancing p past it; false, p unchanged, for anything else.
+bool read_string(const char*& p, const char* end, std::string_view& bytes) {
+  if (p >= end || static_cast<std::uint8_t>(*p) != kString) return false;
+  const char* q = p + 1;
+  std::uint64_t n;
+  if (read_varint(q, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - q)) return false;
+  bytes = std::string_view(q, n);
+  p = q + n;
+  return true;
+}
+
 // Reads one value at p (a table's, so never nil) into tv, advancing p;
 // false at anything but a boolean, a number or a string `kept` keeps.
 [[gnu::always_inline]] inline bool read_value(const char*& p, const char* end, const StringCache& kept,
                                               std::uint64_t& tv) {
   if (p >= end || static_cast<std::uint8_t>(*p) != kString) return read_scalar_tvalue(p, end, tv);
-  const char* q = p + 1;
-  std::uint64_t n;
-  if (read_varint(q, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - q)) return false;
-  const char* text = kept.find(std::string_view(q, n));
+  const char* q = p;
+  std::string_view bytes;
+  if (!read_string(q, end, bytes)) return false;
+  const char* text = kept.find(bytes);
   if (!text) return false;
-  p = q + n;
+  p = q;
   tv = string_tvalue(text);
   return true;
 }
 
 // Skips one value at p as read_value reads it (any string).
 bool skip_value(const char*& p, const char* end) {
-  if (p >= end) return false;
-  switch (static_cast<std::uint8_t>(*p++)) {
-    case kFalse:
-    case kTrue: return true;
-    case kInt: {
-      std::uint64_t z;
-      return read_varint(p, end, z) == Varint::kOk;
-    }
-    case kDouble:
-      if (end - p < 8) return false;
-      p += 8;
-      return true;
-    case kString: {
-      std::uint64_t n;
-      if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return false;
-      p += n;
-      return true;
-    }
-    default: return false;
-  }
+  std::string_view bytes;
+  std::uint64_t tv;
+  return read_string(p, end, bytes) || read_scalar_tvalue(p, end, tv);
 }
 
 // The key at p (kString, a one-byte length, its bytes) as its length byte

@@ -42,9 +42,9 @@ class StringCache {
 
   // Whether a and b hold the same bytes: up to 16 by two loads from each
   // end, as the keys below are made, with no call; longer ones by memcmp.
-  // operator== calls
-  // memcmp for any length (about 19 instructions a message where a run of
-  // messages compares each topic with the one before).
+  // (operator== calls memcmp for any length: about 19 instructions a
+  // message where a run of messages compares each topic with the one
+  // before.)
   static bool same(std::string_view a, std::string_view b) {
     const std::size_t n = a.size();
     if (n != b.size()) return false;
