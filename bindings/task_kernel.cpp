@@ -506,10 +506,7 @@ void TaskKernel::message(lua_State* L) {
   // nil, "timeout".
   if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw &&
       stack_args::type(L, base + 1) != LUA_TNIL) {
-    const Parked w = parked_.front();
-    parked_.erase(parked_.begin());
-    release_timer(w.timer);  // a timed receive's own timer goes with its wait
-    wake(L, w.co, 3);  // takes the three values off: the stack is at base again
+    wake(L, unpark_front(), 3);  // takes the three values off: the stack is at base again
     return;
   }
   // The usual case of a flood: nobody waits and nothing else may take the
@@ -547,10 +544,7 @@ void TaskKernel::message(lua_State* L) {
     // nobody waits (queue it). Selects, and receives behind other waiters,
     // take kernel_ext's path.
     if (!parked_.empty()) {
-      const Parked w = parked_.front();
-      parked_.erase(parked_.begin());
-      release_timer(w.timer);
-      wake(L, w.co, 1);
+      wake(L, unpark_front(), 1);
       lua_settop(L, base);
       return;
     }
@@ -638,6 +632,13 @@ void TaskKernel::release_timer(std::uint64_t timer) {
   // drops it at the step's end if none came); an older one goes with its
   // last wait.
   if (timer && timer != receive_timer_ && !serves(timer)) cancel_timer(loader_ctx_, timer);
+}
+
+lua_State* TaskKernel::unpark_front() {
+  const Parked w = parked_.front();
+  parked_.erase(parked_.begin());
+  release_timer(w.timer);
+  return w.co;
 }
 
 bool TaskKernel::serves(std::uint64_t timer) const {
@@ -839,9 +840,7 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
-  const std::uint64_t timer = parked_.front().timer;
-  parked_.erase(parked_.begin());
-  release_timer(timer);
+  unpark_front();  // co: raw_receiver gave the front entry
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
     current_ = co;

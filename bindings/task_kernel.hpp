@@ -308,6 +308,11 @@ class TaskKernel {
   // A parked receive's wait ended by a message: its timer goes unless it
   // is the shared one or serves another wait.
   void release_timer(std::uint64_t timer);
+  // Takes the oldest parked receive off parked_ for a message that ends
+  // its wait, its timer released with it (release_timer); returns its
+  // task. Every such end goes through here: one that skipped the release
+  // left an older timer armed and held shutdown.
+  lua_State* unpark_front();
   bool serves(std::uint64_t timer) const;
   void drop_receive_timers();
 
