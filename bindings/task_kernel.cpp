@@ -634,13 +634,6 @@ void TaskKernel::release_timer(std::uint64_t timer) {
   if (timer && timer != receive_timer_ && !serves(timer)) cancel_timer(loader_ctx_, timer);
 }
 
-lua_State* TaskKernel::unpark_front() {
-  const Parked w = parked_.front();
-  parked_.erase(parked_.begin());
-  release_timer(w.timer);
-  return w.co;
-}
-
 bool TaskKernel::serves(std::uint64_t timer) const {
   return std::any_of(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
 }

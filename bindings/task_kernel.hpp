@@ -312,7 +312,12 @@ class TaskKernel {
   // its wait, its timer released with it (release_timer); returns its
   // task. Every such end goes through here: one that skipped the release
   // left an older timer armed and held shutdown.
-  lua_State* unpark_front();
+  lua_State* unpark_front() {
+    const Parked w = parked_.front();
+    parked_.erase(parked_.begin());
+    release_timer(w.timer);
+    return w.co;
+  }
   bool serves(std::uint64_t timer) const;
   void drop_receive_timers();
 
