@@ -6,19 +6,30 @@
 // worker only when no worker is spinning, since a spinner will find the work;
 // a spinner that finds work and was the last one spinning wakes one more, so
 // a burst wakes workers one at a time instead of all at once. At most half of
-// the busy workers spin at a time.
+// the busy workers spin at a time. And one wake is in flight at a time: from
+// the wake until the woken worker spins or finds work (end_waking), no other
+// is woken. A woken thread takes microseconds to run, and a producer readies
+// processes far more often than that: without the rule, each of its sends in
+// that window found no spinner and paid a futex call for one more wake (on
+// 16 cores it halved the wakes of Chameneos and Fork-Join throughput at 4-16
+// workers, and took about a fifth off Chameneos at 8-16: BENCHMARKS.md).
 //
 // Parking is two-phase, to close the race with a thread that adds work just
 // as a worker gives up (the submit / spin-down barrier):
 //   worker:    prepare_park() [parked++]; fence; recheck all queues;
 //              then cancel_park() if it found work, else commit_park().
-//   submitter: push work; fence; if spinning == 0 && parked > 0: wake one.
+//   submitter: push work; fence; if spinning == 0 && parked > 0: wake one
+//              unless a wake is in flight.
 // With both fences sequentially consistent, either the worker's recheck sees
 // the work or the submitter sees the parked count and leaves a wake token.
+// A submitter that sees a wake in flight leaves none: the woken worker
+// clears the flag (seq_cst) before it searches, or, finding work first,
+// wakes the next one.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 
 namespace host {
 
@@ -68,15 +79,24 @@ class IdleWorkers {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the fence in prepare_park
     if (spinning_.load(std::memory_order_seq_cst) != 0) return;
     if (parked_.load(std::memory_order_seq_cst) == 0) return;
-    wake_one();
+    if (waking_.load(std::memory_order_seq_cst) != 0) return;
+    if (waking_.exchange(true, std::memory_order_seq_cst)) return;
+    if (!wake_one()) waking_.store(false, std::memory_order_seq_cst);
   }
 
-  void wake_one() {
+  // A worker woken from commit_park has begun spinning or found work.
+  void end_waking() { waking_.store(false, std::memory_order_seq_cst); }
+
+  // Leaves a wake token and wakes a parked worker; false when none was left
+  // (stopped, or every parker already has one).
+  bool wake_one() {
     int t = tokens_.load(std::memory_order_relaxed);
     do {
-      if (t & kStopped || t >= workers_ + kMaxExtraThreads) return;
+      if (t & kStopped || t >= workers_ + kMaxExtraThreads) return false;
     } while (!tokens_.compare_exchange_weak(t, t + 1, std::memory_order_release, std::memory_order_relaxed));
+    wakes_.fetch_add(1, std::memory_order_relaxed);
     tokens_.notify_one();
+    return true;
   }
 
   // Wakes every parked worker (helpers that must re-check whether to retire).
@@ -97,17 +117,21 @@ class IdleWorkers {
 
   int spinning() const { return spinning_.load(std::memory_order_relaxed); }
   int parked() const { return parked_.load(std::memory_order_relaxed); }
+  // Tokens left by wake_one (a futex call each), for tests and diagnosis.
+  std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
  private:
   const int workers_;
   alignas(64) std::atomic<int> spinning_{0};
   std::atomic<int> parked_{0};  // workers between prepare_park and the end of commit/cancel
+  std::atomic<bool> waking_{false};  // a woken worker has not yet spun or found work
   // Wakeups not yet consumed, and kStopped once stop() ran. Parked workers
   // sleep on this word itself (a futex, through std::atomic::wait): a wake
   // is one atomic add and one futex call, with no lock that the parking
   // workers contend for.
   static constexpr int kStopped = 1 << 30;
   alignas(64) std::atomic<int> tokens_{0};
+  std::atomic<std::uint64_t> wakes_{0};
 };
 
 }  // namespace host

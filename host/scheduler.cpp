@@ -83,10 +83,17 @@ void Scheduler::push_global(ProcessSlot* slot) {
   idle_.notify_work_available();
 }
 
-std::uint64_t Scheduler::batch_waits() const {
-  std::uint64_t n = 0;
-  for (const auto& w : workers_) n += w->batch_waits();
-  return n;
+Scheduler::Counters Scheduler::counters() const {
+  Counters c;
+  for (const auto& w : workers_) {
+    const Worker::Counters one = w->counters();
+    c.workers.steps += one.steps;
+    c.workers.steals += one.steals;
+    c.workers.parks += one.parks;
+    c.workers.batch_waits += one.batch_waits;
+  }
+  c.wakes = idle_.wakes();
+  return c;
 }
 
 bool Scheduler::any_work_visible() const {

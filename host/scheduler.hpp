@@ -74,6 +74,7 @@
 #include "host/pid_table.hpp"
 #include "host/process.hpp"
 #include "host/timer_service.hpp"
+#include "host/worker.hpp"
 
 namespace host {
 
@@ -164,9 +165,13 @@ class Scheduler {
 
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
-  // Times workers held a requeued process to gather a batch of the events
-  // others were sending it (config::kStreamBatch): for tests and diagnosis.
-  std::uint64_t batch_waits() const;
+  // What the workers did (the sums of Worker::Counters) and the wakes the
+  // idle protocol issued; logged at debug level when the workers stop.
+  struct Counters {
+    Worker::Counters workers;
+    std::uint64_t wakes = 0;
+  };
+  Counters counters() const;
   // True when every process exited before the deadline.
   bool wait_all_exited(std::chrono::steady_clock::time_point deadline);
 

@@ -93,6 +93,11 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
     runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
     for (auto& w : workers_) w->join();  // a helper it started meanwhile sees the stop flag and leaves
   }
+  if (log::logger().should_log(spdlog::level::debug)) {
+    const Counters c = counters();
+    log::logger().debug("scheduler: {} steps, {} steals, {} parks, {} wakes, {} batch waits", c.workers.steps,
+                        c.workers.steals, c.workers.parks, c.wakes, c.workers.batch_waits);
+  }
 
   // 4. Close what is left. No worker runs now, so every slot is ours.
   for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {

@@ -47,6 +47,15 @@ void Worker::join() {
 
 Worker* Worker::current() { return tls_worker; }
 
+Worker::Counters Worker::counters() const {
+  Counters c;
+  c.steps = steps_.load(std::memory_order_relaxed);
+  c.steals = steals_.load(std::memory_order_relaxed);
+  c.parks = parks_.load(std::memory_order_relaxed);
+  c.batch_waits = batch_waits_.load(std::memory_order_relaxed);
+  return c;
+}
+
 std::uint64_t Worker::next_random() {
   // xorshift64*: victim choice needs speed, not quality.
   rng_ ^= rng_ >> 12;
@@ -60,10 +69,20 @@ void Worker::run() {
   tid_.store(static_cast<int>(gettid()), std::memory_order_release);
   IdleWorkers& idle = scheduler_.idle_;
   bool spinning = false;
+  // Woken from a park and not yet searching as a spinner or running: the
+  // wake in flight of IdleWorkers (Go's wakep). Until it ends, threads that
+  // make work wake no other worker; it ends when this one finds work (and
+  // then wakes the next, so a burst is taken up one worker at a time) or
+  // starts spinning.
+  bool waking = false;
   int rounds = 0;
   while (!scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
     if (ProcessSlot* slot = find_work()) {
-      if (spinning) {
+      if (waking) {
+        waking = false;
+        idle.end_waking();
+        idle.notify_work_available();
+      } else if (spinning) {
         spinning = false;
         // The last spinner found work: let another search for the rest.
         if (idle.end_spinning()) idle.notify_work_available();
@@ -78,6 +97,10 @@ void Worker::run() {
     if (!spinning && rounds < config::kYieldRounds) {
       if (idle.try_begin_spinning()) spinning = true;
       else rounds = config::kYieldRounds;  // enough others search: park
+      if (waking) {  // after counting itself a spinner, so no wake is lost between
+        waking = false;
+        idle.end_waking();
+      }
     }
     if (rounds < config::kSpinRounds) {
       cpu_relax();
@@ -102,9 +125,12 @@ void Worker::run() {
       rounds = 0;
       continue;
     }
+    bump(parks_);
     if (!idle.commit_park()) break;
     rounds = 0;
+    waking = true;
   }
+  if (waking) idle.end_waking();
   if (spinning) (void)idle.end_spinning();
   tls_worker = nullptr;
   active_.store(false, std::memory_order_release);
@@ -129,6 +155,7 @@ ProcessSlot* Worker::steal_work() {
     Worker& victim = *workers[(start + i) % n];
     if (&victim == this) continue;
     if (victim.deque_.steal_half_into(deque_) > 0) {
+      bump(steals_);
       if (auto got = deque_.pop()) return *got;
     }
   }
@@ -166,6 +193,7 @@ void Worker::execute(ProcessSlot* slot) {
     return;
   }
   process->Prefetch();
+  bump(steps_);
   std::uint32_t taken_mark;
   {
     std::lock_guard lock(slot->mu);
@@ -231,7 +259,7 @@ void Worker::execute(ProcessSlot* slot) {
 void Worker::gather_batch(ProcessSlot* slot, std::uint32_t mark) {
   using Clock = std::chrono::steady_clock;
   if (scheduler_.any_work_visible()) return;
-  batch_waits_.store(batch_waits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bump(batch_waits_);
   const auto start = Clock::now();
   auto last = start;
   std::uint32_t seen = slot->arrivals.load(std::memory_order_relaxed);

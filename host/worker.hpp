@@ -51,9 +51,16 @@ class Worker {
   // itself). Such an event readies it at the step's end, but is no stream
   // to gather a batch of (gather_batch would only wait kStreamQuiet).
   void posted_to_running() { ++own_posts_; }
-  // Times this worker held a requeued process to gather a batch of its
-  // events (gather_batch); any thread may read it.
-  std::uint64_t batch_waits() const { return batch_waits_.load(std::memory_order_relaxed); }
+  // What this worker did, for tests and diagnosis (the scheduler logs the
+  // sums at debug level when it stops): written by its own thread only, read
+  // by any.
+  struct Counters {
+    std::uint64_t steps = 0;        // processes stepped
+    std::uint64_t steals = 0;       // successful steals from another worker's deque
+    std::uint64_t parks = 0;        // times it slept in commit_park
+    std::uint64_t batch_waits = 0;  // times it held a requeued process to gather a batch (gather_batch)
+  };
+  Counters counters() const;
   PidTable::LocalFree& free_slots() { return free_slots_; }
 
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
@@ -99,7 +106,13 @@ class Worker {
   std::atomic<ProcessSlot*> running_{nullptr};
   std::atomic<std::uint32_t> initializing_{0};
   std::atomic<int> tid_{0};
-  std::atomic<std::uint64_t> batch_waits_{0};  // written by the worker thread only
+  // Counters, written by the worker thread only (a relaxed load and store,
+  // no locked instruction).
+  std::atomic<std::uint64_t> batch_waits_{0};
+  std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::uint64_t> steals_{0};
+  std::atomic<std::uint64_t> parks_{0};
+  static void bump(std::atomic<std::uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
   std::uint32_t fed_ = 0;  // fed_queued_process calls in this step

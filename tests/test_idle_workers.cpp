@@ -26,12 +26,18 @@ bool take(std::atomic<long>& available) {
   return false;
 }
 
-// A consumer that runs the worker loop's idle protocol until stop().
+// A consumer that runs the worker loop's idle protocol until stop(),
+// waking included (a woken consumer ends the wake in flight when it finds
+// work, then wakes the next, or when it starts spinning).
 void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>& done) {
-  bool spinning = false;
+  bool spinning = false, waking = false;
   for (int rounds = 0;;) {
     if (take(available)) {
-      if (spinning) {
+      if (waking) {
+        waking = false;
+        idle.end_waking();
+        idle.notify_work_available();
+      } else if (spinning) {
         spinning = false;
         if (idle.end_spinning()) idle.notify_work_available();
       }
@@ -39,7 +45,13 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
       rounds = 0;
       continue;
     }
-    if (!spinning && rounds == 0 && idle.try_begin_spinning()) spinning = true;
+    if (!spinning && rounds == 0) {
+      spinning = idle.try_begin_spinning();
+      if (waking) {
+        waking = false;
+        idle.end_waking();
+      }
+    }
     if (spinning && rounds++ < 8) {
       std::this_thread::yield();
       continue;
@@ -56,6 +68,7 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
     }
     if (!idle.commit_park()) return;
     rounds = 0;
+    waking = true;
   }
 }
 
@@ -147,4 +160,41 @@ TEST_CASE("idle workers: wake_all releases every parked thread, wake_one exactly
   CHECK(woken.load() == kThreads);
   CHECK(idle.parked() == 0);
   idle.stop();
+}
+
+TEST_CASE("idle workers: one wake in flight at a time, until the woken thread ends it") {
+  Watchdog dog("idle workers: one wake in flight", 60s);
+  constexpr int kThreads = 4;
+  IdleWorkers idle(kThreads);
+  std::atomic<int> woken{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&] {
+      idle.prepare_park();
+      if (idle.commit_park()) woken.fetch_add(1);
+    });
+  wait_until_parked(idle, kThreads);
+  // A producer readying work again and again before the woken thread runs:
+  // one wake (one futex call), not one a notify.
+  for (int i = 0; i < 100; ++i) idle.notify_work_available();
+  while (woken.load() < 1) std::this_thread::sleep_for(1ms);
+  for (int i = 0; i < 100; ++i) idle.notify_work_available();
+  std::this_thread::sleep_for(20ms);
+  CHECK(idle.wakes() == 1);
+  CHECK(woken.load() == 1);
+  // The woken thread found work (or began to spin): the next notify wakes
+  // the next thread.
+  idle.end_waking();
+  idle.notify_work_available();
+  while (woken.load() < 2) std::this_thread::sleep_for(1ms);
+  CHECK(idle.wakes() == 2);
+  // A spinner searching: no wake at all.
+  idle.end_waking();
+  REQUIRE(idle.try_begin_spinning());
+  idle.notify_work_available();
+  CHECK(idle.wakes() == 2);
+  (void)idle.end_spinning();
+  idle.stop();
+  for (auto& t : threads) t.join();
+  CHECK(woken.load() == 2);
 }
