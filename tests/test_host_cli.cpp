@@ -165,8 +165,15 @@ TEST_CASE("log lines carry time, level, PID and module; print logs at info; --lo
   CHECK(contains(line, "> child "));  // its PID and entry, not its spawner's (main:main)
   CHECK(contains(r.err, "[warning] <0.0.1> main:main careful now"));
   CHECK_FALSE(contains(r.err, "dbg 7"));
+  CHECK_FALSE(contains(r.err, "scheduler: "));
   r = run_host({"run", d.str(), "--log-level", "debug"});
   CHECK(contains(r.err, "[debug] <0.0.1> main:main dbg 7"));
+  // As it stops, the scheduler's counters: two processes took at least two steps.
+  const auto counters = r.err.find("[debug] - scheduler: ");
+  REQUIRE(counters != std::string::npos);
+  CHECK(std::stoi(r.err.substr(counters + 21)) >= 2);
+  CHECK(contains(r.err.substr(counters), " steps, "));
+  CHECK(contains(r.err.substr(counters), " wakes, "));
   r = run_host({"run", d.str(), "--log-level=warn"});
   CHECK_FALSE(contains(r.err, "printed"));
   CHECK(contains(r.err, "careful now"));
