@@ -81,6 +81,19 @@ void wait_until_parked(IdleWorkers& idle, int n) {
   }
 }
 
+// n threads that each park once, counting those woken (commit_park true)
+// and those stopped; returns once all n sleep.
+std::vector<std::thread> park_each_once(IdleWorkers& idle, int n, std::atomic<int>& woken, std::atomic<int>& stopped) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&] {
+      idle.prepare_park();
+      (idle.commit_park() ? woken : stopped).fetch_add(1);
+    });
+  wait_until_parked(idle, n);
+  return threads;
+}
+
 }  // namespace
 
 TEST_CASE("idle workers: no wakeup is lost while producers race parking consumers") {
@@ -121,14 +134,8 @@ TEST_CASE("idle workers: stop releases every parked thread, and commit_park repo
   Watchdog dog("idle workers: stop", 60s);
   constexpr int kThreads = 6;
   IdleWorkers idle(kThreads);
-  std::atomic<int> stopped{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i)
-    threads.emplace_back([&] {
-      idle.prepare_park();
-      if (!idle.commit_park()) stopped.fetch_add(1);
-    });
-  wait_until_parked(idle, kThreads);
+  std::atomic<int> woken{0}, stopped{0};
+  auto threads = park_each_once(idle, kThreads, woken, stopped);
   idle.stop();
   for (auto& t : threads) t.join();
   CHECK(stopped.load() == kThreads);
@@ -142,14 +149,8 @@ TEST_CASE("idle workers: wake_all releases every parked thread, wake_one exactly
   Watchdog dog("idle workers: wake_all", 60s);
   constexpr int kThreads = 5;
   IdleWorkers idle(kThreads);
-  std::atomic<int> woken{0};
-  auto park_once = [&] {
-    idle.prepare_park();
-    if (idle.commit_park()) woken.fetch_add(1);
-  };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) threads.emplace_back(park_once);
-  wait_until_parked(idle, kThreads);
+  std::atomic<int> woken{0}, stopped{0};
+  auto threads = park_each_once(idle, kThreads, woken, stopped);
   idle.wake_one();
   while (woken.load() < 1) std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(20ms);
@@ -166,14 +167,8 @@ TEST_CASE("idle workers: one wake in flight at a time, until the woken thread en
   Watchdog dog("idle workers: one wake in flight", 60s);
   constexpr int kThreads = 4;
   IdleWorkers idle(kThreads);
-  std::atomic<int> woken{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i)
-    threads.emplace_back([&] {
-      idle.prepare_park();
-      if (idle.commit_park()) woken.fetch_add(1);
-    });
-  wait_until_parked(idle, kThreads);
+  std::atomic<int> woken{0}, stopped{0};
+  auto threads = park_each_once(idle, kThreads, woken, stopped);
   // A producer readying work again and again before the woken thread runs:
   // one wake (one futex call), not one a notify.
   for (int i = 0; i < 100; ++i) idle.notify_work_available();
@@ -197,4 +192,5 @@ TEST_CASE("idle workers: one wake in flight at a time, until the woken thread en
   idle.stop();
   for (auto& t : threads) t.join();
   CHECK(woken.load() == 2);
+  CHECK(stopped.load() == kThreads - 2);
 }
