@@ -24,7 +24,8 @@
 // the work or the submitter sees the parked count and leaves a wake token.
 // A submitter that sees a wake in flight leaves none: the woken worker
 // clears the flag (seq_cst) before it searches, or, finding work first,
-// wakes the next one.
+// clears it, fences, and wakes the next one if any queue still holds work
+// (Worker::run).
 #pragma once
 
 #include <algorithm>

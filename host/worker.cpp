@@ -78,14 +78,23 @@ void Worker::run() {
   int rounds = 0;
   while (!scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
     if (ProcessSlot* slot = find_work()) {
+      // The woken worker, or the last spinner, found work: another searches
+      // for the rest, if there is any left to see. (Go wakes one either way;
+      // a timer's process readied on an idle scheduler then cost two wakes,
+      // one of them for nothing.) No wake is lost: the flag or count goes
+      // down (seq_cst) before the queues are read, and a thread that queues
+      // work meanwhile either is seen here or sees it down and wakes one.
       if (waking) {
         waking = false;
         idle.end_waking();
-        idle.notify_work_available();
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the fence in notify_work_available
+        if (scheduler_.any_work_visible()) idle.notify_work_available();
       } else if (spinning) {
         spinning = false;
-        // The last spinner found work: let another search for the rest.
-        if (idle.end_spinning()) idle.notify_work_available();
+        if (idle.end_spinning()) {
+          std::atomic_thread_fence(std::memory_order_seq_cst);  // the same
+          if (scheduler_.any_work_visible()) idle.notify_work_available();
+        }
       }
       rounds = 0;
       execute(slot);

@@ -28,7 +28,7 @@ bool take(std::atomic<long>& available) {
 
 // A consumer that runs the worker loop's idle protocol until stop(),
 // waking included (a woken consumer ends the wake in flight when it finds
-// work, then wakes the next, or when it starts spinning).
+// work, then wakes the next if more is there, or when it starts spinning).
 void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>& done) {
   bool spinning = false, waking = false;
   for (int rounds = 0;;) {
@@ -36,10 +36,11 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
       if (waking) {
         waking = false;
         idle.end_waking();
-        idle.notify_work_available();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
       } else if (spinning) {
         spinning = false;
-        if (idle.end_spinning()) idle.notify_work_available();
+        if (idle.end_spinning() && available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
       }
       done.fetch_add(1, std::memory_order_acq_rel);
       rounds = 0;

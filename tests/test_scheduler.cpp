@@ -127,6 +127,29 @@ TEST_CASE("sleep completes no earlier than its delay") {
   CHECK(exits.get(r.pid).result == "slept");
 }
 
+TEST_CASE("a timer readying a process on an idle scheduler wakes one worker, not two") {
+  // Every worker parked, the timer thread readies the sleeper: one wake.
+  // The woken worker finds it and, with nothing else queued, wakes no
+  // other (which would find nothing and park again).
+  Watchdog dog("timer wakes", 60s);
+  Scheduler s({.workers = 4});
+  ExitLog exits(s);
+  constexpr int kSleeps = 200;
+  auto r = s.spawn(make_fn([](FnProcess& p, std::span<Event>, StepOutput& out) {
+                     if (p.steps > kSleeps) return done(out, "slept");
+                     out.add_yield(cmd::kSleep, p.steps).arg = std::chrono::nanoseconds(1ms).count();
+                     out.status = Status::Blocked;
+                   }),
+                   "main", "");
+  REQUIRE(exits.wait(r.pid));
+  CHECK(exits.get(r.pid).result == "slept");
+  const Scheduler::Counters c = s.counters();
+  CHECK(c.workers.steps == kSleeps + 1);
+  // At most one a sleep (fewer where a worker was still spinning when its
+  // timer fired); two a sleep before the woken worker looked for more work.
+  CHECK(c.wakes <= kSleeps + 2);
+}
+
 TEST_CASE("several outstanding yields completed out of order each reach the process with their own result") {
   Watchdog dog("multi-yield", 30s);
   Scheduler s({.workers = 2});
