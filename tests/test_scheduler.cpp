@@ -145,9 +145,10 @@ TEST_CASE("a timer readying a process on an idle scheduler wakes one worker, not
   CHECK(exits.get(r.pid).result == "slept");
   const Scheduler::Counters c = s.counters();
   CHECK(c.workers.steps == kSleeps + 1);
-  // At most one a sleep (fewer where a worker was still spinning when its
-  // timer fired); two a sleep before the woken worker looked for more work.
-  CHECK(c.wakes <= kSleeps + 2);
+  // One a sleep and the spawn's (fewer where a worker was still spinning
+  // when its timer fired), with room for a stray one; two a sleep when the
+  // woken worker woke another without looking for more work.
+  CHECK(c.wakes <= kSleeps + kSleeps / 4);
 }
 
 TEST_CASE("several outstanding yields completed out of order each reach the process with their own result") {
