@@ -215,13 +215,8 @@ std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&&
   // move and destroy around it (three strings each). The message path's
   // only copy of the topic.
   const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
-    Event& ev = slot.pending.emplace_back();
-    ev.kind = EventKind::Message;
-    ev.from = from;
-    ev.topic.append(topic);  // into the empty string: a plain copy, where assign takes the general replace
-    // The new event's payload is empty: a nil payload (no bytes) needs no
-    // move, which was about 30 instructions even for an empty string.
-    if (!payload.empty()) ev.payload = std::move(payload);
+    if (payload.empty()) slot.pending.emplace_back(from, topic);
+    else slot.pending.emplace_back(from, topic, std::move(payload));
     if (backlog) *backlog = slot.pending.size();
   });
   return alive ? std::string() : not_found(to);
