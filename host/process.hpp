@@ -47,10 +47,11 @@ struct Event {
   // move-assigning into the empty string was an out-of-line call of about
   // 43 (callgrind); a nil payload (no bytes) takes the other, which moves
   // nothing at all.
-  // (Not noexcept: a long topic's copy may allocate, and fail.)
-  Event(const Pid& sender, std::string_view topic_bytes, std::string&& body)
+  // (Not noexcept: a long topic's copy may allocate, and fail. Flattened:
+  // g++ left the payload's move construction a call, 21 instructions.)
+  [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes, std::string&& body)
       : from(sender), topic(topic_bytes), payload(std::move(body)) {}
-  Event(const Pid& sender, std::string_view topic_bytes) : from(sender), topic(topic_bytes) {}
+  [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes) : from(sender), topic(topic_bytes) {}
 
   EventKind kind = EventKind::Message;
   bool failed = false;     // YieldComplete, Exit, LinkDown: payload is the error text
