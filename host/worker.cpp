@@ -72,8 +72,8 @@ void Worker::run() {
   // Woken from a park and not yet searching as a spinner or running: the
   // wake in flight of IdleWorkers (Go's wakep). Until it ends, threads that
   // make work wake no other worker; it ends when this one finds work (and
-  // then wakes the next, so a burst is taken up one worker at a time) or
-  // starts spinning.
+  // then wakes the next if more is queued, so a burst is taken up one
+  // worker at a time) or starts spinning.
   bool waking = false;
   int rounds = 0;
   while (!scheduler_.stopping_workers_.load(std::memory_order_acquire)) {
