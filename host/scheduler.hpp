@@ -78,7 +78,6 @@
 
 namespace host {
 
-class Worker;
 class RunawayMonitor;
 
 struct SchedulerOptions {

@@ -84,17 +84,18 @@ void Worker::run() {
       // one of them for nothing.) No wake is lost: the flag or count goes
       // down (seq_cst) before the queues are read, and a thread that queues
       // work meanwhile either is seen here or sees it down and wakes one.
+      bool wake_next = false;
       if (waking) {
         waking = false;
         idle.end_waking();
-        std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the fence in notify_work_available
-        if (scheduler_.any_work_visible()) idle.notify_work_available();
+        wake_next = true;
       } else if (spinning) {
         spinning = false;
-        if (idle.end_spinning()) {
-          std::atomic_thread_fence(std::memory_order_seq_cst);  // the same
-          if (scheduler_.any_work_visible()) idle.notify_work_available();
-        }
+        wake_next = idle.end_spinning();
+      }
+      if (wake_next) {
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the fence in notify_work_available
+        if (scheduler_.any_work_visible()) idle.notify_work_available();
       }
       rounds = 0;
       execute(slot);
