@@ -12,10 +12,10 @@
 namespace host::log {
 namespace {
 
-// Set by the worker around each step; rendered only when a line is written,
-// so the hot path pays a store, not a formatting.
-thread_local Pid current_pid;
-thread_local const Process* current_process = nullptr;
+// Set by the worker around each step (log.hpp); rendered only when a line
+// is written, so the hot path pays a store, not a formatting.
+using detail::current_pid;
+using detail::current_process;
 
 class PidFlag final : public spdlog::custom_flag_formatter {
  public:
@@ -66,16 +66,6 @@ bool set_level(const std::string& name) {
     }
   }
   return false;
-}
-
-void set_current_pid(const Pid& pid, const Process* process) {
-  current_pid = pid;
-  current_process = process;
-}
-
-void clear_current_pid() {
-  current_pid = Pid{};
-  current_process = nullptr;
 }
 
 CurrentPidScope::CurrentPidScope(const Pid& pid, const Process* process)
