@@ -193,7 +193,7 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
   if (event) slot->pending.push_back(std::move(*event));
   slot->arrivals.store(slot->arrivals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const ProcessState::Wake wake = slot->state.on_event_arrived();
-  lock.unlock();
+  lock.release()->unlock();  // (unique_lock::unlock, its checks and all, was a call g++ kept out of line)
   // Ready now, and in no queue: nothing can run or finish it until we queue it.
   if (wake == ProcessState::Wake::Schedule) schedule(slot);
   if (wake == ProcessState::Wake::Queued) {
