@@ -661,10 +661,11 @@ bool check_raw_tables() {
   return !Encoder(L, out, false).raw_only(3);
 }
 
-bool raw_tables_checked() {
-  static const bool ok = check_raw_tables();
-  return ok;
-}
+// Checked once, as the program starts (as gc_pressure's fields are): a
+// function-local static cost its guard's check and a call on every send.
+const bool raw_tables_ok = check_raw_tables();
+
+bool raw_tables_checked() { return raw_tables_ok; }
 
 // Writes through a pointer into a buffer sized for the worst case: no
 // bounds to check (put_small_table's).
