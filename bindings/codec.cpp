@@ -663,6 +663,8 @@ bool check_raw_tables() {
 
 // Checked once, as the program starts (as gc_pressure's fields are): a
 // function-local static cost its guard's check and a call on every send.
+// (stack_args's own check, in another file, may not have run yet; its
+// table() then takes the C API's pointer, the same table.)
 const bool raw_tables_ok = check_raw_tables();
 
 bool raw_tables_checked() { return raw_tables_ok; }
