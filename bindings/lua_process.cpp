@@ -404,6 +404,47 @@ struct Primitives {
     return 0;
   }
 
+  // The timed selects' shared timer (LuaProcess::select_timer_), for
+  // kernel_ext.lua's channel_select.
+  // H.sel_wait(secs, tag, due) -> the shared timer's tag, now with a
+  // select waiting on it, and the select's deadline (monotonic_seconds);
+  // or 0 when that deadline comes before the shared timer's (due, which
+  // kernel_ext keeps): the select then starts a timer of its own. With
+  // none armed, it starts one with tag (kernel_ext's next) for this
+  // select's deadline.
+  static int sel_wait(lua_State* L) {
+    auto& p = of(L);
+    const double secs = luaL_checknumber(L, 1);
+    const double deadline = monotonic_seconds() + secs;
+    if (p.select_timer_ == 0) {
+      p.select_timer_ = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
+      add_sleep(p, p.select_timer_, secs);
+    } else if (deadline < luaL_checknumber(L, 3)) {
+      lua_pushinteger(L, 0);
+      return 1;
+    }
+    p.select_timer_idle_ = false;
+    lua_pushnumber(L, static_cast<lua_Number>(p.select_timer_));
+    lua_pushnumber(L, deadline);
+    return 2;
+  }
+  // H.sel_idle(): no select waits on the shared timer any more; the step's
+  // end drops it unless one comes first (LuaProcess::settle_select_timer).
+  static int sel_idle(lua_State* L) {
+    of(L).select_timer_idle_ = true;
+    return 0;
+  }
+  // H.sel_timer(tag, secs): the shared timer fired (or went with
+  // process.upgrade): a new one, tag (kernel_ext's next), for the selects
+  // still waiting, or 0 for none.
+  static int sel_timer(lua_State* L) {
+    auto& p = of(L);
+    p.select_timer_ = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
+    p.select_timer_idle_ = false;
+    if (p.select_timer_ != 0) add_sleep(p, p.select_timer_, luaL_checknumber(L, 2));
+    return 0;
+  }
+
   static int describe(lua_State* L) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%s: %p", luaL_typename(L, 1), lua_topointer(L, 1));
@@ -1232,11 +1273,14 @@ void LuaProcess::push_ext_chunk(lua_State* L, void* ctx) {
       {"demonitor", Primitives::demonitor},
       {"sleep_cmd", Primitives::sleep_cmd},
       {"cancel_cmd", Primitives::cancel_cmd},
+      {"sel_wait", Primitives::sel_wait},
+      {"sel_idle", Primitives::sel_idle},
+      {"sel_timer", Primitives::sel_timer},
       {"describe", Primitives::describe},
       {"load_entry", Primitives::load_entry},
       {nullptr, nullptr},
   };
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 11);
   luaL_setfuncs(L, prims, 0);
   push_closure(L, Primitives::monitor, 1);  // process.watch's: also returns the ref
   lua_setfield(L, -2, "watch_monitor");
@@ -1846,6 +1890,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   }
   if (rc != 0) lua_settop(L, 0);  // the error; a call that returned left nothing
   kernel_.settle_receive_timer();
+  settle_select_timer();
   if (!pending_sleeps_.empty() || !pending_cancels_.empty()) {
     // A process that ended starts no timer, but still drops the ones its
     // last step stopped waiting for (a receive that a message ended):
@@ -1854,6 +1899,12 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     if (out.status == Status::Done || out.status == Status::Failed) pending_sleeps_.clear();
     flush_commands(out);
   }
+}
+
+void LuaProcess::settle_select_timer() {
+  if (select_timer_ == 0 || !select_timer_idle_) return;
+  Primitives::cancel_timer(*this, select_timer_);
+  select_timer_ = 0;
 }
 
 void LuaProcess::Interrupt() {

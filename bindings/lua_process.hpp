@@ -227,8 +227,17 @@ class LuaProcess final : public Process {
   // the tag of the thread of the last sample.
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
+  bool select_timer_idle_ = false;  // see select_timer_ (here, where it costs no padding)
   // TaskKernel's C timers started (Primitives::start_timer: their tags).
   std::uint32_t c_timers_ = 0;
+  // The timer kernel_ext.lua's timed selects share (H.sel_wait), 0 for
+  // none; select_timer_idle_ says no select waits on it now (H.sel_idle).
+  // Kept from one select to the next, as timed receives keep theirs
+  // (TaskKernel::receive_timer), and dropped at the end of a step that
+  // leaves it idle (settle_select_timer), so that shutdown does not wait
+  // for it (Scheduler::nothing_can_run). When it fires, kernel_ext knows.
+  std::uint64_t select_timer_ = 0;
+  void settle_select_timer();
 };
 
 }  // namespace host::lua

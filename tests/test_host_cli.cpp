@@ -293,6 +293,31 @@ TEST_CASE("a timed receive that a message ends in the step's body leaves no time
   CHECK(contains(r.err, "child timed_out"));
 }
 
+TEST_CASE("a process whose timed select ended and now waits without a timeout holds no timer at exit") {
+  // Timed selects share a timer kept from one select to the next
+  // (kernel_ext's sel_wait); a step that ends with no select waiting on
+  // it drops it (LuaProcess::settle_select_timer). Left armed, the
+  // child's 3 s timer would hold shutdown until it fired.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local c = process.spawn('main:child', process.pid())\n"
+          "  process.receive(5)\n"  // ready
+          "  time.sleep(0.05)\n"    // it waits in its timed select by now
+          "  process.send(c, 'go', 1)\n"
+          "  log.info('root got %s', process.receive(5).topic)\n"
+          "end\n"
+          "function M.child(root)\n"
+          "  process.send(root, 'ready', 1)\n"
+          "  local r = channel.select { process.inbox():case_receive(), timeout = 3 }\n"
+          "  process.send(r.value.from, 'done', 1)\n"
+          "  while true do process.receive() end\n"
+          "end\n"
+          "return M\n");
+  run_expecting_no_timer_left(d);
+}
+
 TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
   ScriptDir d;
   d.write("main.lua",

@@ -150,6 +150,47 @@ return { main = function()
       T.eq(b:receive(), "later")
       T.raises(function() return channel.select { a:case_receive(), timeout = "soon" } end, 'invalid duration: "soon"')
     end },
+    { "timed selects share one timer: each still times out at its own deadline", function()
+      -- kernel_ext keeps one timer for the selects with a timeout
+      -- (sel_wait): a select with a later deadline waits on it and gets a
+      -- new one when it fires; an earlier deadline gets a timer of its own.
+      local a = channel.new()
+      -- 200 selects that a value ends long before their 5 s: the shared
+      -- timer stays, and ends none of them early.
+      for i = 1, 200 do
+        coroutine.spawn(function() a:send(i) end)
+        local r = channel.select { a:case_receive(), timeout = 5 }
+        T.eq(r.value, i)
+      end
+      -- Three at once, the first with the shortest timeout (its deadline
+      -- arms the shared timer, the last one gone with the step that left
+      -- it idle) and two later ones on it: each times out at its own
+      -- deadline, in order.
+      time.sleep(0.01)
+      local done = channel.new(3)
+      local t0 = time.now()
+      for _, secs in ipairs({ 0.05, 0.15, 0.25 }) do
+        coroutine.spawn(function()
+          local r = channel.select { channel.new():case_receive(), timeout = secs }
+          done:send({ secs = secs, timeout = r.timeout, at = time.now() - t0 })
+        end)
+      end
+      for _, secs in ipairs({ 0.05, 0.15, 0.25 }) do
+        -- (time.after: a timer of its own, so a lost timeout fails here)
+        local r = channel.select { done:case_receive(), time.after(2):case_receive() }
+        T.ok(r.channel == done, "the select of " .. secs .. " s never timed out")
+        local d = r.value
+        T.eq(d.secs, secs); T.eq(d.timeout, true)
+        T.ok(d.at >= secs - 0.005, "timed out at " .. d.at .. " s, not before its " .. secs .. " s")
+        T.ok(d.at < secs + 0.5, "timed out at " .. d.at .. " s, long after its " .. secs .. " s")
+      end
+      -- A shorter timeout than a waiting select's: a timer of its own.
+      coroutine.spawn(function() channel.select { channel.new():case_receive(), timeout = 5 } end)
+      local t1 = time.now()
+      T.eq(channel.select { a:case_receive(), timeout = 0.03 }.timeout, true)
+      local took = time.now() - t1
+      T.ok(took >= 0.025 and took < 1, "the short select took " .. took .. " s")
+    end },
     { "select on a closed channel receives nil, false", function()
       local a = channel.new(); a:close()
       local r = channel.select { a:case_receive() }
