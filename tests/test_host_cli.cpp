@@ -32,6 +32,21 @@ const std::string kChildEnd =
     "end\n"
     "return M\n";
 
+// The root of those tests and the child's start: the root waits for the
+// child's 'ready', lets it reach its timed wait, sends it 'go' and logs
+// the answer's topic.
+const std::string kRootThenChildStart =
+    "local M = {}\n"
+    "function M.main()\n"
+    "  local c = process.spawn('main:child', process.pid())\n"
+    "  process.receive(5)\n"  // ready
+    "  time.sleep(0.05)\n"    // it waits in its timed wait by now
+    "  process.send(c, 'go', 1)\n"
+    "  log.info('root got %s', process.receive(5).topic)\n"
+    "end\n"
+    "function M.child(root)\n"
+    "  process.send(root, 'ready', 1)\n";
+
 // Runs such a script, whose root logs 'root got done' and returns: the
 // host must exit well before the child's 3 s timer would have fired, had
 // it been left armed (shutdown waits for a timer due within its grace).
@@ -248,18 +263,7 @@ TEST_CASE("a process that waited with a timeout and now waits without one holds 
   // until it fired (Scheduler::nothing_can_run: a timer due within the
   // grace period may wake a process).
   ScriptDir d;
-  d.write("main.lua",
-          "local M = {}\n"
-          "function M.main()\n"
-          "  local c = process.spawn('main:child', process.pid())\n"
-          "  process.receive(5)\n"  // ready
-          "  time.sleep(0.05)\n"    // it waits in its timed receive by now
-          "  process.send(c, 'go', 1)\n"
-          "  log.info('root got %s', process.receive(5).topic)\n"
-          "end\n"
-          "function M.child(root)\n"
-          "  process.send(root, 'ready', 1)\n" +
-              kChildEnd);
+  d.write("main.lua", kRootThenChildStart + kChildEnd);
   run_expecting_no_timer_left(d);
 }
 
@@ -300,21 +304,12 @@ TEST_CASE("a process whose timed select ended and now waits without a timeout ho
   // child's 3 s timer would hold shutdown until it fired.
   ScriptDir d;
   d.write("main.lua",
-          "local M = {}\n"
-          "function M.main()\n"
-          "  local c = process.spawn('main:child', process.pid())\n"
-          "  process.receive(5)\n"  // ready
-          "  time.sleep(0.05)\n"    // it waits in its timed select by now
-          "  process.send(c, 'go', 1)\n"
-          "  log.info('root got %s', process.receive(5).topic)\n"
-          "end\n"
-          "function M.child(root)\n"
-          "  process.send(root, 'ready', 1)\n"
-          "  local r = channel.select { process.inbox():case_receive(), timeout = 3 }\n"
-          "  process.send(r.value.from, 'done', 1)\n"
-          "  while true do process.receive() end\n"
-          "end\n"
-          "return M\n");
+          kRootThenChildStart +
+              "  local r = channel.select { process.inbox():case_receive(), timeout = 3 }\n"
+              "  process.send(r.value.from, 'done', 1)\n"
+              "  while true do process.receive() end\n"
+              "end\n"
+              "return M\n");
   run_expecting_no_timer_left(d);
 }
 
