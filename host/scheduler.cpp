@@ -85,13 +85,7 @@ void Scheduler::push_global(ProcessSlot* slot) {
 
 Scheduler::Counters Scheduler::counters() const {
   Counters c;
-  for (const auto& w : workers_) {
-    const Worker::Counters one = w->counters();
-    c.workers.steps += one.steps;
-    c.workers.steals += one.steals;
-    c.workers.parks += one.parks;
-    c.workers.batch_waits += one.batch_waits;
-  }
+  for (const auto& w : workers_) c.workers += w->counters();
   c.wakes = idle_.wakes();
   return c;
 }

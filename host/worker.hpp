@@ -59,6 +59,13 @@ class Worker {
     std::uint64_t steals = 0;       // successful steals from another worker's deque
     std::uint64_t parks = 0;        // times it slept in commit_park
     std::uint64_t batch_waits = 0;  // times it held a requeued process to gather a batch (gather_batch)
+    Counters& operator+=(const Counters& o) {
+      steps += o.steps;
+      steals += o.steals;
+      parks += o.parks;
+      batch_waits += o.batch_waits;
+      return *this;
+    }
   };
   Counters counters() const;
   PidTable::LocalFree& free_slots() { return free_slots_; }
