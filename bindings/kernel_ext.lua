@@ -363,8 +363,17 @@ end
 -- that wait on it (a waiter's deadline false once its select ended).
 local sel_tag, sel_due, sel_count, sel_n = 0, 0, 0, 0
 local sel_list = {}
+local sel_fire
 
-local function sel_fire()
+-- tag is the shared timer now, firing at due (C armed it: H.sel_wait,
+-- H.sel_timer); it takes kernel_ext's next tag.
+local function sel_adopt(tag, due)
+  next_tag = tag
+  sel_tag, sel_due = tag, due
+  timers[tag] = sel_fire
+end
+
+sel_fire = function()
   sel_tag = 0
   local t = H.now()
   local n, next_due = 0, nil
@@ -384,9 +393,7 @@ local function sel_fire()
   end
   sel_n = n
   if next_due then
-    next_tag = next_tag + 1
-    sel_tag, sel_due = next_tag, next_due
-    timers[sel_tag] = sel_fire
+    sel_adopt(next_tag + 1, next_due)
     H.sel_timer(sel_tag, next_due - t)
   else
     H.sel_timer(0)
@@ -400,9 +407,7 @@ local function sel_wait(w, secs)
   if tag == 0 then return false end
   if tag ~= sel_tag then  -- a new one: the old one fired or was dropped
     if sel_tag ~= 0 then timers[sel_tag] = nil end
-    next_tag = tag
-    sel_tag, sel_due = tag, deadline
-    timers[tag] = sel_fire
+    sel_adopt(tag, deadline)
   end
   w.deadline = deadline
   sel_count = sel_count + 1
