@@ -1507,6 +1507,7 @@ namespace {
     return true;
   }
   if (push_simple_value(L, ev.payload, &received_strings_)) return true;
+  if (push_shaped_payload(L, ev.payload)) return true;
   std::string err;
   if (push_one_value(L, ev.payload, &err, &received_strings_)) return true;
   log_dropped(ev, err);
@@ -1705,11 +1706,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
       return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
     }
     case ShapeCache::Match::kUnknown:
-      // Compiled the second time in a row it is seen, in a protected call
-      // (a few KB of heap: not near the memory limit).
-      if (used_ + kShapeCompileHeap <= limit_ && shapes_->wants_compile(payload) &&
-          lua_cpcall(L_, &ShapeCache::compile, shapes_.get()) != 0)
-        return HandOver::kFailed;
+      if (!compile_shape(L_, payload)) return HandOver::kFailed;
       break;
     case ShapeCache::Match::kNotShape:
       break;
@@ -1733,6 +1730,31 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
   }
   step_events_ = {};
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+}
+
+bool LuaProcess::compile_shape(lua_State* L, const std::string& payload) {
+  // Compiled the second time in a row it is seen, in a protected call (a
+  // few KB of heap: not near the memory limit).
+  return used_ + kShapeCompileHeap > limit_ || !shapes_->wants_compile(payload) ||
+         lua_cpcall(L, &ShapeCache::compile, shapes_.get()) == 0;
+}
+
+bool LuaProcess::push_shaped_payload(lua_State* L, const std::string& payload) {
+  if (payload.size() < 2 || static_cast<std::uint8_t>(payload[1]) != kTable) return false;
+  if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
+  switch (shapes_->fill_payload(payload, received_strings_)) {
+    case ShapeCache::Match::kFilled:
+      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_layout::kTagFunc,
+                            shapes_->payload_constructor_ref());
+      lua_call(L, 0, 1);
+      return true;
+    case ShapeCache::Match::kUnknown:
+      if (!compile_shape(L, payload)) lua_error(L);  // out of memory: the step fails as any allocation would
+      return false;
+    case ShapeCache::Match::kNotShape:
+      break;
+  }
+  return false;
 }
 
 bool LuaProcess::collect_step() {

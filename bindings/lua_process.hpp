@@ -145,6 +145,14 @@ class LuaProcess final : public Process {
   // Its value alone: false (logged, nothing pushed) when it cannot be
   // decoded.
   bool push_payload(lua_State* L, const Event& ev);
+  // push_payload's flat table of a shape the process keeps receiving,
+  // made by the shape's payload constructor (ShapeCache); false, nothing
+  // pushed, for any other payload. Inside step_body only (it calls Lua).
+  [[gnu::noinline]] bool push_shaped_payload(lua_State* L, const std::string& payload);
+  // The shape cache's candidate compiled, where fill found payload's shape
+  // unknown and saw it last time too (and the heap is not near its limit);
+  // false, with the error on L's stack, when memory ran out.
+  bool compile_shape(lua_State* L, const std::string& payload);
   // A run of messages queued at once (deliver_events).
   void queue_run(lua_State* L, std::span<Event> run);
   void flush_commands(StepOutput& out);
@@ -187,8 +195,8 @@ class LuaProcess final : public Process {
   ProcessContext ctx_;
   // Topics and short strings of the messages it receives.
   StringCache received_strings_;
-  // Constructors of its table payloads' shapes (hand_over_table), made
-  // at its first table payload handed over.
+  // Constructors of its table payloads' shapes (hand_over_table,
+  // push_shaped_payload), made at its first table payload.
   std::unique_ptr<ShapeCache> shapes_;
   // The PID strings of its messages' senders and its sends' destinations.
   PeerStrings peers_;

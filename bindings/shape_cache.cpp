@@ -115,20 +115,32 @@ bool ShapeCache::shape_of(std::string_view payload, std::string& keys, std::uint
   return p == end || fail(shape.count);
 }
 
-ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& kept, const char* from,
-                                   const char* topic) {
+[[gnu::always_inline]] inline ShapeCache::Match ShapeCache::fill_values(std::string_view payload,
+                                                                        const StringCache& kept) {
   const std::uint8_t count = flat_table_keys(payload);
   if (count == 0) return Match::kNotShape;
   if (scratch_) {
     for (const Shape& shape : shapes_) {
       if (shape.count != count || !fill_with(shape, payload, kept)) continue;
-      const std::uint64_t head[2] = {string_tvalue(from), string_tvalue(topic)};
-      std::memcpy(scratch_ + 8, head, sizeof head);
-      matched_ = shape.ctor;
+      matched_ = &shape;
       return Match::kFilled;
     }
   }
   return Match::kUnknown;
+}
+
+ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& kept, const char* from,
+                                   const char* topic) {
+  const Match m = fill_values(payload, kept);
+  if (m == Match::kFilled) {
+    const std::uint64_t head[2] = {string_tvalue(from), string_tvalue(topic)};
+    std::memcpy(scratch_ + 8, head, sizeof head);
+  }
+  return m;
+}
+
+ShapeCache::Match ShapeCache::fill_payload(std::string_view payload, const StringCache& kept) {
+  return fill_values(payload, kept);
 }
 
 void ShapeCache::clear_scratch() {
@@ -169,11 +181,17 @@ std::string ShapeCache::constructor_source(const std::string_view* keys, std::si
   }
   std::string nils = "nil, nil";
   for (std::size_t i = 0; i < n; ++i) nils += ", nil";
+  // (The values are taken and their slots cleared before the tables are
+  // made: fill wrote them raw, and the collector must not find them there.)
   return "local s = ...\n"
          "return function()\n"
          "  local from, topic" + locals + " = s[1], s[2]" + slots + "\n"
          "  s[1], s[2]" + slots + " = " + nils + "\n"
          "  return { from = from, topic = topic, payload = { " + fields + " } }\n"
+         "end, function()\n"
+         "  local " + locals.substr(2) + " = " + slots.substr(2) + "\n"
+         "  " + slots.substr(2) + " = " + nils.substr(10) + "\n"
+         "  return { " + fields + " }\n"
          "end\n";
 }
 
@@ -201,15 +219,20 @@ int ShapeCache::compile(lua_State* L) {
   const std::string source = constructor_source(keys, self.candidate_count_);
   if (luaL_loadbuffer(L, source.data(), source.size(), "=message shape") != 0) return lua_error(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, self.scratch_ref_);
-  lua_call(L, 1, 1);
+  lua_call(L, 1, 2);
+  const void* payload_ctor = lua_topointer(L, -1);
+  const int payload_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   const void* ctor = lua_topointer(L, -1);
-  const int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  const int ref = luaL_ref(L, LUA_REGISTRYINDEX);  // (its memory error leaves payload_ref taken till the state closes)
   Shape& slot = self.shapes_[self.next_];
   if (slot.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, slot.ref);
+  if (slot.payload_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, slot.payload_ref);
   slot.keys.swap(self.candidate_);
   slot.count = self.candidate_count_;
   slot.ctor = ctor;
   slot.ref = ref;
+  slot.payload_ctor = payload_ctor;
+  slot.payload_ref = payload_ref;
   self.next_ = (self.next_ + 1) % kShapes;
   self.candidate_.clear();
   self.candidate_count_ = 0;

@@ -1,7 +1,9 @@
 // ShapeCache: a constructor in Lua for each small table payload shape a
 // process keeps receiving ({ n = i }, { x = 1, y = 2 }: the same string
 // keys in the same order), so that a message handed to its waiting task
-// (LuaProcess::hand_over) becomes its table in the task's own code.
+// (LuaProcess::hand_over) becomes its table in the task's own code, and
+// a payload delivered inside a step (a listener's message, one queued in
+// the inbox: LuaProcess::push_payload) is made in one call into Lua.
 //
 // Why. The hand-over made such a payload from C: lua_createtable, each key
 // pushed and lua_rawset, about 800 instructions for { n = i }, a quarter
@@ -18,6 +20,12 @@
 // that receives the message (bindings/receive.lua calls it when the C
 // receive returns nil, the constructor, true). Its allocations happen in
 // the resumed task, protected by its resume like any other of its own.
+// The same chunk returns a second constructor, of the payload alone
+// (`return { ["n"] = v1 }` after taking s[3] and clearing it), which the
+// step calls from C where a message is delivered inside its protected
+// body: decoding { ref = r, value = v } through the C API there was
+// about 1.2k instructions, 8% of a request.call (its reply goes to a
+// listener).
 //
 // How. fill() matches a payload against the shapes (at most kShapes, each
 // of 1 to kMaxKeys string keys; values nil-free scalars or strings the
@@ -51,7 +59,7 @@ class ShapeCache {
   static constexpr std::size_t kMaxKeyLength = 15;
 
   enum class Match : std::uint8_t {
-    kFilled,    // the scratch table holds the message: push constructor()
+    kFilled,    // the scratch table holds the message: push constructor() (or payload_constructor())
     kUnknown,   // a payload of a shape not cached (yet): see wants_compile
     kNotShape,  // not a flat table of 1 to kMaxKeys string keys, or a value not kept
   };
@@ -64,9 +72,15 @@ class ShapeCache {
   // on kFilled the constructor to call is constructor() and the scratch
   // table holds from, topic and the values. Allocates nothing.
   Match fill(std::string_view payload, const StringCache& kept, const char* from, const char* topic);
-  // The GC object (a Lua function) of the shape the last fill matched;
-  // its registry slot keeps it.
-  const void* constructor() const { return matched_; }
+  // fill for the payload alone: on kFilled the scratch table holds the
+  // values, and payload_constructor() makes the payload table.
+  Match fill_payload(std::string_view payload, const StringCache& kept);
+  // The GC objects (Lua functions) of the shape the last fill or
+  // fill_payload matched; registry slots keep them (constructor_ref(),
+  // payload_constructor_ref()).
+  const void* constructor() const { return matched_->ctor; }
+  const void* payload_constructor() const { return matched_->payload_ctor; }
+  int payload_constructor_ref() const { return matched_->payload_ref; }
   // Sets the scratch table's slots back to nil: for a filled message whose
   // constructor will not run (its strings must not stay there).
   void clear_scratch();
@@ -89,14 +103,17 @@ class ShapeCache {
   struct Shape {
     std::string keys;  // each key as its length byte and its bytes, in order
     std::uint8_t count = 0;
-    const void* ctor = nullptr;
+    const void* ctor = nullptr;  // the message's constructor
     int ref = LUA_NOREF;
+    const void* payload_ctor = nullptr;  // the payload's
+    int payload_ref = LUA_NOREF;
   };
   // The key encodings of a flat table payload of 1 to kMaxKeys string keys
   // (each its length byte and bytes), and their count; false for any
   // other payload. Values are skipped, not checked.
   static bool shape_of(std::string_view payload, std::string& keys, std::uint8_t& count);
   bool fill_with(const Shape& shape, std::string_view payload, const StringCache& kept);
+  Match fill_values(std::string_view payload, const StringCache& kept);
 
   std::array<Shape, kShapes> shapes_;
   std::size_t next_ = 0;  // the slot compile() fills next (round-robin)
@@ -105,7 +122,7 @@ class ShapeCache {
   unsigned char* scratch_ = nullptr;  // the scratch table's array part: [1] from, [2] topic, [3..] values
   int scratch_ref_ = LUA_NOREF;
   bool unavailable_ = false;  // the scratch table's array part could not be read: no shapes
-  const void* matched_ = nullptr;
+  const Shape* matched_ = nullptr;
 };
 
 }  // namespace host::lua

@@ -157,6 +157,54 @@ return { main = function()
         process.send(echo, "stop", nil)
       end
     end },
+    { "tables of a shape a process keeps receiving arrive whole when a step delivers them: queued or to a listener", function()
+      -- Messages that come while their receiver is busy, or that go to a
+      -- listener's channel, become Lua values inside the receiving step;
+      -- there a flat table of a cached shape is made by its shape's payload
+      -- constructor, one call into Lua (LuaProcess::push_shaped_payload).
+      -- Each shape is sent 70 times at once, so that the copies queue, and
+      -- the echoes come back the same way to this process; to an echo
+      -- that receives with process.receive() and to one that listens to
+      -- "t", with a third of the copies on topic "u" (the inbox).
+      local shapes = {
+        { n = 1 }, { n = -0.0 }, { n = 0/0 }, { ok = false },
+        { x = 1, y = "t" }, { ref = 7, value = 2^53 },
+        { ["\0"] = 1, ["a\"b"] = 2, ["\\"] = 3, ["\n]]"] = 4 },
+        { w = 1, x = 2, y = 3, z = 4 }, { v = 1, w = 2, x = 3, y = 4, z = 5 },
+        { n = { 1 } }, { a = "u", b = "n" },
+        false,  -- { s = <a string new each time> }
+      }
+      for _, via in ipairs { "receive", "listen" } do
+        local echo = assert(process.spawn("fixtures.shape_echo", via))
+        local sent = 0
+        for round = 1, 2 do
+          for i, shape in ipairs(shapes) do
+            local values, topics = {}, {}
+            for k = 1, 70 do
+              sent = sent + 1
+              values[k] = shape or { s = "new" .. sent }
+              topics[k] = k % 3 == 0 and "u" or "t"
+              assert(process.send(echo, topics[k], values[k]))
+            end
+            -- (A listener's messages and the inbox's keep their own order.)
+            local got = { t = {}, u = {} }
+            for _ = 1, 70 do
+              local m = assert(process.receive(5), "no echo")
+              T.eq(m.from, echo)
+              table.insert(got[m.topic], m.payload)
+            end
+            local next_of = { t = 1, u = 1 }
+            for k = 1, 70 do
+              local where = via .. ", round " .. round .. ", shape " .. i .. ", copy " .. k
+              local v = got[topics[k]][next_of[topics[k]]]
+              next_of[topics[k]] = next_of[topics[k]] + 1
+              same(values[k], v, where)
+            end
+          end
+        end
+        process.send(echo, "stop", nil)
+      end
+    end },
     { "two-key tables arrive whole while the receiver's string cache churns and it collects", function()
       -- Five words as values and, every fourth message, one of eight rare
       -- topics, against the string cache's eight slots: its strings come
