@@ -110,6 +110,11 @@ class StepOutput {
     std::uint64_t tag;
   };
   std::span<const CancelRequest> cancels() const { return cancels_; }
+  // Whether the step left anything for Scheduler::dispatch: most steps
+  // wait on messages only, and a call into dispatch for nothing (its
+  // prologue and epilogue, a large function's register saves) was about
+  // 30 instructions a step, 1% of a PingPong round trip (callgrind).
+  bool has_commands() const { return count_ != 0 || !cancels_.empty(); }
 
   void reset() {
     status = Status::Idle;

@@ -245,13 +245,13 @@ void Worker::execute(ProcessSlot* slot) {
     case Status::Continue:
       // One task yielded while others started commands (a timer): those
       // must start too.
-      s.dispatch(slot, out_);
+      if (out_.has_commands()) s.dispatch(slot, out_);
       slot->state.end_step_runnable();
       s.push_global(slot);  // behind the others: a voluntary yield is a fair one
       break;
     case Status::Blocked:
     case Status::Idle: {
-      s.dispatch(slot, out_);
+      if (out_.has_commands()) s.dispatch(slot, out_);
       RunState waiting = out_.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
       if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) {
         // Only for events from elsewhere: those the process sent itself
