@@ -777,6 +777,22 @@ std::string encode_value(lua_State* L, int idx, int type, std::string& out, cons
     out.append(small.bytes, small.n);
     return {};
   }
+  // A short string likewise (Chameneos's colours): built whole, one
+  // append, whatever the compiler inlines of std::string's push_back
+  // (with link-time optimisation it became a call a byte).
+  if (type == LUA_TSTRING) {
+    std::size_t n;
+    const char* s = stack_args::string(L, idx, &n);
+    if (s && n <= kSmallString) {
+      char b[3 + kSmallString];
+      b[0] = 1;  // the count
+      b[1] = static_cast<char>(kString);
+      b[2] = static_cast<char>(n);  // a one-byte varint
+      std::memcpy(b + 3, s, n);
+      out.append(b, 3 + n);
+      return {};
+    }
+  }
   if (type == LUA_TTABLE && raw_tables_checked()) {
     const void* t = stack_args::table(L, idx);
     if (t && put_small_table(static_cast<const unsigned char*>(t), out)) return {};

@@ -246,7 +246,9 @@ TEST_CASE("one simple value takes the short paths, with the full encoder's bytes
       {"return 64", true},        {"return -65", true},      {"return 200000", true},
       {"return -2^63", true},     {"return 1.5", true},      {"return -0.0", true},
       {"return 0/0", true},       {"return 2^53", true},     {"return ''", true},
-      {"return 'ping'", true},    {"return string.rep('x', 127)", true},
+      {"return 'ping'", true},    {"return string.rep('x', 15)", true},  // the longest of the short-string path
+      {"return string.rep('y', 16)", true},                 {"return '\\0\\255\\n'", true},
+      {"return string.rep('x', 127)", true},
       {"return string.rep('x', 128)", false},               {"return {}", false},
       {"return 1, 2", false},     {"return", false},
   };
