@@ -100,20 +100,7 @@ class RawOut {
   char* end_;
 };
 
-// The bytes of one number message (count, tag, and a varint or a double:
-// 12 at most), built where no write can need more room.
-struct SmallOut {
-  char bytes[16];
-  std::size_t n = 0;
-  void push_back(char c) { bytes[n++] = c; }
-  void append(const char* b, std::size_t k) {
-    std::memcpy(bytes + n, b, k);
-    n += k;
-  }
-  void put_varint(std::uint64_t v) { n = static_cast<std::size_t>(write_varint(bytes + n, v) - bytes); }
-};
-
-// The writes below take a std::string, a RawOut or a SmallOut.
+// The writes below take a std::string, a RawOut or a PtrOut (below).
 template <typename Out>
 [[gnu::noinline]] void put_long_varint(Out& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -130,7 +117,6 @@ inline void put_varint(Out& out, std::uint64_t v) {
   else put_long_varint(out, v);
 }
 inline void put_varint(RawOut& out, std::uint64_t v) { out.put_varint(v); }
-inline void put_varint(SmallOut& out, std::uint64_t v) { out.put_varint(v); }
 
 bool is_identifier(const char* s, std::size_t n) {
   if (n == 0 || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -706,18 +692,18 @@ inline bool put_small_string(PtrOut& out, std::uint64_t tv) {
 // PingPong's { n = i } took about 530 instructions. False, out
 // unchanged, for any other table.
 constexpr std::uint32_t kSmallEntries = 8;
-bool put_small_table(const unsigned char* t, std::string& out) {
+std::size_t put_small_table(const unsigned char* t, char* buf) {
   namespace LL = luajit_layout;
   const std::uint32_t asize = LL::load32(t + LL::kAsizeOffset);
-  if (asize > 4) return false;
+  if (asize > 4) return 0;
   const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
   for (std::uint32_t i = 0; i < asize; ++i)
-    if (!LL::is_nil(LL::load64(array + 8 * std::size_t{i}))) return false;
+    if (!LL::is_nil(LL::load64(array + 8 * std::size_t{i}))) return 0;
   const std::uint32_t hmask = LL::load32(t + LL::kHmaskOffset);
-  if (hmask >= kSmallEntries) return false;
+  if (hmask >= kSmallEntries) return 0;
   // Each entry at most 17 bytes of key and 17 of value (a string's, or a
   // number's tag and 10-byte varint), after the count and the header.
-  char buf[4 + kSmallEntries * 2 * (2 + kSmallString)];
+  static_assert(kSmallPayloadBytes >= 4 + kSmallEntries * 2 * (2 + kSmallString));
   PtrOut o{buf};
   o.push_back(1);       // the count of values
   o.push_back(kTable);
@@ -729,19 +715,18 @@ bool put_small_table(const unsigned char* t, std::string& out) {
     const unsigned char* slot = node + LL::kNodeBytes * std::size_t{i};
     const std::uint64_t v = LL::load64(slot);
     if (LL::is_nil(v)) continue;
-    if (!put_small_string(o, LL::load64(slot + LL::kNodeKeyOffset))) return false;
+    if (!put_small_string(o, LL::load64(slot + LL::kNodeKeyOffset))) return 0;
     if (LL::is_number(v)) {
       put_number(o, LL::number(v));
     } else if (LL::tag(v) == LL::kTagTrue || LL::tag(v) == LL::kTagFalse) {
       o.push_back(LL::tag(v) == LL::kTagTrue ? kTrue : kFalse);
     } else if (!put_small_string(o, v)) {
-      return false;
+      return 0;
     }
     ++m;
   }
   *m_at = m;
-  out.append(buf, static_cast<std::size_t>(o.p - buf));
-  return true;
+  return static_cast<std::size_t>(o.p - buf);
 }
 
 // encode_values' general case, with the table walk chosen.
@@ -764,38 +749,43 @@ std::string encode_value(lua_State* L, int idx, std::string& out, const char* ro
   return encode_value(L, idx, lua_type(L, idx), out, root);
 }
 
-std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root) {
-  // One value of no parts, most messages' payload: no encoder to set up.
-  if (type == LUA_TNONE) type = LUA_TNIL;
+std::size_t encode_small(lua_State* L, int idx, int type, char* buf) {
   // A number is written whole on the stack and appended once: through
   // std::string's push_back, a call a byte, a counter's number took four
   // calls for its varint (ThreadRing's token).
   if (type == LUA_TNUMBER) {
-    SmallOut small;
-    small.push_back(1);  // the count, a one-byte varint
-    put_number(small, stack_args::number(L, idx));
-    out.append(small.bytes, small.n);
-    return {};
+    PtrOut o{buf};
+    o.push_back(1);  // the count, a one-byte varint
+    put_number(o, stack_args::number(L, idx));
+    return static_cast<std::size_t>(o.p - buf);
   }
-  // A short string likewise (Chameneos's colours): built whole, one
-  // append, whatever the compiler inlines of std::string's push_back
-  // (with link-time optimisation it became a call a byte).
+  // A short string likewise (Chameneos's colours), whatever the compiler
+  // inlines of std::string's push_back (with link-time optimisation it
+  // became a call a byte).
   if (type == LUA_TSTRING) {
     std::size_t n;
     const char* s = stack_args::string(L, idx, &n);
-    if (s && n <= kSmallString) {
-      char b[3 + kSmallString];
-      b[0] = 1;  // the count
-      b[1] = static_cast<char>(kString);
-      b[2] = static_cast<char>(n);  // a one-byte varint
-      std::memcpy(b + 3, s, n);
-      out.append(b, 3 + n);
-      return {};
-    }
+    if (!s || n > kSmallString) return 0;
+    buf[0] = 1;  // the count
+    buf[1] = static_cast<char>(kString);
+    buf[2] = static_cast<char>(n);  // a one-byte varint
+    std::memcpy(buf + 3, s, n);
+    return 3 + n;
   }
   if (type == LUA_TTABLE && raw_tables_checked()) {
     const void* t = stack_args::table(L, idx);
-    if (t && put_small_table(static_cast<const unsigned char*>(t), out)) return {};
+    if (t) return put_small_table(static_cast<const unsigned char*>(t), buf);
+  }
+  return 0;
+}
+
+std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root) {
+  // One value of no parts, most messages' payload: no encoder to set up.
+  if (type == LUA_TNONE) type = LUA_TNIL;
+  char buf[kSmallPayloadBytes];
+  if (const std::size_t n = encode_small(L, idx, type, buf)) {
+    out.append(buf, n);
+    return {};
   }
   const std::size_t mark = out.size();
   out.push_back(1);  // the count, a one-byte varint

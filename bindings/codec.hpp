@@ -33,6 +33,14 @@ std::string encode_values(lua_State* L, int first, int n, std::string& out, cons
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root = "value");
 // The same when the caller has the value's type (lua_type(L, idx)) already.
 std::string encode_value(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
+// encode_value's short cases, into buf: a number, a string of up to 15
+// bytes, or a small flat table (up to 8 string keys of up to 15 bytes,
+// with numbers, booleans or such strings as values). Returns the bytes'
+// length, or 0 for any other value (encode_value's to write). For a send,
+// whose payload then goes into the receiver's queue in one copy
+// (Scheduler::send_copy) instead of an append and a move.
+inline constexpr std::size_t kSmallPayloadBytes = 276;
+std::size_t encode_small(lua_State* L, int idx, int type, char* buf);
 
 // Whether tables are read straight from LuaJIT's memory (codec.cpp,
 // raw_table: a fifth of the C API walk's instructions), which holds where

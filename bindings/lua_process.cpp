@@ -164,7 +164,7 @@ struct Primitives {
   // fn(process, pid), which returns how many results it pushed; when the
   // target cannot be resolved, returns nil, err instead.
   template <typename F>
-  static int on_target(lua_State* L, F&& fn) {
+  [[gnu::always_inline]] static int on_target(lua_State* L, F&& fn) {
     auto& p = of(L);
     Pid to;
     int nret;
@@ -197,19 +197,26 @@ struct Primitives {
   }
 
   static int send(lua_State* L) {
-    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+    return on_target(L, [L](LuaProcess& p, const Pid& to) __attribute__((always_inline)) {
       std::size_t tn;
       const char* topic = check_string(L, 2, &tn);
       // A nil payload (or none) travels as no bytes at all: nothing to
-      // encode, copy or decode (push_message reads it back as nil).
+      // encode, copy or decode (push_message reads it back as nil). A
+      // short one is encoded on the stack and copied once, into the queue;
+      // only a larger one is built in a string, moved there.
       std::string bytes;
-      if (const int type = stack_args::type(L, 3); type > LUA_TNIL) {
+      char small[kSmallPayloadBytes];
+      std::size_t small_n = 0;
+      if (const int type = stack_args::type(L, 3); type > LUA_TNIL && (small_n = encode_small(L, 3, type, small)) == 0) {
         std::string err = encode_value(L, 3, type, bytes);
         if (!err.empty()) return push_fail(L, err);
       }
       std::size_t backlog = 0;  // stays 0 when the send fails
+      Scheduler& s = p.rt_.scheduler();
+      const std::string_view topic_bytes(topic, tn);
       const int nret =
-          ok_or_fail(L, p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self, &backlog));
+          ok_or_fail(L, bytes.empty() ? s.send_copy(to, topic_bytes, std::string_view(small, small_n), p.ctx_.self, &backlog)
+                                      : s.send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog));
       // The receiver is far behind: let it (and others) run before this
       // process sends more (config::kSendBacklogYield). Not when it sends
       // to itself: its queue would only move into its own heap.

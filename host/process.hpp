@@ -52,6 +52,9 @@ struct Event {
   [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes, std::string&& body)
       : from(sender), topic(topic_bytes), payload(std::move(body)) {}
   [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes) : from(sender), topic(topic_bytes) {}
+  // A message whose payload is copied in from bytes held elsewhere.
+  [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes, std::string_view body)
+      : from(sender), topic(topic_bytes), payload(body) {}
 
   EventKind kind = EventKind::Message;
   bool failed = false;     // YieldComplete, Exit, LinkDown: payload is the error text

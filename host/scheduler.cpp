@@ -205,14 +205,26 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
-std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,
-                            std::size_t* backlog) {
+// Out of line: a Lua process's short payloads take send_copy, and both
+// inlined into its send primitive made that one's every path longer.
+[[gnu::noinline]] std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload,
+                                              const Pid& from, std::size_t* backlog) {
   // Built in place in the queue, under the lock: no Event to construct,
   // move and destroy around it (three strings each). The message path's
   // only copy of the topic.
   const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
     if (payload.empty()) slot.pending.emplace_back(from, topic);
     else slot.pending.emplace_back(from, topic, std::move(payload));
+    if (backlog) *backlog = slot.pending.size();
+  });
+  return alive ? std::string() : not_found(to);
+}
+
+std::string Scheduler::send_copy(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
+                                 std::size_t* backlog) {
+  const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
+    if (payload.empty()) slot.pending.emplace_back(from, topic);
+    else slot.pending.emplace_back(from, topic, payload);
     if (backlog) *backlog = slot.pending.size();
   });
   return alive ? std::string() : not_found(to);

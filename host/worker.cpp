@@ -172,9 +172,7 @@ ProcessSlot* Worker::steal_work() {
   return nullptr;
 }
 
-void Worker::fed_queued_process() {
-  if (++fed_ % config::kFeedsBeforeWake == 0) scheduler_.idle_.notify_work_available();
-}
+void Worker::wake_for_fed() { scheduler_.idle_.notify_work_available(); }
 
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;

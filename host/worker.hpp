@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/config.hpp"
 #include "host/deque.hpp"
 #include "host/pid_table.hpp"
 #include "host/process.hpp"
@@ -45,7 +46,11 @@ class Worker {
   // step to end while a core idles. Not once a step: the worker that takes
   // the consumer may park again when the consumer catches up, and the
   // consumer is readied into the producer's deque once more.
-  void fed_queued_process();
+  // (Inline, its wake out of line: a call a message into a queued
+  // consumer, 15 instructions of Counting's send, callgrind.)
+  void fed_queued_process() {
+    if (++fed_ % config::kFeedsBeforeWake == 0) wake_for_fed();
+  }
   // Owner thread only: the running step, or its dispatch completing a
   // command inline, posted to the process this worker runs (a send to
   // itself). Such an event readies it at the step's end, but is no stream
@@ -119,6 +124,7 @@ class Worker {
   std::atomic<std::uint64_t> steps_{0};
   std::atomic<std::uint64_t> steals_{0};
   std::atomic<std::uint64_t> parks_{0};
+  void wake_for_fed();
   static void bump(std::atomic<std::uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   // --- owned by the worker thread ---
   std::uint32_t tick_ = 0;
