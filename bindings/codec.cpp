@@ -787,6 +787,11 @@ std::string encode_value(lua_State* L, int idx, int type, std::string& out, cons
     out.append(buf, n);
     return {};
   }
+  return encode_value_large(L, idx, type, out, root);
+}
+
+std::string encode_value_large(lua_State* L, int idx, int type, std::string& out, const char* root) {
+  if (type == LUA_TNONE) type = LUA_TNIL;
   const std::size_t mark = out.size();
   out.push_back(1);  // the count, a one-byte varint
   if (put_scalar(L, idx, type, out)) return {};

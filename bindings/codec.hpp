@@ -41,6 +41,8 @@ std::string encode_value(lua_State* L, int idx, int type, std::string& out, cons
 // (Scheduler::send_copy) instead of an append and a move.
 inline constexpr std::size_t kSmallPayloadBytes = 276;
 std::size_t encode_small(lua_State* L, int idx, int type, char* buf);
+// encode_value for a value encode_small declined (the rest of its work).
+std::string encode_value_large(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
 
 // Whether tables are read straight from LuaJIT's memory (codec.cpp,
 // raw_table: a fifth of the C API walk's instructions), which holds where

@@ -208,7 +208,7 @@ struct Primitives {
       char small[kSmallPayloadBytes];
       std::size_t small_n = 0;
       if (const int type = stack_args::type(L, 3); type > LUA_TNIL && (small_n = encode_small(L, 3, type, small)) == 0) {
-        std::string err = encode_value(L, 3, type, bytes);
+        std::string err = encode_value_large(L, 3, type, bytes);
         if (!err.empty()) return push_fail(L, err);
       }
       std::size_t backlog = 0;  // stays 0 when the send fails

@@ -205,10 +205,8 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
-// Out of line: a Lua process's short payloads take send_copy, and both
-// inlined into its send primitive made that one's every path longer.
-[[gnu::noinline]] std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload,
-                                              const Pid& from, std::size_t* backlog) {
+std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,
+                            std::size_t* backlog) {
   // Built in place in the queue, under the lock: no Event to construct,
   // move and destroy around it (three strings each). The message path's
   // only copy of the topic.
