@@ -89,7 +89,12 @@ std::shared_ptr<const Module> ModuleCache::load(const std::string& name, std::st
     std::string rel = name;
     for (char& c : rel)
       if (c == '.') c = '/';
-    for (const auto& root : roots_) where += (where.empty() ? "" : ", ") + (root / (rel + ".lua")).string();
+    for (const auto& root : roots_) {
+      // (Appended piece by piece: a const char* + string here made g++ 12
+      // warn falsely, -Wstringop-overflow, once inlined more deeply.)
+      if (!where.empty()) where += ", ";
+      where += (root / (rel + ".lua")).string();
+    }
     *error = make_error(ErrorKind::NotFound, "module '" + name + "' (no file " + where + ")");
     return nullptr;
   }
