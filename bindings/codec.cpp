@@ -21,17 +21,6 @@ namespace {
 
 bool raw_tables_checked();
 
-// Writes v as a varint at p, which has room for its up to 10 bytes;
-// returns where it ends. (put_long_varint appends one a byte at a time.)
-inline char* write_varint(char* p, std::uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<char>(v);
-  return p;
-}
-
 template <typename Out>
 void put_long_varint(Out& out, std::uint64_t v);
 
@@ -127,17 +116,11 @@ bool is_identifier(const char* s, std::size_t n) {
 
 // Inline: out of line, its call cost ping-pong's encode of { n = i } 15
 // instructions a message (callgrind).
-// Whole numbers are told by their conversion to an integer and back (in
-// range, that truncation is exact only for them), not by std::floor: a
-// call into libm without SSE4.1's rounding, about 30 instructions a
-// number.
 template <typename Out>
 [[gnu::always_inline]] inline void put_number(Out& out, double d) {
-  if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 &&
-      static_cast<double>(static_cast<std::int64_t>(d)) == d && !(d == 0 && std::signbit(d))) {
-    auto i = static_cast<std::int64_t>(d);
+  if (encodes_as_int(d)) {
     out.push_back(kInt);
-    put_varint(out, (static_cast<std::uint64_t>(i) << 1) ^ static_cast<std::uint64_t>(i >> 63));
+    put_varint(out, zigzag(static_cast<std::int64_t>(d)));
     return;
   }
   out.push_back(kDouble);
@@ -750,15 +733,7 @@ std::string encode_value(lua_State* L, int idx, std::string& out, const char* ro
 }
 
 std::size_t encode_small(lua_State* L, int idx, int type, char* buf) {
-  // A number is written whole into buf: through std::string's
-  // push_back, a call a byte, a counter's number took four calls for its
-  // varint (ThreadRing's token).
-  if (type == LUA_TNUMBER) {
-    PtrOut o{buf};
-    o.push_back(1);  // the count, a one-byte varint
-    put_number(o, stack_args::number(L, idx));
-    return static_cast<std::size_t>(o.p - buf);
-  }
+  if (type == LUA_TNUMBER) return encode_number(stack_args::number(L, idx), buf);
   // A short string likewise (Chameneos's colours), whatever the compiler
   // inlines of std::string's push_back (with link-time optimisation it
   // became a call a byte).

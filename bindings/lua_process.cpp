@@ -207,7 +207,9 @@ struct Primitives {
       std::string bytes;
       char small[kSmallPayloadBytes];
       std::size_t small_n = 0;
-      if (const int type = stack_args::type(L, 3); type > LUA_TNIL && (small_n = encode_small(L, 3, type, small)) == 0) {
+      if (const int type = stack_args::type(L, 3); type == LUA_TNUMBER) {
+        small_n = encode_number(stack_args::number(L, 3), small);
+      } else if (type > LUA_TNIL && (small_n = encode_small(L, 3, type, small)) == 0) {
         std::string err = encode_value_large(L, 3, type, bytes);
         if (!err.empty()) return push_fail(L, err);
       }
