@@ -205,27 +205,29 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
   return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
 }
 
-std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,
-                            std::size_t* backlog) {
-  // Built in place in the queue, under the lock: no Event to construct,
-  // move and destroy around it (three strings each). The message path's
-  // only copy of the topic.
+// send's and send_copy's one body: the message is built in place in the
+// queue, under the lock: no Event to construct, move and destroy around
+// it (three strings each). The message path's only copy of the topic;
+// the payload moved in (a std::string) or copied in (a std::string_view).
+template <typename Payload>
+std::string Scheduler::post_message(const Pid& to, std::string_view topic, Payload&& payload, const Pid& from,
+                                    std::size_t* backlog) {
   const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
     if (payload.empty()) slot.pending.emplace_back(from, topic);
-    else slot.pending.emplace_back(from, topic, std::move(payload));
+    else slot.pending.emplace_back(from, topic, std::forward<Payload>(payload));
     if (backlog) *backlog = slot.pending.size();
   });
   return alive ? std::string() : not_found(to);
 }
 
+std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,
+                            std::size_t* backlog) {
+  return post_message(to, topic, std::move(payload), from, backlog);
+}
+
 std::string Scheduler::send_copy(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
                                  std::size_t* backlog) {
-  const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
-    if (payload.empty()) slot.pending.emplace_back(from, topic);
-    else slot.pending.emplace_back(from, topic, payload);
-    if (backlog) *backlog = slot.pending.size();
-  });
-  return alive ? std::string() : not_found(to);
+  return post_message(to, topic, payload, from, backlog);
 }
 
 std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from, bool value_bytes) {

@@ -222,6 +222,9 @@ class Scheduler {
   // waited, and queues it after unlocking. False when `to` is gone.
   template <typename UnderLock>
   bool post(const Pid& to, Event* event, UnderLock&& under_lock);
+  template <typename Payload>
+  std::string post_message(const Pid& to, std::string_view topic, Payload&& payload, const Pid& from,
+                           std::size_t* backlog);
   // Queues a process whose state this thread just moved to Ready.
   void schedule(ProcessSlot* slot);
   void push_global(ProcessSlot* slot);
