@@ -1671,23 +1671,18 @@ bool LuaProcess::may_hand_over(const std::string& payload) {
 
 LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
+  if (!co) return hand_over_plain(ev);
   // Three slots, so the pushes below never grow the stack (an allocation).
-  if (!co || !stack_args::has_room(co, 3)) return HandOver::kDeclined;
+  if (!stack_args::has_room(co, 3)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
   if (!from) return HandOver::kDeclined;
   const char* topic = received_strings_.find(ev.topic);
   if (!topic) return HandOver::kDeclined;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
-    return hand_over_table(co, from, topic, ev.payload);
+    return hand_over_table(co, from, topic, ev.payload, true);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
-  const bool pushed = ev.payload.empty()
-                          ? (lua_pushnil(co), true)
-                          : push_simple_value_with(co, ev.payload, [this](lua_State* S, std::string_view s) {
-                              const char* kept = received_strings_.find(s);
-                              return kept && stack_args::push_string_object(S, kept);
-                            });
-  if (!pushed) {
+  if (!push_handed_payload(co, ev.payload)) {
     stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
     return HandOver::kDeclined;
   }
@@ -1695,16 +1690,64 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
 }
 
+inline bool LuaProcess::push_handed_payload(lua_State* co, const std::string& payload) {
+  if (payload.empty()) {
+    lua_pushnil(co);
+    return true;
+  }
+  return push_simple_value_with(co, payload, [this](lua_State* S, std::string_view s) {
+    const char* kept = received_strings_.find(s);
+    return kept && stack_args::push_string_object(S, kept);
+  });
+}
+
+LuaProcess::HandOver LuaProcess::hand_over_plain(const Event& ev) {
+  lua_State* co = kernel_.plain_receiver();
+  if (!co || !stack_args::has_room(co, 1)) return HandOver::kDeclined;
+  const char* from = peers_.known_sender(ev.from);
+  if (!from) return HandOver::kDeclined;
+  const char* topic = received_strings_.find(ev.topic);
+  if (!topic) return HandOver::kDeclined;
+  if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
+    return hand_over_table(co, from, topic, ev.payload, false);
+  // message.lua's constructor makes the table (loaded at the process's
+  // 16th message: until then step_body delivers it).
+  lua_State* L = L_;
+  if (!kernel_.push_message_ctor(L)) return HandOver::kDeclined;
+  stack_args::push_string_object(L, from);
+  stack_args::push_string_object(L, topic);
+  if (!push_handed_payload(L, ev.payload)) {
+    lua_settop(L, 0);
+    return HandOver::kDeclined;
+  }
+  return hand_over_made(co, 3);
+}
+
+LuaProcess::HandOver LuaProcess::hand_over_made(lua_State* co, int nargs) {
+  // On the main thread, idle during a step. An error (memory, the time
+  // limit's hook, a finalizer's) fails the step as step_body's would.
+  lua_State* L = L_;
+  if (lua_pcall(L, nargs, 1, 0) != 0) return HandOver::kFailed;
+  if (!stack_args::move(L, co, 1)) lua_xmove(L, co, 1);
+  step_events_ = {};
+  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+}
+
 LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
-                                                 const std::string& payload) {
+                                                 const std::string& payload, bool raw) {
   // A payload of a shape seen before goes to the task as its shape's
   // constructor, which makes the message in the task's own code, its
   // allocations protected by the task's resume (shape_cache.hpp);
-  // hand_over left the three slots that takes.
+  // hand_over left the three slots that takes. A task in the C function
+  // of process.receive takes the message the constructor made for it.
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   switch (shapes_->fill(payload, received_strings_, from, topic)) {
     case ShapeCache::Match::kFilled: {
       namespace LL = luajit_layout;
+      if (!raw) {
+        stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
+        return hand_over_made(co, 0);
+      }
       const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
                                        LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
       if (!stack_args::push_tvalues(co, values, 3)) {
@@ -1720,6 +1763,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
     case ShapeCache::Match::kNotShape:
       break;
   }
+  if (!raw) return HandOver::kDeclined;  // step_body makes it
   // The rest are made here, outside the protected call: none of their
   // allocations may fail (the limit) nor step the collector (its
   // finalizers, its errors). Three slots more than hand_over's: the

@@ -113,9 +113,23 @@ class LuaProcess final : public Process {
   HandOver hand_over(const Event& ev);
   bool may_hand_over(const std::string& payload);
   // hand_over's table payloads (out of line: the other payloads' path
-  // stays as short as it was).
+  // stays as short as it was). raw: the task is raw_receiver's, else
+  // plain_receiver's.
   [[gnu::noinline]] HandOver hand_over_table(lua_State* co, const char* from, const char* topic,
-                                             const std::string& payload);
+                                             const std::string& payload, bool raw);
+  // For a task waiting in the C function of process.receive
+  // (hand_over_plain, hand_over_table), hand_over has a constructor on L_ (its
+  // nargs arguments above it) make the message's table: this calls it,
+  // protected, gives the table to co and resumes it. step_body's delivery
+  // cost such a process about 500 instructions more a message (a ring's
+  // node).
+  HandOver hand_over_made(lua_State* co, int nargs);
+  // hand_over for a task waiting in the C function of process.receive
+  // (TaskKernel::plain_receiver; out of line, as hand_over_table).
+  [[gnu::noinline]] HandOver hand_over_plain(const Event& ev);
+  // hand_over's payload values made of nothing new: nil, a boolean, a
+  // number or a kept string. False (nothing pushed) for any other.
+  bool push_handed_payload(lua_State* co, const std::string& payload);
   // One step of the collector in a protected call, where a table payload's
   // hand-over finds the heap too near its threshold: the step step_body
   // would have run while making the message, without step_body's C API

@@ -79,6 +79,7 @@ class ShapeCache {
   // fill_payload matched; registry slots keep them (constructor_ref(),
   // payload_constructor_ref()).
   const void* constructor() const { return matched_->ctor; }
+  int constructor_ref() const { return matched_->ref; }
   const void* payload_constructor() const { return matched_->payload_ctor; }
   int payload_constructor_ref() const { return matched_->payload_ref; }
   // Sets the scratch table's slots back to nil: for a filled message whose

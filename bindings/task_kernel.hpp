@@ -140,27 +140,39 @@ class TaskKernel {
   // Resumes ready tasks until none is left or the process ended.
   Outcome run(lua_State* L);
   // A step's hand-over (LuaProcess::hand_over): a message given to the
-  // task waiting in bindings/receive.lua's C call as its three values, and
+  // task waiting in process.receive (as its three values to
+  // bindings/receive.lua's C call, or as its table to the C function), and
   // the task resumed, outside the step's protected call. That call (a
   // lua_pcall into a C function, with the events' delivery, wake and run
   // around the resume) was about a sixth of a ThreadRing hop's
   // instructions, and a ring node's, a ping-pong partner's or a Big
   // worker's step is mostly this one message for this one task.
-  // raw_receiver: that task, when it is the only thing the message could
-  // go to and nothing else is ready to run (nullptr otherwise); the
-  // caller then pushes the values onto its stack, making nothing but a
-  // small table payload's tables, and those only where they can neither
-  // fail nor start a collection step (the step is not protected: an
-  // allocation's error, or a finalizer's, would have no handler there).
-  lua_State* raw_receiver() const {
-    if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
+  // raw_receiver: that task, when it waits in receive.lua's form of
+  // process.receive, it is the only thing the message could go to and
+  // nothing else is ready to run (nullptr otherwise); the caller then
+  // pushes the three values onto its stack (receive.lua makes the table),
+  // making nothing but a small table payload's tables, and those only
+  // where they can neither fail nor start a collection step (the step is
+  // not protected: an allocation's error, or a finalizer's, would have no
+  // handler there). plain_receiver: the same for a task in the C
+  // function's form (a process's first, kept by a script that copied
+  // process.receive into a local before its 16th message), whose caller
+  // pushes the message's table, made by a constructor in a protected call.
+  lua_State* raw_receiver() const { return sole_receiver(true); }
+  lua_State* plain_receiver() const { return sole_receiver(false); }
+  lua_State* sole_receiver(bool raw) const {
+    if (parked_.empty() || parked_.front().raw != raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
         !ready_.empty() || !yielded_.empty() || !receive_one_.empty())
       return nullptr;
     return parked_.front().co;
   }
-  // Resumes raw_receiver's task, which holds the three values. True when
-  // it is waiting again and nothing else is ready: the step is over. False
-  // when the step's protected body must go on (settle first, then run).
+  // Pushes bindings/message.lua's constructor onto L; false (nothing
+  // pushed) until the process's kMessagesBeforeCtor-th message loads it.
+  bool push_message_ctor(lua_State* L) const;
+  // Resumes raw_receiver's or plain_receiver's task, which holds what it takes (the three
+  // values, or the table). True when it is waiting again and nothing else
+  // is ready: the step is over. False when the step's protected body must
+  // go on (settle first, then run).
   bool resume_handed_over(lua_State* co);
   // What run() would have done next with the task resume_handed_over left
   // (its yield's or its end's after_resume), inside the protected body.

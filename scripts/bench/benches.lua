@@ -1,8 +1,8 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
-  "idle_memory_timed", "queue_memory", "pingpong", "ring", "send_1k", "send_tables", "send_named", "send_self",
-  "sleepers" } }
+  "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "send_1k", "send_tables", "send_named",
+  "send_self", "sleepers" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -202,12 +202,13 @@ function B.counting(quick)
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
 end
 
-local function threadring(size, hops)
+local function threadring(size, hops, node)
+  node = node or "nodes.ring"
   local me = process.pid()
-  local first = assert(process.spawn("nodes.ring", me))
+  local first = assert(process.spawn(node, me))
   local prev, nodes = first, { first }
   for i = 2, size do
-    local p = assert(process.spawn("nodes.ring", me))
+    local p = assert(process.spawn(node, me))
     process.send(prev, "next", p)
     prev, nodes[i] = p, p
   end
@@ -229,6 +230,11 @@ function B.ring(quick)
   return threadring(tonumber(os.getenv("RING_SIZE")) or 1000, quick and 100000 or 1000000)
 end
 function B.threadring1000(quick) return threadring(1000, quick and 10000 or 1000000) end
+
+-- ThreadRing 100 with nodes that keep process.receive in a local
+-- (nodes/ring_local.lua): the C function's form of receive, not in the
+-- Savina suite.
+function B.ring_local(quick) return threadring(100, quick and 20000 or 2000000, "nodes.ring_local") end
 
 function B.fj_create(quick)
   local n = quick and 2000 or 150000

@@ -48,7 +48,9 @@ return { main = function()
       -- fixtures.handed_over's steps, once warm, take the hand-over
       -- (LuaProcess::hand_over) for nil, booleans, numbers and kept
       -- strings, and for small tables of kept strings; a new string, or a
-      -- table that holds one, takes the protected body.
+      -- table that holds one, takes the protected body. Through each form
+      -- of receive: "local" waits in the C function process.receive was
+      -- at the start, whose tables the hand-over makes by a constructor.
       local function ask(pid, cmd)
         assert(process.send(pid, "cmd", cmd))
         local m = assert(process.receive(5), "no answer to " .. tostring(cmd))
@@ -60,7 +62,7 @@ return { main = function()
         for i = 1, 40 do T.eq(ask(pid, 1), "cmd", "answer " .. i) end
         return pid
       end
-      for _, via in ipairs({ "receive", "inbox", "timed" }) do
+      for _, via in ipairs({ "receive", "local", "inbox", "timed" }) do
         local p = start(via)
         T.eq(ask(p, nil), nil); T.eq(ask(p, true), true); T.eq(ask(p, false), false)
         T.eq(ask(p, "cmd"), "cmd"); T.eq(ask(p, "new text"), "new text")
@@ -124,7 +126,9 @@ return { main = function()
       -- rest), in two rounds of more shapes than a process keeps (4:
       -- replaced in turn), with keys of any bytes, and among shapes no
       -- constructor takes (5 keys, a nested table, an array part, a long
-      -- key, a string value new each time).
+      -- key, a string value new each time). "local" receives with the C
+      -- function process.receive was at the echo's start, which takes the
+      -- message that constructor made (LuaProcess::hand_over_made).
       local shapes = {
         { n = 1 }, { n = 2.5 }, { n = 0/0 }, { n = -0.0 }, { n = 1/0 }, { n = -2^53 },
         { ok = true }, { ok = false },
@@ -137,7 +141,8 @@ return { main = function()
         { [("k"):rep(16)] = 1 },
         false,  -- { s = <a string new each time> }
       }
-      for _, config in ipairs { { "receive" }, { "timed" }, { "inbox" }, { "receive", true }, { "inbox", true } } do
+      for _, config in ipairs { { "receive" }, { "local" }, { "timed" }, { "inbox" }, { "receive", true }, { "local", true },
+                                { "inbox", true } } do
         local echo = assert(process.spawn("fixtures.shape_echo", config[1], config[2]))
         local sent = 0
         for round = 1, 2 do
