@@ -240,11 +240,13 @@ return { main = function()
       -- message comes: the run must end in the finalizer's own error,
       -- where one raised outside protection ended the step as an unknown
       -- exception, and one the hand-over's step swallowed left the last
-      -- run's process answering.
+      -- run's process answering. Runs 5-8 receive through the C function
+      -- kept in a local (the hand-over's constructor call, protected).
       local inbox, events = process.inbox(), process.events()
-      for run = 1, 4 do
-        -- (The last run's fixture raises once: see its `once`.)
-        local pid = assert(process.spawn_monitored("fixtures.finalizer_errors", run == 4))
+      for run = 1, 8 do
+        -- (Each fourth run's fixture raises once: see its `once`.)
+        local via = run > 4 and "local" or "receive"
+        local pid = assert(process.spawn_monitored("fixtures.finalizer_errors", run % 4 == 0, via))
         local ev
         for i = 1, 20000 do
           if not process.send(pid, "t", { n = i, k = "n" }) then break end
@@ -255,7 +257,7 @@ return { main = function()
         end
         ev = ev or T.next_event("exit")
         T.eq(ev.kind, "exit"); T.eq(ev.from, pid)
-        T.match(ev.error, "boom", "run " .. run)
+        T.match(ev.error, "boom", "run " .. run .. ", " .. via)
       end
     end },
     { "a message that arrives while its receiver sleeps waits for its next receive", function()
