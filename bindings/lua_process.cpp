@@ -1702,18 +1702,21 @@ inline bool LuaProcess::push_handed_payload(lua_State* co, const std::string& pa
 }
 
 LuaProcess::HandOver LuaProcess::hand_over_plain(const Event& ev) {
+  // Only once message.lua's constructor is loaded: until then step_body
+  // delivers each message and counts it, and the count's 16th loads the
+  // constructor and puts receive.lua's form into the process table (which
+  // a process that does not keep a copy of the C function then takes).
   lua_State* co = kernel_.plain_receiver();
-  if (!co || !stack_args::has_room(co, 1)) return HandOver::kDeclined;
+  if (!co || !kernel_.message_ctor_loaded() || !stack_args::has_room(co, 1)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);
   if (!from) return HandOver::kDeclined;
   const char* topic = received_strings_.find(ev.topic);
   if (!topic) return HandOver::kDeclined;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
     return hand_over_table(co, from, topic, ev.payload, false);
-  // message.lua's constructor makes the table (loaded at the process's
-  // 16th message: until then step_body delivers it).
+  // message.lua's constructor makes the table.
   lua_State* L = L_;
-  if (!kernel_.push_message_ctor(L)) return HandOver::kDeclined;
+  kernel_.push_message_ctor(L);
   stack_args::push_string_object(L, from);
   stack_args::push_string_object(L, topic);
   if (!push_handed_payload(L, ev.payload)) {

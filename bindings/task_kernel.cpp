@@ -425,11 +425,7 @@ void TaskKernel::push_ctor_call(lua_State* L, int base) {
   for (int i = 1; i <= 3; ++i) lua_pushvalue(L, base + i);
 }
 
-bool TaskKernel::push_message_ctor(lua_State* L) const {
-  if (message_ctor_ref_ == -2) return false;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_);
-  return true;
-}
+void TaskKernel::push_message_ctor(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_); }
 
 inline void TaskKernel::push_message_table(lua_State* L, int first) {
   if (message_ctor_ref_ != -2) {

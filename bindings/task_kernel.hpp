@@ -166,9 +166,10 @@ class TaskKernel {
       return nullptr;
     return parked_.front().co;
   }
-  // Pushes bindings/message.lua's constructor onto L; false (nothing
-  // pushed) until the process's kMessagesBeforeCtor-th message loads it.
-  bool push_message_ctor(lua_State* L) const;
+  // Whether the process's kMessagesBeforeCtor-th message has loaded
+  // bindings/message.lua's constructor; push_message_ctor pushes it then.
+  bool message_ctor_loaded() const { return message_ctor_ref_ != -2; }
+  void push_message_ctor(lua_State* L) const;
   // Resumes raw_receiver's or plain_receiver's task, which holds what it takes (the three
   // values, or the table). True when it is waiting again and nothing else
   // is ready: the step is over. False when the step's protected body must
