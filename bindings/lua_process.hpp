@@ -117,12 +117,12 @@ class LuaProcess final : public Process {
   // plain_receiver's.
   [[gnu::noinline]] HandOver hand_over_table(lua_State* co, const char* from, const char* topic,
                                              const std::string& payload, bool raw);
-  // For a task waiting in the C function of process.receive
-  // (hand_over_plain, hand_over_table), hand_over has a constructor on L_ (its
-  // nargs arguments above it) make the message's table: this calls it,
-  // protected, gives the table to co and resumes it. step_body's delivery
-  // cost such a process about 500 instructions more a message (a ring's
-  // node).
+  // For a task waiting in the C function of process.receive, a
+  // constructor on L_ (its nargs arguments above it, pushed by
+  // hand_over_plain or hand_over_table) makes the message's table: this
+  // calls it, protected, gives the table to co and resumes it. step_body's
+  // delivery cost such a process about 500 instructions more a message (a
+  // ring's node).
   HandOver hand_over_made(lua_State* co, int nargs);
   // hand_over for a task waiting in the C function of process.receive
   // (TaskKernel::plain_receiver; out of line, as hand_over_table).

@@ -148,7 +148,7 @@ class TaskKernel {
   // instructions, and a ring node's, a ping-pong partner's or a Big
   // worker's step is mostly this one message for this one task.
   // raw_receiver: that task, when it waits in receive.lua's form of
-  // process.receive, it is the only thing the message could go to and
+  // process.receive, is the only thing the message could go to, and
   // nothing else is ready to run (nullptr otherwise); the caller then
   // pushes the three values onto its stack (receive.lua makes the table),
   // making nothing but a small table payload's tables, and those only
@@ -170,10 +170,10 @@ class TaskKernel {
   // bindings/message.lua's constructor; push_message_ctor pushes it then.
   bool message_ctor_loaded() const { return message_ctor_ref_ != -2; }
   void push_message_ctor(lua_State* L) const;
-  // Resumes raw_receiver's or plain_receiver's task, which holds what it takes (the three
-  // values, or the table). True when it is waiting again and nothing else
-  // is ready: the step is over. False when the step's protected body must
-  // go on (settle first, then run).
+  // Resumes raw_receiver's or plain_receiver's task, which holds what it
+  // takes (the three values, or the table). True when it is waiting again
+  // and nothing else is ready: the step is over. False when the step's
+  // protected body must go on (settle first, then run).
   bool resume_handed_over(lua_State* co);
   // What run() would have done next with the task resume_handed_over left
   // (its yield's or its end's after_resume), inside the protected body.
