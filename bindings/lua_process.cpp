@@ -1525,7 +1525,7 @@ namespace {
 
 [[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
   peers_.push_sender(L, ev.from);
-  received_strings_.push(L, ev.topic);
+  received_strings_.push_topic(L, ev.topic);
   if (push_payload(L, ev)) return true;
   lua_pop(L, 2);
   return false;
@@ -1676,7 +1676,7 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   if (!stack_args::has_room(co, 3)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
   if (!from) return HandOver::kDeclined;
-  const char* topic = received_strings_.find(ev.topic);
+  const char* topic = received_strings_.find_topic(ev.topic);
   if (!topic) return HandOver::kDeclined;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
     return hand_over_table(co, from, topic, ev.payload, true);
@@ -1710,7 +1710,7 @@ LuaProcess::HandOver LuaProcess::hand_over_plain(const Event& ev) {
   if (!co || !kernel_.message_ctor_loaded() || !stack_args::has_room(co, 1)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);
   if (!from) return HandOver::kDeclined;
-  const char* topic = received_strings_.find(ev.topic);
+  const char* topic = received_strings_.find_topic(ev.topic);
   if (!topic) return HandOver::kDeclined;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
     return hand_over_table(co, from, topic, ev.payload, false);

@@ -1,8 +1,8 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
-  "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "send_1k", "send_tables", "send_named",
-  "send_self", "sleepers" } }
+  "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "send_1k", "send_tables",
+  "send_named", "send_self", "sleepers" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -202,19 +202,20 @@ function B.counting(quick)
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/message" }
 end
 
-local function threadring(size, hops, node)
+local function threadring(size, hops, node, topic)
   node = node or "nodes.ring"
+  topic = topic or "token"
   local me = process.pid()
-  local first = assert(process.spawn(node, me))
+  local first = assert(process.spawn(node, me, topic))
   local prev, nodes = first, { first }
   for i = 2, size do
-    local p = assert(process.spawn(node, me))
+    local p = assert(process.spawn(node, me, topic))
     process.send(prev, "next", p)
     prev, nodes[i] = p, p
   end
   process.send(prev, "next", first)
   local t0 = time.now()
-  process.send(first, "token", hops)
+  process.send(first, topic, hops)
   local m = process.receive()
   local s = elapsed(t0)
   assert(m.topic == "done" and m.payload == 0, "ring ended wrong")
@@ -235,6 +236,12 @@ function B.threadring1000(quick) return threadring(1000, quick and 10000 or 1000
 -- (nodes/ring_local.lua): the C function's form of receive, not in the
 -- Savina suite.
 function B.ring_local(quick) return threadring(100, quick and 20000 or 2000000, "nodes.ring_local") end
+
+-- ThreadRing 100 whose token travels on a topic of 17 bytes
+-- (nodes/ring_topic.lua), not in the Savina suite.
+function B.ring_long_topic(quick)
+  return threadring(100, quick and 20000 or 2000000, "nodes.ring_topic", "token_passing_msg")
+end
 
 function B.fj_create(quick)
   local n = quick and 2000 or 150000

@@ -324,6 +324,43 @@ return { main = function()
       for i = 1, n do T.eq(seen[i], "from,payload,topic|t|table|nil|true", "envelope " .. i) end
       T.eq(seen.receive, "waiting", "process.receive of a receiver of tables that always waits")
     end },
+    { "long topics arrive exactly, also two that differ only in their middle bytes", function()
+      -- A topic of 16 to 64 bytes is kept apart from the short strings
+      -- (StringCache::find_topic), found by its first and last 8 bytes and
+      -- its length, then by all its bytes: two topics alike at both ends
+      -- must stay apart. One at a time (each handed to the echo as it
+      -- waits, and to this process), then in runs (they queue); more long
+      -- topics than the cache's 4 slots, and one over 64 bytes.
+      local topics = {
+        "abcdefgh_X_ijklmnop", "abcdefgh_Y_ijklmnop", ("t"):rep(16), ("t"):rep(64), ("t"):rep(65),
+        "order_status_changed", "order_status_changes", "0123456789abcdef0123456789abcdef", "short",
+      }
+      local echo = assert(process.spawn("fixtures.echo"))
+      for round = 1, 60 do
+        for i, topic in ipairs(topics) do
+          assert(process.send(echo, topic, round * 100 + i))
+          local m = assert(process.receive(5), "no echo")
+          T.eq(m.topic, topic, "round " .. round .. ", topic " .. i)
+          T.eq(m.payload, round * 100 + i)
+        end
+      end
+      for run = 1, 20 do
+        for i, topic in ipairs(topics) do assert(process.send(echo, topic, i)) end
+        for i, topic in ipairs(topics) do
+          local m = assert(process.receive(5), "no echo")
+          T.eq(m.topic, topic, "run " .. run .. ", topic " .. i)
+          T.eq(m.payload, i)
+        end
+      end
+      -- Two long topics, alike at both ends, alternating: each hop's
+      -- message is handed over once the receivers are warm.
+      for i = 1, 200 do
+        local topic = topics[1 + i % 2]
+        assert(process.send(echo, topic, i))
+        T.eq(assert(process.receive(5)).topic, topic, "alternating, message " .. i)
+      end
+      process.send(echo, "stop", nil)
+    end },
     { "numbers cross exactly: NaN, inf, -0.0, 2^53, floats", function()
       local v = roundtrip({ 0/0, math.huge, -math.huge, -0.0, 2^53, 2^53 + 2, 0.1, -123456789, 1e308, 5e-324 })
       T.ok(v[1] ~= v[1], "NaN")
