@@ -127,6 +127,9 @@ class LuaProcess final : public Process {
   // hand_over for a task waiting in the C function of process.receive
   // (TaskKernel::plain_receiver; out of line, as hand_over_table).
   [[gnu::noinline]] HandOver hand_over_plain(const Event& ev);
+  // hand_over's string payload that the process does not keep, made in a
+  // protected call (out of line); any other payload it declines.
+  [[gnu::noinline]] HandOver hand_over_new_string(lua_State* co, const std::string& payload);
   // hand_over's payload values made of nothing new: nil, a boolean, a
   // number or a kept string. False (nothing pushed) for any other.
   bool push_handed_payload(lua_State* co, const std::string& payload);

@@ -324,6 +324,27 @@ return { main = function()
       for i = 1, n do T.eq(seen[i], "from,payload,topic|t|table|nil|true", "envelope " .. i) end
       T.eq(seen.receive, "waiting", "process.receive of a receiver of tables that always waits")
     end },
+    { "strings new to a waiting receiver arrive whole, of every length and byte", function()
+      -- A string payload the receiver does not keep (new, or over 15
+      -- bytes) is made for a waiting task in a protected call of the
+      -- hand-over's own (LuaProcess::hand_over_new_string); one of 128
+      -- bytes or more goes to the step's body. Each string here is new
+      -- (its round in it), of lengths 0 to 140, with NUL and high bytes.
+      local echo = assert(process.spawn("fixtures.echo"))
+      for round = 1, 3 do
+        for len = 0, 140 do
+          local bytes = {}
+          for i = 1, len do bytes[i] = string.char((i * 37 + round + len) % 256) end
+          local v = table.concat(bytes)
+          if len >= 4 then v = string.char(0, round, len % 256, 255) .. v:sub(5) end
+          assert(process.send(echo, "t", v))
+          local m = assert(process.receive(5), "no echo")
+          T.eq(#m.payload, #v, "round " .. round .. ", length " .. len)
+          T.ok(m.payload == v, "round " .. round .. ", length " .. len .. ": bytes differ")
+        end
+      end
+      process.send(echo, "stop", nil)
+    end },
     { "long topics arrive exactly, also two that differ only in their middle bytes", function()
       -- A topic of 16 to 64 bytes is kept apart from the short strings
       -- (StringCache::find_topic), found by its first and last 8 bytes and
