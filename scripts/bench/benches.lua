@@ -1,8 +1,8 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
-  "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "send_1k", "send_tables",
-  "send_named", "send_self", "sleepers" } }
+  "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
+  "send_1k", "send_tables", "send_named", "send_self", "sleepers" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -156,6 +156,29 @@ function B.send_tables(quick)
   local s = elapsed(t0)
   assert(m.payload == n * (100 + 8), "sink lost items")
   return { params = "n=" .. n .. " arrays and records", seconds = s, per_op = s / (2 * n) * 1e6, unit = "us/message" }
+end
+
+-- PingPong with string payloads that the receivers do not keep: a new
+-- 10-byte string each round trip, then one 20-byte string over and over
+-- (longer than the 15 bytes a process keeps); not in the Savina suite.
+function B.pingpong_strings(quick)
+  local n = quick and 2000 or 100000
+  local echo = assert(process.spawn("nodes.string_echo"))
+  local t0 = time.now()
+  for i = 1, n do
+    local v = ("s%09d"):format(i)
+    process.send(echo, "s", v)
+    assert(process.receive().payload == v, "wrong echo")
+  end
+  local long = ("x"):rep(20)
+  for _ = 1, n do
+    process.send(echo, "s", long)
+    assert(process.receive().payload == long, "wrong echo")
+  end
+  local s = elapsed(t0)
+  process.send(echo, "stop", nil)
+  return { params = "n=" .. n .. " new, n=" .. n .. " long", seconds = s, per_op = s / (2 * n) * 1e6,
+    unit = "us/round trip" }
 end
 
 -- Counting's shape, to a registered name: what a send to a named server
