@@ -1662,12 +1662,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
   }
 }
 
-bool LuaProcess::may_hand_over(const std::string& payload) {
-  if (payload.empty()) return true;
-  if (payload.size() < 2) return false;
-  if (static_cast<std::uint8_t>(payload[1]) < kTable) return true;
-  return payload.size() <= kHandOverTableBytes && !received_strings_.skip_find();
-}
+bool LuaProcess::may_hand_over(const std::string& payload) { return payload.empty() || payload.size() >= 2; }
 
 LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
@@ -1682,38 +1677,56 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
     return hand_over_table(co, from, topic, ev.payload, true);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
-  if (!push_handed_payload(co, ev.payload)) return hand_over_new_string(co, ev.payload);
+  if (!push_handed_payload(co, ev.payload)) return hand_over_decoded(co, from, topic, ev.payload);
   step_events_ = {};  // taken: step_body, if it runs, only goes on from here
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
 }
 
-LuaProcess::HandOver LuaProcess::hand_over_new_string(lua_State* co, const std::string& payload) {
-  // A string payload the process does not keep (new, or over 15 bytes) is
-  // made in a protected call on the main thread (idle during a step) and
-  // moved to the task, which holds its from and topic already: about 600
-  // instructions less than step_body's delivery. An error there (memory,
-  // the collector's step and its finalizers) fails the step as
-  // step_body's would. Any other payload: step_body.
-  const std::size_t n = payload.size() >= 3 ? static_cast<std::uint8_t>(payload[2]) : 0;
-  if (payload.size() < 3 || payload[0] != 1 || static_cast<std::uint8_t>(payload[1]) != kString || n >= 0x80 ||
-      payload.size() != 3 + n) {
-    stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
-    return HandOver::kDeclined;
-  }
+LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* from, const char* topic,
+                                                   const std::string& payload) {
+  // What the other ways do not make (a string the process does not keep,
+  // a table with one, a large or nested table, a heap near the collector's
+  // threshold or the memory limit) the decoder makes in a protected call
+  // on the main thread (idle during a step), which moves it to the task:
+  // about 600 instructions less than step_body's delivery. An error there
+  // (memory, the collector's step and its finalizers) fails the step as
+  // step_body's would; a payload that does not decode goes to step_body,
+  // which logs and drops it.
+  stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
+  stack_args::push_string_object(co, from);
+  stack_args::push_string_object(co, topic);
   struct Made {
-    std::string_view bytes;
+    LuaProcess* self;
+    const std::string& payload;
     lua_State* to;
-  } made{std::string_view(payload).substr(3), co};
+    bool ok = false;
+  } made{this, payload, co};
   const int rc = lua_cpcall(
       L_,
       [](lua_State* S) {
-        const auto* m = static_cast<const Made*>(lua_touserdata(S, 1));
-        lua_pushlstring(S, m->bytes.data(), m->bytes.size());
+        auto* m = static_cast<Made*>(lua_touserdata(S, 1));
+        // A string alone is made as it is: through the cache, a stream of
+        // new ones would push out the strings the process keeps (its
+        // topics among them). A table's keep their cache.
+        const std::string& p = m->payload;
+        const std::size_t n = p.size() >= 3 ? static_cast<std::uint8_t>(p[2]) : 0;
+        if (p.size() >= 3 && p[0] == 1 && static_cast<std::uint8_t>(p[1]) == kString && n < 0x80 &&
+            p.size() == 3 + n) {
+          lua_pushlstring(S, p.data() + 3, n);
+        } else {
+          std::string err;
+          if (!push_one_value(S, p, &err, &m->self->received_strings_)) return 0;
+        }
         if (!stack_args::move(S, m->to, 1)) lua_xmove(S, m->to, 1);
+        m->ok = true;
         return 0;
       },
       &made);
   if (rc != 0) return HandOver::kFailed;
+  if (!made.ok) {
+    stack_args::drop_to(co, 0);
+    return HandOver::kDeclined;
+  }
   step_events_ = {};
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
 }
@@ -1766,51 +1779,53 @@ LuaProcess::HandOver LuaProcess::hand_over_made(lua_State* co, int nargs) {
 
 LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
                                                  const std::string& payload, bool raw) {
-  // A payload of a shape seen before goes to the task as its shape's
+  // A small payload of a shape seen before goes to the task as its shape's
   // constructor, which makes the message in the task's own code, its
   // allocations protected by the task's resume (shape_cache.hpp);
   // hand_over left the three slots that takes. A task in the C function
   // of process.receive takes the message the constructor made for it.
-  if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
-  switch (shapes_->fill(payload, received_strings_, from, topic)) {
-    case ShapeCache::Match::kFilled: {
-      namespace LL = luajit_layout;
-      if (!raw) {
-        stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
-        return hand_over_made(co, 0);
+  // After a small table with a string the process does not keep, the
+  // next kHandOverBackoff go straight to the decoder.
+  const bool small = payload.size() <= kHandOverTableBytes && !received_strings_.skip_find();
+  if (small) {
+    if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
+    switch (shapes_->fill(payload, received_strings_, from, topic)) {
+      case ShapeCache::Match::kFilled: {
+        namespace LL = luajit_layout;
+        if (!raw) {
+          stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
+          return hand_over_made(co, 0);
+        }
+        const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
+                                         LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
+        if (!stack_args::push_tvalues(co, values, 3)) {
+          shapes_->clear_scratch();
+          return HandOver::kDeclined;
+        }
+        step_events_ = {};
+        return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
       }
-      const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
-                                       LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
-      if (!stack_args::push_tvalues(co, values, 3)) {
-        shapes_->clear_scratch();
-        return HandOver::kDeclined;
-      }
-      step_events_ = {};
-      return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+      case ShapeCache::Match::kUnknown:
+        if (!compile_shape(L_, payload)) return HandOver::kFailed;
+        break;
+      case ShapeCache::Match::kNotShape:
+        break;
     }
-    case ShapeCache::Match::kUnknown:
-      if (!compile_shape(L_, payload)) return HandOver::kFailed;
-      break;
-    case ShapeCache::Match::kNotShape:
-      break;
   }
   if (!raw) return HandOver::kDeclined;  // step_body makes it
-  // The rest are made here, outside the protected call: none of their
-  // allocations may fail (the limit) nor step the collector (its
-  // finalizers, its errors). Three slots more than hand_over's: the
-  // table's first key and value.
+  // A small table of kept strings is made here, outside the protected
+  // call, where none of its allocations can fail (the limit) nor step
+  // the collector (its finalizers, its errors). Three slots more than
+  // hand_over's: the table's first key and value. Else the decoder.
   const std::size_t heap = hand_over_table_heap(payload.size());
-  if (!stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available()) return HandOver::kDeclined;
-  if (!gc_pressure::below_threshold(co, heap)) {
-    if (!collect_step()) return HandOver::kFailed;
-    if (!gc_pressure::below_threshold(co, heap)) return HandOver::kDeclined;
-  }
+  if (!small || !stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available() ||
+      !gc_pressure::below_threshold(co, heap))
+    return hand_over_decoded(co, from, topic, payload);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   if (!push_value_of_kept_strings(co, payload, received_strings_)) {
     received_strings_.missed_find(kHandOverBackoff);
-    stack_args::drop_to(co, 0);
-    return HandOver::kDeclined;
+    return hand_over_decoded(co, from, topic, payload);
   }
   step_events_ = {};
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
@@ -1839,18 +1854,6 @@ bool LuaProcess::push_shaped_payload(lua_State* L, const std::string& payload) {
       break;
   }
   return false;
-}
-
-bool LuaProcess::collect_step() {
-  // lua_cpcall makes a C function object each call: no matter at one
-  // call in several messages, against a registry slot of its own.
-  return lua_cpcall(
-             L_,
-             [](lua_State* S) {
-               lua_gc(S, LUA_GCSTEP, 0);
-               return 0;
-             },
-             nullptr) == 0;
 }
 
 int LuaProcess::step_body(lua_State* S) {

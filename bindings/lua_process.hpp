@@ -94,21 +94,23 @@ class LuaProcess final : public Process {
   static int step_body(lua_State* L);
   // A step of one message, made without step_body where it can be
   // (TaskKernel::raw_receiver says when): the message's values pushed
-  // onto the waiting task's stack, made of nothing new (its sender and
-  // topic strings already kept, its payload nil, a boolean, a number or a
-  // kept string) or of new tables alone (a small table payload whose
-  // strings are all kept, where the heap is far enough below both the
-  // collector's threshold and the memory limit that making them can
-  // neither start a collection step nor fail; or, for a small table of a
-  // shape the process keeps receiving, nil, its shape's constructor and
-  // true, the values in the shape cache's scratch table: shape_cache.hpp),
-  // and the task resumed. kDone when that was the whole step; kDeclined
-  // when step_body must run, with the message still in step_events_ or,
-  // once the task was resumed, with step_events_ empty; kFailed when a
-  // protected call of a table payload's hand-over raised (its collection
-  // step, collect_step, or a shape's compile, ShapeCache::compile), its
-  // error on L_'s stack.
-  // may_hand_over is Step's first check, on the payload's size and tag.
+  // onto the waiting task's stack and the task resumed. Made of nothing
+  // new where they can be (its sender and topic strings already kept, its
+  // payload nil, a boolean, a number or a kept string), or of new tables
+  // alone (a small table payload whose strings are all kept, where the
+  // heap is far enough below both the collector's threshold and the
+  // memory limit that making them can neither start a collection step
+  // nor fail; or, for a small table of a shape the process keeps
+  // receiving, nil, its shape's constructor and true, the values in the
+  // shape cache's scratch table: shape_cache.hpp); any other payload by
+  // the decoder in a protected call (hand_over_decoded). kDone when that
+  // was the whole step; kDeclined when step_body must run, with the
+  // message still in step_events_ or, once the task was resumed, with
+  // step_events_ empty; kFailed when a protected call of the hand-over
+  // raised (the decoder's or a constructor's allocation, a collection
+  // step's finalizer, a shape's compile, ShapeCache::compile), its error
+  // on L_'s stack.
+  // may_hand_over is Step's first check, on the payload's form.
   enum class HandOver : std::uint8_t { kDeclined, kDone, kFailed };
   HandOver hand_over(const Event& ev);
   bool may_hand_over(const std::string& payload);
@@ -127,22 +129,15 @@ class LuaProcess final : public Process {
   // hand_over for a task waiting in the C function of process.receive
   // (TaskKernel::plain_receiver; out of line, as hand_over_table).
   [[gnu::noinline]] HandOver hand_over_plain(const Event& ev);
-  // hand_over's string payload that the process does not keep, made in a
-  // protected call (out of line); any other payload it declines.
-  [[gnu::noinline]] HandOver hand_over_new_string(lua_State* co, const std::string& payload);
+  // hand_over's payload that no other way makes, by the decoder in a
+  // protected call, for raw_receiver's task co (out of line).
+  [[gnu::noinline]] HandOver hand_over_decoded(lua_State* co, const char* from, const char* topic,
+                                               const std::string& payload);
   // hand_over's payload values made of nothing new: nil, a boolean, a
   // number or a kept string. False (nothing pushed) for any other.
   bool push_handed_payload(lua_State* co, const std::string& payload);
-  // One step of the collector in a protected call, where a table payload's
-  // hand-over finds the heap too near its threshold: the step step_body
-  // would have run while making the message, without step_body's C API
-  // delivery and task run around it (a tenth of PingPong's messages came
-  // in at the threshold, and went that way). Afterwards the collector's
-  // threshold is at least its step size (1 KB) above the heap, or the
-  // cycle has ended. False, with the error on L_'s stack, when a
-  // finalizer raised or memory ran out.
-  bool collect_step();
-  // The largest table payload hand_over makes, in encoded bytes, and the
+  // The largest table payload hand_over makes itself, in encoded bytes
+  // (larger ones: the decoder), and the
   // bytes of heap it then asks to be free: each encoded byte of a table
   // makes at most 24 (a table's 64-byte header for its 3 bytes of tag and
   // counts, a hash node pair of 48 for a key's and a value's 2 at least,
@@ -151,9 +146,10 @@ class LuaProcess final : public Process {
   static std::size_t hand_over_table_heap(std::size_t bytes) { return 32 * bytes + 64; }
   // The heap a shape's constructor takes to compile, at most (about 2 KB).
   static constexpr std::size_t kShapeCompileHeap = 16 * 1024;
-  // After a table payload hand_over declined (a string not kept), the
-  // next kHandOverBackoff go to step_body without trying, so that a
-  // process whose tables carry new strings does not decode each twice.
+  // After a small table payload hand_over could not make (a string not
+  // kept), the next kHandOverBackoff go to the decoder without trying,
+  // so that a process whose tables carry new strings does not decode each
+  // twice.
   static constexpr std::uint32_t kHandOverBackoff = 64;
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing

@@ -327,8 +327,8 @@ return { main = function()
     { "strings new to a waiting receiver arrive whole, of every length and byte", function()
       -- A string payload the receiver does not keep (new, or over 15
       -- bytes) is made for a waiting task in a protected call of the
-      -- hand-over's own (LuaProcess::hand_over_new_string); one of 128
-      -- bytes or more goes to the step's body. Each string here is new
+      -- hand-over's own (LuaProcess::hand_over_decoded), and so is one of
+      -- 128 bytes or more. Each string here is new
       -- (its round in it), of lengths 0 to 140, with NUL and high bytes.
       local echo = assert(process.spawn("fixtures.echo"))
       for round = 1, 3 do
