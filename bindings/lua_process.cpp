@@ -1677,46 +1677,61 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
     return hand_over_table(co, from, topic, ev.payload, true);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
-  if (!push_handed_payload(co, ev.payload)) return hand_over_decoded(co, from, topic, ev.payload);
+  if (!push_handed_payload(co, ev.payload)) return hand_over_decoded(co, from, topic, ev.payload, true);
   step_events_ = {};  // taken: step_body, if it runs, only goes on from here
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
 }
 
 LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* from, const char* topic,
-                                                   const std::string& payload) {
+                                                   const std::string& payload, bool raw) {
   // What the other ways do not make (a string the process does not keep,
   // a table with one, a large or nested table, a heap near the collector's
   // threshold or the memory limit) the decoder makes in a protected call
   // on the main thread (idle during a step), which moves it to the task:
-  // about 600 instructions less than step_body's delivery. An error there
+  // about 600 instructions less than step_body's delivery. For a task in
+  // the C function of process.receive (not raw), message.lua's
+  // constructor makes the message of it there too. An error there
   // (memory, the collector's step and its finalizers) fails the step as
   // step_body's would; a payload that does not decode goes to step_body,
   // which logs and drops it.
   stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
-  stack_args::push_string_object(co, from);
-  stack_args::push_string_object(co, topic);
+  if (raw) {
+    stack_args::push_string_object(co, from);
+    stack_args::push_string_object(co, topic);
+  }
   struct Made {
     LuaProcess* self;
     const std::string& payload;
     lua_State* to;
+    const char* from;
+    const char* topic;
+    bool raw;
     bool ok = false;
-  } made{this, payload, co};
+  } made{this, payload, co, from, topic, raw};
   const int rc = lua_cpcall(
       L_,
       [](lua_State* S) {
         auto* m = static_cast<Made*>(lua_touserdata(S, 1));
+        if (!m->raw) {
+          m->self->kernel_.push_message_ctor(S);
+          stack_args::push_string_object(S, m->from);
+          stack_args::push_string_object(S, m->topic);
+        }
         // A string alone is made as it is: through the cache, a stream of
         // new ones would push out the strings the process keeps (its
         // topics among them). A table's keep their cache.
         const std::string& p = m->payload;
         const std::size_t n = p.size() >= 3 ? static_cast<std::uint8_t>(p[2]) : 0;
-        if (p.size() >= 3 && p[0] == 1 && static_cast<std::uint8_t>(p[1]) == kString && n < 0x80 &&
-            p.size() == 3 + n) {
+        if (p.empty()) {
+          lua_pushnil(S);
+        } else if (p.size() >= 3 && p[0] == 1 && static_cast<std::uint8_t>(p[1]) == kString && n < 0x80 &&
+                   p.size() == 3 + n) {
           lua_pushlstring(S, p.data() + 3, n);
         } else {
           std::string err;
           if (!push_one_value(S, p, &err, &m->self->received_strings_)) return 0;
         }
+        if (!m->raw) lua_call(S, 3, 1);
         if (!stack_args::move(S, m->to, 1)) lua_xmove(S, m->to, 1);
         m->ok = true;
         return 0;
@@ -1762,7 +1777,7 @@ LuaProcess::HandOver LuaProcess::hand_over_plain(const Event& ev) {
   stack_args::push_string_object(L, topic);
   if (!push_handed_payload(L, ev.payload)) {
     lua_settop(L, 0);
-    return HandOver::kDeclined;
+    return hand_over_decoded(co, from, topic, ev.payload, false);
   }
   return hand_over_made(co, 3);
 }
@@ -1812,7 +1827,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
         break;
     }
   }
-  if (!raw) return HandOver::kDeclined;  // step_body makes it
+  if (!raw) return hand_over_decoded(co, from, topic, payload, false);
   // A small table of kept strings is made here, outside the protected
   // call, where none of its allocations can fail (the limit) nor step
   // the collector (its finalizers, its errors). Three slots more than
@@ -1820,12 +1835,12 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
   const std::size_t heap = hand_over_table_heap(payload.size());
   if (!small || !stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available() ||
       !gc_pressure::below_threshold(co, heap))
-    return hand_over_decoded(co, from, topic, payload);
+    return hand_over_decoded(co, from, topic, payload, true);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   if (!push_value_of_kept_strings(co, payload, received_strings_)) {
     received_strings_.missed_find(kHandOverBackoff);
-    return hand_over_decoded(co, from, topic, payload);
+    return hand_over_decoded(co, from, topic, payload, true);
   }
   step_events_ = {};
   return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;

@@ -130,9 +130,10 @@ class LuaProcess final : public Process {
   // (TaskKernel::plain_receiver; out of line, as hand_over_table).
   [[gnu::noinline]] HandOver hand_over_plain(const Event& ev);
   // hand_over's payload that no other way makes, by the decoder in a
-  // protected call, for raw_receiver's task co (out of line).
+  // protected call (out of line), for raw_receiver's task co, or (not
+  // raw) plain_receiver's, which takes the message made of it.
   [[gnu::noinline]] HandOver hand_over_decoded(lua_State* co, const char* from, const char* topic,
-                                               const std::string& payload);
+                                               const std::string& payload, bool raw);
   // hand_over's payload values made of nothing new: nil, a boolean, a
   // number or a kept string. False (nothing pushed) for any other.
   bool push_handed_payload(lua_State* co, const std::string& payload);
