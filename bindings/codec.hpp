@@ -173,6 +173,16 @@ inline bool read_scalar_tvalue(const char*& p, const char* end, std::uint64_t& t
   return true;
 }
 
+// Whether bytes encode one string of under 128 bytes (its length in one
+// byte), and if so its bytes in *s: the form push_simple_value_with takes.
+inline bool short_string_value(std::string_view bytes, std::string_view* s) {
+  if (bytes.size() < 3 || bytes[0] != 1 || static_cast<std::uint8_t>(bytes[1]) != kString) return false;
+  const std::size_t n = static_cast<std::uint8_t>(bytes[2]);
+  if (n >= 0x80 || bytes.size() != 3 + n) return false;
+  *s = bytes.substr(3);
+  return true;
+}
+
 // The most common message payloads without the decoder: when bytes encode
 // one value that is nil, a boolean, a number or a string shorter than 128
 // bytes, pushes it (the caller has a stack slot free) and returns true;
@@ -211,10 +221,8 @@ inline bool push_simple_value_with(lua_State* L, std::string_view bytes, PushStr
       return true;
     }
     case kString: {
-      if (bytes.size() < 3) return false;
-      const std::size_t n = static_cast<std::uint8_t>(bytes[2]);
-      if (n >= 0x80 || bytes.size() != 3 + n) return false;
-      return push_str(L, bytes.substr(3));
+      std::string_view s;
+      return short_string_value(bytes, &s) && push_str(L, s);
     }
     default: return false;
   }

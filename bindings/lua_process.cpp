@@ -1678,8 +1678,7 @@ LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
   if (!push_handed_payload(co, ev.payload)) return hand_over_decoded(co, from, topic, ev.payload, true);
-  step_events_ = {};  // taken: step_body, if it runs, only goes on from here
-  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+  return resume_handed(co);
 }
 
 LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* from, const char* topic,
@@ -1720,16 +1719,11 @@ LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* fr
         // A string alone is made as it is: through the cache, a stream of
         // new ones would push out the strings the process keeps (its
         // topics among them). A table's keep their cache.
-        const std::string& p = m->payload;
-        const std::size_t n = p.size() >= 3 ? static_cast<std::uint8_t>(p[2]) : 0;
-        if (p.empty()) {
-          lua_pushnil(S);
-        } else if (p.size() >= 3 && p[0] == 1 && static_cast<std::uint8_t>(p[1]) == kString && n < 0x80 &&
-                   p.size() == 3 + n) {
-          lua_pushlstring(S, p.data() + 3, n);
+        if (std::string_view s; short_string_value(m->payload, &s)) {
+          lua_pushlstring(S, s.data(), s.size());
         } else {
           std::string err;
-          if (!push_one_value(S, p, &err, &m->self->received_strings_)) return 0;
+          if (!push_one_value(S, m->payload, &err, &m->self->received_strings_)) return 0;
         }
         if (!m->raw) lua_call(S, 3, 1);
         if (!stack_args::move(S, m->to, 1)) lua_xmove(S, m->to, 1);
@@ -1742,8 +1736,7 @@ LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* fr
     stack_args::drop_to(co, 0);
     return HandOver::kDeclined;
   }
-  step_events_ = {};
-  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+  return resume_handed(co);
 }
 
 inline bool LuaProcess::push_handed_payload(lua_State* co, const std::string& payload) {
@@ -1788,8 +1781,7 @@ LuaProcess::HandOver LuaProcess::hand_over_made(lua_State* co, int nargs) {
   lua_State* L = L_;
   if (lua_pcall(L, nargs, 1, 0) != 0) return HandOver::kFailed;
   if (!stack_args::move(L, co, 1)) lua_xmove(L, co, 1);
-  step_events_ = {};
-  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+  return resume_handed(co);
 }
 
 LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
@@ -1817,8 +1809,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
           shapes_->clear_scratch();
           return HandOver::kDeclined;
         }
-        step_events_ = {};
-        return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+        return resume_handed(co);
       }
       case ShapeCache::Match::kUnknown:
         if (!compile_shape(L_, payload)) return HandOver::kFailed;
@@ -1842,8 +1833,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
     received_strings_.missed_find(kHandOverBackoff);
     return hand_over_decoded(co, from, topic, payload, true);
   }
-  step_events_ = {};
-  return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+  return resume_handed(co);
 }
 
 bool LuaProcess::compile_shape(lua_State* L, const std::string& payload) {

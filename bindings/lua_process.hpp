@@ -134,6 +134,12 @@ class LuaProcess final : public Process {
   // raw) plain_receiver's, which takes the message made of it.
   [[gnu::noinline]] HandOver hand_over_decoded(lua_State* co, const char* from, const char* topic,
                                                const std::string& payload, bool raw);
+  // Every hand-over's end: the message taken (step_body, if it runs, only
+  // goes on from here) and co, which holds what it takes, resumed.
+  [[gnu::always_inline]] HandOver resume_handed(lua_State* co) {
+    step_events_ = {};
+    return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+  }
   // hand_over's payload values made of nothing new: nil, a boolean, a
   // number or a kept string. False (nothing pushed) for any other.
   bool push_handed_payload(lua_State* co, const std::string& payload);
