@@ -38,7 +38,8 @@ void raw_global(lua_State* L, const char* name) {
 
 // The API tables every process has as globals (built by the kernel), and
 // the kernel's wrapper of the coroutine library.
-constexpr const char* kApiNames[] = {"process", "channel", "time", "log", "coroutine"};
+// fs and exec are Lua modules over waiting calls (bindings/fs.lua, exec.lua).
+constexpr const char* kApiNames[] = {"process", "channel", "time", "log", "coroutine", "fs", "exec"};
 
 bool is_api(const char* name) {
   for (const char* api : kApiNames)
@@ -399,6 +400,35 @@ struct Primitives {
     const double secs = check_duration(L, 1, static_cast<int>(luaL_checkinteger(L, 2)));
     lua_pushnumber(L, secs);
     return 1;
+  }
+
+  // The one way a binding waits on something outside the process:
+  // call(command, arg, ...) starts command `command` with the integer
+  // arg and the other arguments encoded as its bytes, and blocks the
+  // running task until the handler completes it (Scheduler::
+  // complete_yield, from any thread); its results become this call's
+  // returns, or nil, err when it failed (TaskKernel::complete_call).
+  // require("host.call") returns it; fs.lua and exec.lua get it as their
+  // chunks' argument.
+  static int wait_call(lua_State* L) {
+    auto& p = of(L);
+    const lua_Number id = luaL_checknumber(L, 1);
+    if (id < cmd::kFirstUser || id >= 1u << 24 || id != static_cast<CommandId>(id))
+      return luaL_argerror(L, 1, "not a command id");
+    const lua_Number arg = luaL_optnumber(L, 2, 0);
+    p.kernel_.check_blockable(L);
+    std::string bytes;
+    if (const int n = lua_gettop(L) - 2; n > 0) {
+      std::string err = encode_values(L, 3, n, bytes, "argument");
+      if (!err.empty()) return luaL_error(L, "%s", err.c_str());
+    }
+    // Into the step's output at once (a task runs only inside a step): a
+    // list of its own would make every process larger.
+    const std::uint64_t tag = TaskKernel::kCallTagMark | ++p.c_timers_;
+    Yield& y = p.step_out_->add_yield(static_cast<CommandId>(id), tag);
+    y.arg = static_cast<std::int64_t>(arg);
+    y.bytes = std::move(bytes);
+    return p.kernel_.block_in_call(L, tag);
   }
 
   static int sleep_cmd(lua_State* L) {
@@ -935,6 +965,8 @@ struct Primitives {
       push_log_api(L);
     } else if (!std::strcmp(name, "time")) {
       push_time_api(L);
+    } else if (!std::strcmp(name, "fs") || !std::strcmp(name, "exec")) {
+      push_io_api(L, p, name);
     } else {
       push_ext_api(L, p, name);
     }
@@ -944,6 +976,16 @@ struct Primitives {
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, name);
     lua_pop(L, 1);
+  }
+
+  // fs or exec: its chunk called with the waiting call and its command.
+  static void push_io_api(lua_State* L, LuaProcess& p, const char* name) {
+    const bool fs = !std::strcmp(name, "fs");
+    const std::string& bc = fs ? p.rt_.fs_bytecode() : p.rt_.exec_bytecode();
+    if (luaL_loadbuffer(L, bc.data(), bc.size(), fs ? "=fs" : "=exec") != 0) lua_error(L);
+    lua_pushcfunction(L, wait_call);
+    lua_pushinteger(L, fs ? io_cmd::kFs : io_cmd::kExec);
+    lua_call(L, 2, 1);
   }
 
   static void push_ext_api(lua_State* L, LuaProcess& p, const char* name) {
@@ -1093,6 +1135,13 @@ struct Primitives {
     if (is_api(name.c_str())) {
       lua_pushstring(L, name.c_str());
       lua_pushcclosure(L, load_api, 1);
+      return 1;
+    }
+    if (name == "host.call") {  // the waiting-call primitive itself (wait_call)
+      lua_pushcfunction(L, [](lua_State* S) -> int {
+        lua_pushcfunction(S, wait_call);
+        return 1;
+      });
       return 1;
     }
     if (p.rt_.modules().locate(name).empty()) {
@@ -1612,6 +1661,10 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         if (push_message(L, ev)) kernel_.message(L);
         break;
       case EventKind::YieldComplete:
+        if (TaskKernel::is_call_tag(ev.tag)) {
+          kernel_.complete_call(L, ev.tag, ev.failed, ev.payload);
+          break;
+        }
         lua_pushnumber(L, static_cast<lua_Number>(ev.tag));
         if (!ev.failed) lua_pushnil(L);
         else lua_pushlstring(L, ev.payload.data(), ev.payload.size());
@@ -1885,7 +1938,7 @@ int LuaProcess::step_body(lua_State* S) {
   if (outcome == TaskKernel::kContinue) p.deliver_events(S, events);
   switch (outcome) {
     case TaskKernel::kWaiting:
-      out.status = p.pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+      out.status = p.pending_sleeps_.empty() && !p.has_pending_calls() ? Status::Idle : Status::Blocked;
       break;
     case TaskKernel::kContinue:
       out.status = Status::Continue;
@@ -1984,7 +2037,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload))
     handed = hand_over(events[0]);
   if (handed == HandOver::kDone) {
-    out.status = pending_sleeps_.empty() ? Status::Idle : Status::Blocked;
+    out.status = pending_sleeps_.empty() && !has_pending_calls() ? Status::Idle : Status::Blocked;
   } else if (handed == HandOver::kFailed) {
     rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
@@ -2006,10 +2059,11 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   kernel_.settle_receive_timer();
   settle_select_timer();
   if (!pending_sleeps_.empty() || !pending_cancels_.empty()) {
-    // A process that ended starts no timer, but still drops the ones its
-    // last step stopped waiting for (a receive that a message ended):
-    // left in the wheel, they would fire for nobody and keep shutdown
-    // from seeing that nothing can run (Scheduler::nothing_can_run).
+    // A process that ended starts no timer (nor call: the worker starts
+    // no command of a finished step), but still drops the ones its last
+    // step stopped waiting for (a receive that a message ended): left in
+    // the wheel, they would fire for nobody and keep shutdown from seeing
+    // that nothing can run (Scheduler::nothing_can_run).
     if (out.status == Status::Done || out.status == Status::Failed) pending_sleeps_.clear();
     flush_commands(out);
   }

@@ -222,6 +222,10 @@ class LuaProcess final : public Process {
   PeerStrings peers_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
   std::vector<std::uint64_t> pending_cancels_;
+  // Whether this step started waiting calls (Primitives::wait_call
+  // writes their commands straight into the step's output; the sleeps
+  // join them at its end, flush_commands).
+  bool has_pending_calls() const { return step_out_->yield_count() != 0; }
   TaskKernel kernel_;
   std::uint32_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them (up to the warm-up)
   // The count of its thread's steps at the last sampled step (probe_jit).
@@ -256,7 +260,8 @@ class LuaProcess final : public Process {
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
   bool select_timer_idle_ = false;  // see select_timer_ (here, where it costs no padding)
-  // TaskKernel's C timers started (Primitives::start_timer: their tags).
+  // TaskKernel's C timers started (Primitives::start_timer: their tags),
+  // and its waiting calls (TaskKernel::kCallTagMark and this count).
   std::uint32_t c_timers_ = 0;
   // The timer kernel_ext.lua's timed selects share (H.sel_wait), 0 for
   // none; select_timer_idle_ says no select waits on it now (H.sel_idle).

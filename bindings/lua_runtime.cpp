@@ -2,6 +2,8 @@
 // record of which process uses which module (for reload events).
 #include "bindings/lua_runtime.hpp"
 
+#include <tuple>
+
 #include <stdexcept>
 
 #include "bindings/codec.hpp"
@@ -11,11 +13,14 @@
 namespace host::lua {
 
 // Generated from bindings/kernel_ext.lua, bindings/receive.lua,
-// bindings/message.lua and bindings/metatable_calls.lua.
+// bindings/message.lua, bindings/metatable_calls.lua, bindings/fs.lua and
+// bindings/exec.lua.
 extern const char* const k_kernel_ext_source;
 extern const char* const k_receive_source;
 extern const char* const k_message_source;
 extern const char* const k_metatable_calls_source;
+extern const char* const k_fs_source;
+extern const char* const k_exec_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -42,11 +47,18 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   if (!err.empty()) throw std::runtime_error("the message constructor does not compile: " + err);
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
+  for (auto [name, source, out] : {std::tuple{"=fs", k_fs_source, &fs_bytecode_},
+                                   std::tuple{"=exec", k_exec_source, &exec_bytecode_}}) {
+    err = ModuleCache::compile(name, source, *out, /*strip=*/true);
+    if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
+  }
+  io_ = install_io_services(scheduler_);
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }
 
 LuaRuntime::~LuaRuntime() {
   scheduler_.set_idle_job({});  // waits for a worker making a spare
+  io_->loop.stop();  // the I/O thread ends with the runtime (the exit hook keeps only the services' memory)
 }
 
 void LuaRuntime::forget_process(const Pid& pid) {

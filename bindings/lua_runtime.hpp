@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "bindings/io_services.hpp"
 #include "bindings/module_cache.hpp"
 #include "bindings/name_registry.hpp"
 #include "bindings/spare_processes.hpp"
@@ -59,6 +60,10 @@ class LuaRuntime {
   const std::string& receive_bytecode() const { return receive_bytecode_; }
   const std::string& message_bytecode() const { return message_bytecode_; }
   const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
+  // The fs and exec modules' Lua halves (bindings/fs.lua, exec.lua).
+  const std::string& fs_bytecode() const { return fs_bytecode_; }
+  const std::string& exec_bytecode() const { return exec_bytecode_; }
+  IoServices& io() { return *io_; }
 
   // Which modules each live process loaded, for reload events (only with
   // track_module_uses).
@@ -83,6 +88,9 @@ class LuaRuntime {
   std::string receive_bytecode_;
   std::string message_bytecode_;
   std::string metatable_calls_bytecode_;
+  std::string fs_bytecode_;
+  std::string exec_bytecode_;
+  std::shared_ptr<IoServices> io_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_

@@ -9,6 +9,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
@@ -616,6 +617,34 @@ int TaskKernel::block_in_sleep(lua_State* L, double secs) {
   // it up from a user's coroutine).
   lua_pushlightuserdata(L, &kBlock);
   return lua_yield(L, 1);
+}
+
+int TaskKernel::block_in_call(lua_State* L, std::uint64_t tag) {
+  map_timer(L, tag, current_);
+  lua_pushlightuserdata(L, &kBlock);
+  return lua_yield(L, 1);
+}
+
+void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_pushnumber(L, static_cast<lua_Number>(tag));
+  lua_rawget(L, -2);
+  lua_State* co = lua_tothread(L, -1);
+  lua_pop(L, 2);
+  if (!co) return;  // stopped, or dropped by an upgrade: nobody waits for it
+  unmap_timer(L, tag);
+  std::string err;
+  if (!failed) {
+    const int n = decode_values(L, payload, &err);
+    if (n >= 0) {
+      wake(L, co, n);
+      return;
+    }
+    payload = err;  // results that do not decode: the call fails with why
+  }
+  lua_pushnil(L);
+  lua_pushlstring(L, payload.data(), payload.size());
+  wake(L, co, 2);
 }
 
 std::uint64_t TaskKernel::receive_timer(double deadline) {

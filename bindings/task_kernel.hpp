@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 struct lua_State;
@@ -133,6 +134,19 @@ class TaskKernel {
   static std::uint64_t start_timer(void* loader_ctx, double secs);
   static void cancel_timer(void* loader_ctx, std::uint64_t tag);
   static constexpr std::uint64_t kTimerTagMark = std::uint64_t{1} << 52;
+  // Waiting calls (docs/ARCHITECTURE.md, "A call that waits"): a binding
+  // that must wait on something outside the process (a file, a program,
+  // a socket) starts a command whose tag is kCallTagMark and a count
+  // (below kTimerTagMark; kernel_ext.lua's tags are small counts), and
+  // block_in_call yields the running task, mapped to that tag in the
+  // tasks table as a sleep is. complete_call wakes it with the command's
+  // results (codec bytes, decoded into its return values) or with
+  // nil, error; a completion whose task is gone (stopped, or dropped by an
+  // upgrade) is dropped. Callers check check_blockable first.
+  static constexpr std::uint64_t kCallTagMark = std::uint64_t{1} << 51;
+  static bool is_call_tag(std::uint64_t tag) { return tag >= kCallTagMark && tag < kTimerTagMark; }
+  int block_in_call(lua_State* L, std::uint64_t tag);
+  void complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload);
   // process.watch made a monitor: from now on an exit event may be for a
   // watch channel, which kernel_ext.lua knows (event asks it only then).
   void note_watch() { watched_ = true; }

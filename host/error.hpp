@@ -8,7 +8,9 @@
 
 namespace host {
 
-enum class ErrorKind { NotFound, Timeout, Invalid, Exists, Canceled, Limit };
+// Denied and Io are the file and program calls' (SPEC section 8): a
+// permission refused, and any other failure of the system call.
+enum class ErrorKind { NotFound, Timeout, Invalid, Exists, Canceled, Limit, Denied, Io };
 
 constexpr std::string_view error_kind_name(ErrorKind kind) {
   switch (kind) {
@@ -18,6 +20,8 @@ constexpr std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::Exists: return "exists";
     case ErrorKind::Canceled: return "canceled";
     case ErrorKind::Limit: return "limit";
+    case ErrorKind::Denied: return "denied";
+    case ErrorKind::Io: return "io";
   }
   return "invalid";
 }
@@ -31,5 +35,9 @@ inline std::string make_error(ErrorKind kind, std::string_view detail = {}) {
   }
   return out;
 }
+
+// The error of a failed system call on `what` (a path, a program), by
+// errno: not_found, denied, exists, or io with the system's words.
+std::string errno_error(int err, std::string_view what);
 
 }  // namespace host

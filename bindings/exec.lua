@@ -1,0 +1,136 @@
+-- The exec module (SPEC section 8): programs run without a shell, their
+-- stdin, stdout and stderr as pipes, through waiting calls carried out on
+-- the I/O thread (bindings/exec_service.cpp), so a program that runs long
+-- suspends only the calling task. The chunk is called with the waiting
+-- call and the exec command, and returns the module table, which becomes
+-- the global `exec` and require("exec").
+local call, CMD = ...
+local type, error, pairs, ipairs, setmetatable, getmetatable, tostring =
+  type, error, pairs, ipairs, setmetatable, getmetatable, tostring
+local format, upper = string.format, string.upper
+
+local function bad(n, fname, msg)
+  error(format("bad argument #%d to '%s' (%s)", n, fname, msg), 3)
+end
+
+local function check_argv(argv, fname)
+  if type(argv) ~= "table" then bad(1, fname, "table of strings expected, got " .. type(argv)) end
+  if #argv == 0 then bad(1, fname, "argv is empty") end
+  for i, a in ipairs(argv) do
+    if type(a) ~= "string" then bad(1, fname, format("argv[%d] is a %s, not a string", i, type(a))) end
+  end
+end
+
+-- The options a program takes: cwd, env, stdin (run only), timeout.
+local function check_opts(opts, fname, with_stdin)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then bad(2, fname, "table expected, got " .. type(opts)) end
+  if opts.cwd ~= nil and type(opts.cwd) ~= "string" then bad(2, fname, "cwd must be a string") end
+  if opts.env ~= nil then
+    if type(opts.env) ~= "table" then bad(2, fname, "env must be a table") end
+    for k, v in pairs(opts.env) do
+      if type(k) ~= "string" or (type(v) ~= "string" and type(v) ~= "number") then
+        bad(2, fname, "env must map names to strings")
+      end
+    end
+  end
+  if opts.timeout ~= nil and type(opts.timeout) ~= "number" then bad(2, fname, "timeout must be a number of seconds") end
+  if opts.stdin ~= nil then
+    if not with_stdin then bad(2, fname, "stdin is for exec.run; send to the handle's stdin instead") end
+    if type(opts.stdin) ~= "string" then bad(2, fname, "stdin must be a string") end
+  end
+  return { cwd = opts.cwd, env = opts.env, stdin = opts.stdin, timeout = opts.timeout }
+end
+
+local exec = {}
+
+-- exec.run(argv[, opts]) -> { code =, signal =, stdout =, stderr = } once
+-- the program ends and both outputs are closed; nil, "timeout" when
+-- opts.timeout passed first (the program is killed).
+function exec.run(argv, opts)
+  check_argv(argv, "exec.run")
+  return call(CMD, 0, "run", argv, check_opts(opts, "exec.run", true))
+end
+
+---------------------------------------------------------------------------
+-- A started program: its pipes and its process.
+local Program, Stream = {}, {}
+Program.__index, Stream.__index = Program, Stream
+Program.__tostring = function(p) return format("program (%d)", p.pid) end
+Stream.__tostring = function(s) return "program " .. s.name end
+
+local signals = { HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15, CONT = 18, STOP = 19 }
+
+local function program(p, fname)
+  if getmetatable(p) ~= Program then bad(1, fname, "program expected, got " .. type(p)) end
+  return p
+end
+
+local function stream(s, fname)
+  if getmetatable(s) ~= Stream then bad(1, fname, "program pipe expected, got " .. type(s)) end
+  return s
+end
+
+function exec.start(argv, opts)
+  check_argv(argv, "exec.start")
+  local id, pid = call(CMD, 0, "start", argv, check_opts(opts, "exec.start", false))
+  if not id then return nil, pid end
+  local p = setmetatable({ id = id, pid = pid }, Program)
+  p.stdin = setmetatable({ id = id, name = "stdin" }, Stream)
+  p.stdout = setmetatable({ id = id, name = "stdout" }, Stream)
+  p.stderr = setmetatable({ id = id, name = "stderr" }, Stream)
+  return p
+end
+
+-- wait([timeout]) -> { code =, signal = }, or nil, "timeout".
+function Program:wait(timeout)
+  program(self, "wait")
+  if timeout ~= nil and type(timeout) ~= "number" then bad(1, "wait", "number of seconds expected") end
+  return call(CMD, 0, "wait", self.id, timeout)
+end
+
+-- kill([signal]): a number, or a name ("TERM", "SIGKILL"); SIGTERM by
+-- default.
+function Program:kill(sig)
+  program(self, "kill")
+  if type(sig) == "string" then
+    local name = upper(sig):gsub("^SIG", "")
+    sig = signals[name]
+    if not sig then bad(1, "kill", "unknown signal '" .. name .. "'") end
+  elseif sig ~= nil and type(sig) ~= "number" then
+    bad(1, "kill", "signal number or name expected")
+  end
+  return call(CMD, 0, "kill", self.id, sig or signals.TERM)
+end
+
+-- stdin:send(data) -> the number of bytes sent once the pipe took them,
+-- or nil, "closed", 0 (LuaSocket's form).
+function Stream:send(data)
+  stream(self, "send")
+  if self.name ~= "stdin" then error("cannot send to a program's " .. self.name, 2) end
+  if type(data) == "number" then data = tostring(data) end
+  if type(data) ~= "string" then bad(1, "send", "string expected, got " .. type(data)) end
+  return call(CMD, 0, "send", self.id, data)
+end
+
+-- stdout:receive([pattern]) with LuaSocket's patterns: "*l" (the
+-- default: a line, without its end), "*a" (all until the program closes
+-- it) or a number of bytes; at the end, nil, "closed" and what came.
+function Stream:receive(pattern)
+  stream(self, "receive")
+  if self.name == "stdin" then error("cannot receive from a program's stdin", 2) end
+  pattern = pattern or "*l"
+  if type(pattern) == "number" then
+    if pattern < 0 or pattern % 1 ~= 0 then bad(1, "receive", "invalid byte count") end
+  elseif pattern ~= "*l" and pattern ~= "*a" and pattern ~= "l" and pattern ~= "a" then
+    bad(1, "receive", "invalid pattern")
+  end
+  return call(CMD, 0, "receive", self.id, self.name, pattern)
+end
+
+function Stream:close()
+  stream(self, "close")
+  return call(CMD, 0, "close", self.id, self.name)
+end
+
+return exec

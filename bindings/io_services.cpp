@@ -1,0 +1,48 @@
+// The fs and exec commands' registration, and the exit hook (io_services.hpp).
+#include "bindings/io_services.hpp"
+
+#include "host/error.hpp"
+#include "host/scheduler.hpp"
+
+namespace host::lua {
+
+std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler) {
+  auto io = std::make_shared<IoServices>(scheduler);
+  CommandHandler fs;
+  fs.name = "fs";
+  fs.blocking = true;  // on the blocking pool: a slow disk holds no worker
+  fs.run = [io](CommandRequest&& req) {
+    std::vector<CallValue> args;
+    std::string err;
+    if (!read_call_values(req.bytes, args, &err)) {
+      req.scheduler->complete_yield(req.pid, req.tag, {}, make_error(ErrorKind::Invalid, err));
+      return;
+    }
+    std::string result;
+    try {
+      result = io->fs.handle(req.pid, args);
+    } catch (const CallError& e) {
+      req.scheduler->complete_yield(req.pid, req.tag, {}, e.text);
+      return;
+    }
+    // A process that ended meanwhile (its exit hook may have run before
+    // this call opened its file) must not leave the file open.
+    if (!req.scheduler->complete_yield(req.pid, req.tag, std::move(result))) io->fs.close_owned(req.pid);
+  };
+  scheduler.commands().add(io_cmd::kFs, std::move(fs));
+
+  CommandHandler exec;
+  exec.name = "exec";
+  exec.run = [io](CommandRequest&& req) { io->exec.dispatch(std::move(req)); };  // posts to the I/O thread
+  scheduler.commands().add(io_cmd::kExec, std::move(exec));
+
+  // Before the process's monitors are told (Scheduler::finish): its files
+  // are closed by then; its programs are killed by the I/O thread.
+  scheduler.add_exit_hook([io](const ExitInfo& info) {
+    io->fs.close_owned(info.pid);
+    io->exec.kill_owned(info.pid);
+  });
+  return io;
+}
+
+}  // namespace host::lua
