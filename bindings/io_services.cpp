@@ -36,11 +36,18 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler) {
   exec.run = [io](CommandRequest&& req) { io->exec.dispatch(std::move(req)); };  // posts to the I/O thread
   scheduler.commands().add(io_cmd::kExec, std::move(exec));
 
+  CommandHandler sockets;
+  sockets.name = "socket";
+  sockets.run = [io](CommandRequest&& req) { io->sockets.dispatch(std::move(req)); };  // posts to the I/O thread
+  scheduler.commands().add(io_cmd::kSocket, std::move(sockets));
+
   // Before the process's monitors are told (Scheduler::finish): its files
-  // are closed by then; its programs are killed by the I/O thread.
+  // and sockets are closed by then; its programs are killed by the I/O
+  // thread.
   scheduler.add_exit_hook([io](const ExitInfo& info) {
     io->fs.close_owned(info.pid);
     io->exec.kill_owned(info.pid);
+    io->sockets.close_owned(info.pid);  // waits for the I/O thread, when it has sockets
   });
   return io;
 }

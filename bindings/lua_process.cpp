@@ -978,14 +978,33 @@ struct Primitives {
     lua_pop(L, 1);
   }
 
-  // fs or exec: its chunk called with the waiting call and its command.
+  // fs, exec or socket: its chunk called with the waiting call, its
+  // command, and (socket's gettime) the wall clock.
   static void push_io_api(lua_State* L, LuaProcess& p, const char* name) {
-    const bool fs = !std::strcmp(name, "fs");
-    const std::string& bc = fs ? p.rt_.fs_bytecode() : p.rt_.exec_bytecode();
-    if (luaL_loadbuffer(L, bc.data(), bc.size(), fs ? "=fs" : "=exec") != 0) lua_error(L);
+    struct Module {
+      const char* name;
+      const std::string& (LuaRuntime::*bytecode)() const;
+      CommandId command;
+    };
+    static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_bytecode, io_cmd::kFs},
+                                         {"exec", &LuaRuntime::exec_bytecode, io_cmd::kExec},
+                                         {"socket", &LuaRuntime::socket_bytecode, io_cmd::kSocket}};
+    const Module* m = modules;
+    while (std::strcmp(m->name, name) != 0) ++m;
+    const std::string& bc = (p.rt_.*m->bytecode)();
+    if (luaL_loadbuffer(L, bc.data(), bc.size(), (std::string("=") + name).c_str()) != 0) lua_error(L);
     lua_pushcfunction(L, wait_call);
-    lua_pushinteger(L, fs ? io_cmd::kFs : io_cmd::kExec);
-    lua_call(L, 2, 1);
+    lua_pushinteger(L, m->command);
+    lua_pushcfunction(L, wall_time);
+    lua_call(L, 3, 1);
+  }
+
+  // Seconds since the epoch, with their fraction (LuaSocket's gettime).
+  static int wall_time(lua_State* L) {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9);
+    return 1;
   }
 
   static void push_ext_api(lua_State* L, LuaProcess& p, const char* name) {
@@ -1135,6 +1154,26 @@ struct Primitives {
     if (is_api(name.c_str())) {
       lua_pushstring(L, name.c_str());
       lua_pushcclosure(L, load_api, 1);
+      return 1;
+    }
+    // The host's socket module shadows LuaSocket's (its C core would block
+    // a worker); LuaSocket's Lua modules (socket.http, socket.url) load
+    // from the system's path as usual, on top of it.
+    if (name == "socket" || name == "socket.core") {
+      lua_pushcfunction(L, [](lua_State* S) -> int {
+        auto& p = of(S);
+        p.push_loaded(S);
+        lua_getfield(S, -1, "socket");
+        if (!lua_istable(S, -1)) {  // nil, or require's mark that it is loading
+          lua_pop(S, 1);
+          push_io_api(S, p, "socket");
+          lua_pushvalue(S, -1);
+          lua_setfield(S, -3, "socket");
+          lua_pushvalue(S, -1);
+          lua_setfield(S, -3, "socket.core");
+        }
+        return 1;
+      });
       return 1;
     }
     if (name == "host.call") {  // the waiting-call primitive itself (wait_call)

@@ -21,6 +21,7 @@ extern const char* const k_message_source;
 extern const char* const k_metatable_calls_source;
 extern const char* const k_fs_source;
 extern const char* const k_exec_source;
+extern const char* const k_socket_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -48,7 +49,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
   for (auto [name, source, out] : {std::tuple{"=fs", k_fs_source, &fs_bytecode_},
-                                   std::tuple{"=exec", k_exec_source, &exec_bytecode_}}) {
+                                   std::tuple{"=exec", k_exec_source, &exec_bytecode_},
+                                   std::tuple{"=socket", k_socket_source, &socket_bytecode_}}) {
     err = ModuleCache::compile(name, source, *out, /*strip=*/true);
     if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
   }

@@ -60,9 +60,11 @@ class LuaRuntime {
   const std::string& receive_bytecode() const { return receive_bytecode_; }
   const std::string& message_bytecode() const { return message_bytecode_; }
   const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
-  // The fs and exec modules' Lua halves (bindings/fs.lua, exec.lua).
+  // The fs, exec and socket modules' Lua halves (bindings/fs.lua, exec.lua,
+  // socket.lua).
   const std::string& fs_bytecode() const { return fs_bytecode_; }
   const std::string& exec_bytecode() const { return exec_bytecode_; }
+  const std::string& socket_bytecode() const { return socket_bytecode_; }
   IoServices& io() { return *io_; }
 
   // Which modules each live process loaded, for reload events (only with
@@ -90,6 +92,7 @@ class LuaRuntime {
   std::string metatable_calls_bytecode_;
   std::string fs_bytecode_;
   std::string exec_bytecode_;
+  std::string socket_bytecode_;
   std::shared_ptr<IoServices> io_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;

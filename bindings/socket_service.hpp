@@ -1,0 +1,89 @@
+// The `socket` module's command handler (SPEC section 7): TCP and UDP
+// sockets and name lookups on the I/O thread's libuv loop (host/io_loop.hpp),
+// under LuaSocket's API (bindings/socket.lua). Threads: dispatch() and
+// close_owned() from any thread; everything else on the loop thread, so
+// the sockets' table needs no lock (but for owners_, which the exit hook
+// reads).
+//
+// Each call of a socket method is one waiting call, carried out here:
+//   - Reads are buffered per socket. A receive completes once what it asked
+//     for is there (a line, n bytes, everything until the peer closes), one
+//     resume per request however many packets it took; meanwhile the socket
+//     reads ahead at most kReadAhead bytes nobody asked for, then stops
+//     reading until a receive takes from the buffer (bounded memory: the
+//     peer waits, as TCP makes it).
+//   - Writes go to the kernel at once where it takes them (uv_try_write);
+//     the rest is written one chunk of at most kWriteChunk at a time, and a
+//     send returns once its last chunk is handed to libuv. So a socket holds
+//     at most one chunk beyond what the kernel took, and a fast writer to a
+//     slow peer waits.
+//   - Every request has a deadline (LuaSocket's timeouts, computed by the
+//     Lua side); one timer a socket, armed for the earliest, times them out.
+//   - A socket belongs to the process that made it (or accepted it); when
+//     the process ends its sockets are closed, before its monitors hear of
+//     it (close_owned waits for the loop when the process owns any), and
+//     requests still waiting are answered "closed".
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "bindings/call_values.hpp"
+#include "host/commands.hpp"
+#include "host/io_loop.hpp"
+#include "host/pid.hpp"
+
+namespace host {
+class Scheduler;
+}
+
+namespace host::lua {
+
+class SocketService {
+ public:
+  static constexpr std::size_t kReadAhead = 64 * 1024;
+  static constexpr std::size_t kWriteChunk = 64 * 1024;
+  // Datagrams a UDP socket keeps that nobody asked for, at most.
+  static constexpr std::size_t kDatagramQueue = 64;
+
+  SocketService(Scheduler& scheduler, IoLoop& loop);
+  ~SocketService();
+  SocketService(const SocketService&) = delete;
+
+  void dispatch(CommandRequest&& req);
+  // Closes every socket of owner's; returns once the loop has closed them
+  // (at most a second), when it owns any.
+  void close_owned(const Pid& owner);
+  // Open sockets, all processes together (tests' leak checks).
+  std::size_t sockets() const { return count_.load(std::memory_order_relaxed); }
+
+  struct Sock;
+
+ private:
+  friend struct SockOps;
+  void run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, std::vector<CallValue> args);
+  Sock* find(const Pid& caller, double id);
+  Sock* make(uv_loop_t* loop, const Pid& owner, bool udp, int family);
+  void forget(Sock* s);
+  void stop_all();
+  void note_owner(const Pid& owner, int delta);
+
+  Scheduler& scheduler_;
+  IoLoop& loop_;
+  // The loop thread's alone.
+  std::uint64_t next_id_ = 0;
+  std::unordered_map<std::uint64_t, Sock*> socks_;
+  std::unordered_map<Pid, std::unordered_set<std::uint64_t>> owned_;
+  std::atomic<std::size_t> count_{0};
+  // Sockets per owner, for the exit hook's check (any thread).
+  std::mutex owners_mu_;
+  std::unordered_map<Pid, int> owners_;  // guarded by owners_mu_
+};
+
+}  // namespace host::lua
