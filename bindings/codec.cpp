@@ -163,6 +163,7 @@ class Encoder {
     if (type == LUA_TNONE) type = lua_type(L_, idx);
     if (put_scalar(L_, idx, type, out_)) return true;
     if (type == LUA_TTABLE) return table(idx);
+    if (type == LUA_TUSERDATA && moved_value_hooks.encode && moved_value_hooks.encode(L_, idx, out_)) return true;
     // lua_typename names a cdata "cdata" (LuaJIT's type 10), not "userdata".
     const char* what = type == LUA_TTHREAD ? "coroutine" : lua_typename(L_, type);
     return fail(ErrorKind::Invalid, std::string("cannot send ") + what);
@@ -486,6 +487,19 @@ class Decoder {
           lua_rawset(L_, -3);
         }
         bad_key_ = false;  // a table is a valid key, whatever it holds
+        return true;
+      }
+      case kMoved: {
+        std::uint64_t id, n;
+        if (!varint(id) || !varint(n)) return false;
+        if (n > static_cast<std::uint64_t>(end_ - p_)) return fail("truncated string");
+        const std::string_view cls(p_, n);
+        p_ += n;
+        // Not in the hand-over's mode (kept strings, no allocation): its
+        // caller then decodes the message in a protected call, where the
+        // hook may run Lua.
+        if (kept_ || !moved_value_hooks.decode) return fail("a moved value cannot be received here");
+        if (!moved_value_hooks.decode(L_, id, cls)) return fail("a moved value could not be made");
         return true;
       }
       default: return fail("unknown tag");

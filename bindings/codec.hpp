@@ -79,7 +79,22 @@ bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const Stri
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
 // The encoding's tags: a value is its tag, then what the tag needs.
-enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable };
+enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable, kMoved };
+
+// Values that move between processes instead of being copied (SPEC
+// section 7: a socket in a message or spawn arguments): the encoder meets
+// them as userdata, which it otherwise refuses, and the decoder as kMoved,
+// followed by the value's id (a varint) and its class (a string). Set
+// once by the bindings (LuaRuntime); until then both refuse.
+struct MovedValueHooks {
+  // Writes the userdata at idx (kMoved, id, class) and returns true, or
+  // returns false, writing nothing, when it is not a value that moves.
+  bool (*encode)(lua_State* L, int idx, std::string& out) = nullptr;
+  // Pushes the receiving process's object for the moved value; false,
+  // nothing pushed, when it cannot be made here.
+  bool (*decode)(lua_State* L, std::uint64_t id, std::string_view cls) = nullptr;
+};
+inline MovedValueHooks moved_value_hooks;
 
 // Writes v as a varint at p, which has room for its up to 10 bytes;
 // returns where it ends.

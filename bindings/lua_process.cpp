@@ -996,7 +996,72 @@ struct Primitives {
     lua_pushcfunction(L, wait_call);
     lua_pushinteger(L, m->command);
     lua_pushcfunction(L, wall_time);
-    lua_call(L, 3, 1);
+    lua_pushcfunction(L, claim_socket);
+    lua_call(L, 4, 1);
+  }
+
+  // The socket module's table in this process, loading it if need be
+  // (require("socket"), or a socket that arrived in a message).
+  static void push_socket_module(lua_State* L, LuaProcess& p) {
+    p.push_loaded(L);
+    lua_getfield(L, -1, "socket");
+    if (!lua_istable(L, -1)) {  // nil, or require's mark that it is loading
+      lua_pop(L, 1);
+      push_io_api(L, p, "socket");
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, "socket");
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, "socket.core");
+    }
+    lua_remove(L, -2);
+  }
+
+  // claim(id): a socket that arrived in a message or spawn arguments is
+  // this process's from now on (posted to the I/O thread, ahead of any
+  // call this process makes on it).
+  static int claim_socket(lua_State* L) {
+    auto& p = of(L);
+    p.rt_.io().sockets.claim(static_cast<std::uint64_t>(luaL_checknumber(L, 1)), p.ctx_.self);
+    return 0;
+  }
+
+  // The codec's moved values (codec.hpp's MovedValueHooks): a socket
+  // (a userdata whose metatable has __host_socket) is written as its id
+  // and class and given away; the receiver's socket module adopts it.
+  static bool encode_moved(lua_State* L, int idx, std::string& out) {
+    if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+    const int base = lua_gettop(L);
+    if (!lua_checkstack(L, 4) || !lua_getmetatable(L, idx)) return false;
+    lua_getfield(L, -1, "__host_socket");
+    lua_pushvalue(L, idx);
+    if (!lua_isfunction(L, -2) || lua_pcall(L, 1, 2, 0) != 0 || !lua_isnumber(L, -2) || !lua_isstring(L, -1)) {
+      lua_settop(L, base);
+      return false;
+    }
+    std::size_t n;
+    const char* cls = lua_tolstring(L, -1, &n);
+    char buf[24];
+    out.push_back(static_cast<char>(kMoved));
+    out.append(buf, static_cast<std::size_t>(write_varint(buf, static_cast<std::uint64_t>(lua_tonumber(L, -2))) - buf));
+    out.append(buf, static_cast<std::size_t>(write_varint(buf, n) - buf));
+    out.append(cls, n);
+    lua_settop(L, base);
+    return true;
+  }
+
+  static bool decode_moved(lua_State* L, std::uint64_t id, std::string_view cls) {
+    if (!lua_checkstack(L, 6)) return false;
+    const int top = lua_gettop(L);
+    push_socket_module(L, of(L));
+    lua_getfield(L, -1, "__adopt");
+    lua_pushnumber(L, static_cast<lua_Number>(id));
+    lua_pushlstring(L, cls.data(), cls.size());
+    if (lua_pcall(L, 2, 1, 0) != 0) {
+      lua_settop(L, top);
+      return false;
+    }
+    lua_remove(L, -2);  // the module
+    return true;
   }
 
   // Seconds since the epoch, with their fraction (LuaSocket's gettime).
@@ -1161,17 +1226,7 @@ struct Primitives {
     // from the system's path as usual, on top of it.
     if (name == "socket" || name == "socket.core") {
       lua_pushcfunction(L, [](lua_State* S) -> int {
-        auto& p = of(S);
-        p.push_loaded(S);
-        lua_getfield(S, -1, "socket");
-        if (!lua_istable(S, -1)) {  // nil, or require's mark that it is loading
-          lua_pop(S, 1);
-          push_io_api(S, p, "socket");
-          lua_pushvalue(S, -1);
-          lua_setfield(S, -3, "socket");
-          lua_pushvalue(S, -1);
-          lua_setfield(S, -3, "socket.core");
-        }
+        push_socket_module(S, of(S));
         return 1;
       });
       return 1;
@@ -1198,6 +1253,11 @@ struct Primitives {
 };
 
 TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
+
+void install_moved_value_hooks() {
+  moved_value_hooks.encode = &Primitives::encode_moved;
+  moved_value_hooks.decode = &Primitives::decode_moved;
+}
 
 std::uint64_t TaskKernel::start_timer(void* loader_ctx, double secs) {
   return Primitives::start_timer(*static_cast<LuaProcess*>(loader_ctx), secs);

@@ -273,4 +273,8 @@ class LuaProcess final : public Process {
   void settle_select_timer();
 };
 
+// Lets the value codec move sockets between processes (codec.hpp's
+// MovedValueHooks); LuaRuntime calls it.
+void install_moved_value_hooks();
+
 }  // namespace host::lua

@@ -55,6 +55,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
     if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
   }
   io_ = install_io_services(scheduler_);
+  install_moved_value_hooks();
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }
 

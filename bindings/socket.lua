@@ -6,8 +6,9 @@
 -- module; LuaSocket's own Lua modules from the distribution (socket.http,
 -- socket.url, ltn12) and clients such as redis-lua run on it unmodified.
 -- The chunk is called with the waiting call, the socket command and a
--- wall-clock function, and returns the module table.
-local call, CMD, wall_time = ...
+-- wall-clock function and the claim of a socket that moved here, and
+-- returns the module table.
+local call, CMD, wall_time, claim = ...
 local type, error, select, setmetatable, getmetatable, tostring, tonumber, pcall, pairs =
   type, error, select, setmetatable, getmetatable, tostring, tonumber, pcall, pairs
 local format, sub, floor = string.format, string.sub, math.floor
@@ -19,38 +20,75 @@ local function unsupported(name)
 end
 
 ---------------------------------------------------------------------------
--- Socket objects: { id =, block =, total = } with one metatable a class
--- (tcp{master}, tcp{client}, tcp{server}, udp{unconnected},
--- udp{connected}); a socket changes class as LuaSocket's do.
+-- Socket objects are userdata (newproxy), so that the value codec knows
+-- one when a message or spawn arguments carry it: the object moves (its
+-- __host_socket gives the codec its id and class, and marks it given
+-- away; the receiver's __adopt makes the new object and claims the socket
+-- on the I/O thread). What a socket knows lives in states[s]: { id =,
+-- class =, block =, total =, closed =, moved = }; its class (tcp{master},
+-- tcp{client}, tcp{server}, udp{unconnected}, udp{connected}) changes as
+-- LuaSocket's do, and names its methods.
+local newproxy = newproxy
+local states = setmetatable({}, { __mode = "k" })
 local classes = {}
 
+local proto = newproxy(true)
+local SOCKET = getmetatable(proto)
+SOCKET.__index = function(s, k)
+  local st = states[s]
+  return st and classes[st.class][k]
+end
+SOCKET.__tostring = function(s)
+  local st = states[s]
+  return format("%s: %d", st.class, st.id)
+end
+SOCKET.__metatable = "socket"
+-- For the codec: this socket goes into a message; from now on this
+-- object answers closed.
+SOCKET.__host_socket = function(s)
+  local st = states[s]
+  st.moved = true
+  return st.id, st.class
+end
+
 local function class(name, methods)
-  local mt = { __index = methods, class = name }
-  mt.__tostring = function(s) return format("%s: %d", name, s.id) end
-  classes[name] = mt
-  return mt
+  classes[name] = methods
 end
 
 local function new(id, name)
-  return setmetatable({ id = id, block = nil, total = nil }, classes[name])
+  local s = newproxy(proto)
+  states[s] = { id = id, class = name }
+  return s
 end
 
-local function is_socket(s)
-  local mt = getmetatable(s)
-  return type(mt) == "table" and classes[mt.class] == mt
+-- A socket another process gave this one (the codec's moved value).
+function socket.__adopt(id, name)
+  claim(id)
+  return new(id, name)
 end
 
-local function check_self(s, fname)
-  if not is_socket(s) then
+-- The socket's state; raises where s is not a socket.
+local function state(s, fname)
+  local st = states[s]
+  if not st then
     error(format("bad argument #1 to '%s' (socket expected, got %s)", fname, type(s)), 3)
   end
-  return s.id
+  return st
+end
+
+-- The socket's id for a call, or nil where it was given away or closed
+-- here (the call then answers closed without asking).
+local function check_self(s, fname)
+  local st = state(s, fname)
+  if st.moved or st.closed then return nil end
+  return st.id
 end
 
 -- The seconds a call may wait: the block timeout, bounded by the total
 -- one (both per call, from its start); nil waits for ever.
 local function timeout(s)
-  local b, t = s.block, s.total
+  local st = states[s]
+  local b, t = st.block, st.total
   if b == nil then return t end
   if t == nil or b < t then return b end
   return t
@@ -75,16 +113,16 @@ end
 local common = {}
 
 function common:settimeout(value, mode)
-  check_self(self, "settimeout")
+  local st = state(self, "settimeout")
   if value ~= nil and type(value) ~= "number" then
     error("bad argument #1 to 'settimeout' (number expected, got " .. type(value) .. ")", 2)
   end
   if value ~= nil and value < 0 then value = nil end  -- LuaSocket: a negative value waits for ever
   mode = mode or "b"
   if mode == "b" or mode == "r" then
-    self.block = value
+    st.block = value
   elseif mode == "t" then
-    self.total = value
+    st.total = value
   else
     error("bad argument #2 to 'settimeout' (invalid timeout mode)", 2)
   end
@@ -92,10 +130,10 @@ function common:settimeout(value, mode)
 end
 
 function common:close()
+  local st = state(self, "close")
   local id = check_self(self, "close")
-  if self.closed then return 1 end
-  self.closed = true
-  call(CMD, 0, "close", id)
+  st.closed = true
+  if id then call(CMD, 0, "close", id) end
   return 1
 end
 
@@ -148,7 +186,7 @@ end
 function tcp_master:listen(backlog)
   local id = check_self(self, "listen")
   local ok, err = call(CMD, 0, "listen", id, backlog or 32)
-  if ok then setmetatable(self, classes["tcp{server}"]) end
+  if ok then states[self].class = "tcp{server}" end
   return ok, err
 end
 
@@ -156,7 +194,7 @@ function tcp_master:connect(address, port)
   local id = check_self(self, "connect")
   local ok, err = call(CMD, 0, "connect", id, check_address(address, 1, "connect"),
     check_port(port, 2, "connect"), timeout(self))
-  if ok then setmetatable(self, classes["tcp{client}"]) end
+  if ok then states[self].class = "tcp{client}" end
   return ok, err
 end
 
@@ -254,11 +292,11 @@ function udp_any:setpeername(address, port)
   check_address(address, 1, "setpeername")
   if address == "*" then
     local ok, err = call(CMD, 0, "connect", id, "*", 0)
-    if ok then setmetatable(self, classes["udp{unconnected}"]) end
+    if ok then states[self].class = "udp{unconnected}" end
     return ok, err
   end
   local ok, err = call(CMD, 0, "connect", id, address, check_port(port, 2, "setpeername"))
-  if ok then setmetatable(self, classes["udp{connected}"]) end
+  if ok then states[self].class = "udp{connected}" end
   return ok, err
 end
 

@@ -649,6 +649,25 @@ void SocketService::close_owned(const Pid& owner) {
   if (posted) closed.wait_for(std::chrono::seconds(1));
 }
 
+void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
+  loop_.post([this, id, new_owner](uv_loop_t*) {
+    auto it = socks_.find(id);
+    if (it == socks_.end()) return;  // closed meanwhile: the new object answers closed
+    Sock* s = it->second;
+    if (s->owner == new_owner) return;
+    if (auto o = owned_.find(s->owner); o != owned_.end()) {
+      o->second.erase(id);
+      if (o->second.empty()) owned_.erase(o);
+    }
+    note_owner(s->owner, -1);
+    s->owner = new_owner;
+    owned_[new_owner].insert(id);
+    note_owner(new_owner, 1);
+    // A receiver that ended before this ran missed it in its exit hook.
+    if (!scheduler_.alive(new_owner)) forget(s);
+  });
+}
+
 SocketService::Sock* SocketService::make(uv_loop_t* loop, const Pid& owner, bool udp, int family) {
   auto* s = new Sock;
   s->svc = this;

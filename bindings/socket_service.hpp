@@ -60,6 +60,10 @@ class SocketService {
   // Closes every socket of owner's; returns once the loop has closed them
   // (at most a second), when it owns any.
   void close_owned(const Pid& owner);
+  // The socket moved to new_owner (it arrived in a message or spawn
+  // arguments): posted, so it takes effect before any call new_owner makes
+  // on it. The old owner's calls on it answer closed from then on.
+  void claim(std::uint64_t id, const Pid& new_owner);
   // Open sockets, all processes together (tests' leak checks).
   std::size_t sockets() const { return count_.load(std::memory_order_relaxed); }
 

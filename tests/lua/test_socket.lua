@@ -350,6 +350,40 @@ return { main = function()
       end
       T.eq(ok, n)
     end },
+    { "a socket moves to the process it is spawned with, one process a connection", function()
+      local srv, port = listener()
+      local clients = {}
+      for i = 1, 5 do clients[i] = assert(socket.connect("127.0.0.1", port)) end
+      for _ = 1, 5 do
+        local conn = assert(srv:accept())
+        assert(process.spawn("fixtures.socket_owner:echo_handler", conn))
+        local v, err = conn:send("x")
+        T.eq(v, nil)
+        T.eq(err, "closed", "the sender's object answers closed")
+        T.eq(conn:close(), 1, "closing the given-away object does not touch the socket")
+      end
+      for i, c in ipairs(clients) do
+        c:send("hello " .. i .. "\n")
+        T.eq(c:receive(), "echo hello " .. i)
+        c:close()
+      end
+      srv:close()
+    end },
+    { "a socket moves in a message, inside a table, to a waiting or a busy receiver", function()
+      local srv, port = listener()
+      for _, note in ipairs { "waiting", "busy" } do
+        local receiver = assert(process.spawn("fixtures.socket_owner:echo_by_message"))
+        if note == "waiting" then time.sleep(0.05) end  -- it waits in receive: the hand-over
+        local c = assert(socket.connect("127.0.0.1", port))
+        local conn = assert(srv:accept())
+        T.eq(process.send(receiver, "conn", { conn = conn, note = note }), true)
+        T.eq(c:receive(), "got tcp{client} " .. note)
+        c:send("again\n")
+        T.eq(c:receive(), "echo again")
+        c:close()
+      end
+      srv:close()
+    end },
     { "a 100 MB send to a peer that never reads waits, and memory stays bounded", function()
       local c, s = pair()
       local before = rss_kb()
