@@ -252,6 +252,18 @@ function tcp_client:receive(pattern, prefix)
   return nil, err, partial or ""
 end
 
+-- receiveany(max): what has come, at least a byte and at most max,
+-- waiting only while nothing has (OpenResty's cosocket call of that name;
+-- LuaSocket has none): nil, err as receive's.
+function tcp_client:receiveany(max)
+  local id = check_self(self, "receiveany")
+  max = tonumber(max)
+  if not max or max < 1 then error("bad argument #1 to 'receiveany' (positive number expected)", 2) end
+  local data, err, partial = call(CMD, 0, "receive", id, "any", timeout(self), floor(max))
+  if data then return data end
+  return nil, err, partial or ""
+end
+
 function tcp_client:getpeername()
   return call(CMD, 0, "peername", check_self(self, "getpeername"))
 end

@@ -316,6 +316,12 @@ struct SockOps {
           got = s->rbuf.substr(0, r.n);
           s->rbuf.erase(0, r.n);
         }
+      } else if (r.kind == 'y') {  // receiveany: what is there, up to n
+        if (!s->rbuf.empty()) {
+          const std::size_t k = std::min(r.n, s->rbuf.size());
+          got = s->rbuf.substr(0, k);
+          s->rbuf.erase(0, k);
+        }
       } else if (closed_for_reading(s)) {  // 'a': all, once the peer closed
         got = std::move(s->rbuf);
         s->rbuf.clear();
@@ -992,6 +998,9 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       if (pattern.is_number()) {
         r.kind = 'n';
         r.n = static_cast<std::size_t>(pattern.number);
+      } else if (pattern.string == "any") {
+        r.kind = 'y';
+        r.n = static_cast<std::size_t>(std::max(1.0, arg(args, 4).number));
       } else {
         r.kind = pattern.string == "a" ? 'a' : 'l';
       }
