@@ -42,6 +42,17 @@ function T.next_event(kind, timeout)
   return r.value
 end
 
+-- A new directory under /tmp, made with fs (not os.tmpname: its mkstemp
+-- escapes ThreadSanitizer's file-descriptor tracking, which then takes
+-- the reuse of a number the I/O thread closed for a race).
+local made = 0
+function T.tmpdir()
+  made = made + 1
+  local dir = string.format("/tmp/host-test-%s-%d-%d", (process.pid():gsub("%W", "")), made, math.random(1e9))
+  assert(fs.mkdir(dir))
+  return dir
+end
+
 function T.run(cases)
   local passed, failed = 0, 0
   for _, case in ipairs(cases) do

@@ -6,9 +6,7 @@ local dir
 local function path(name) return dir .. "/" .. name end
 
 return { main = function()
-  dir = os.tmpname()
-  os.remove(dir)
-  assert(fs.mkdir(dir))
+  dir = T.tmpdir()
   local result = T.run {
     { "fs is a global and require('fs') is the same table", function()
       T.eq(require("fs"), fs)
