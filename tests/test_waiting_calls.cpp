@@ -6,6 +6,7 @@
 // a process's files are closed and its programs killed when it ends.
 #include <doctest/doctest.h>
 
+#include <dirent.h>
 #include <signal.h>
 
 #include <atomic>
@@ -90,7 +91,7 @@ std::string text_of(const std::string& bytes) {
 }
 
 struct Calls {
-  Watchdog dog{"waiting calls", 60s};
+  Watchdog dog{"waiting calls", 180s};
   Scheduler s{{.workers = 2}};
   lua::LuaRuntime rt{s, {.dir = HOST_TEST_SCRIPTS}};
   ExitLog exits{s};
@@ -120,6 +121,15 @@ struct Calls {
     return text_of(info.result);
   }
 };
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
 
 bool os_process_gone(int pid, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
@@ -228,4 +238,58 @@ TEST_CASE("a process's running programs are killed when it ends, however it ends
     for (int i = 0; i < 2000 && c.rt.io().exec.programs() > 0; ++i) std::this_thread::sleep_for(1ms);
     CHECK(c.rt.io().exec.programs() == 0);
   }
+}
+
+// Under a sanitizer, a fifth as many: the same paths, in CI's time.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kChurn = 2000;
+#else
+constexpr int kChurn = 10000;
+#endif
+
+TEST_CASE("10,000 connections made and closed leave the descriptor count where it started") {
+  Calls c;
+  // The I/O thread and its loop exist before the count (its own descriptors).
+  std::string args;
+  {
+    lua_State* L = luaL_newstate();
+    lua_pushnumber(L, kChurn);
+    lua_pushnumber(L, 100);
+    REQUIRE(lua::encode_values(L, 1, 2, args).empty());
+    lua_close(L);
+  }
+  auto warm = c.rt.spawn("fixtures.socket_owner:churn", [&] {
+    lua_State* L = luaL_newstate();
+    lua_pushnumber(L, 100);
+    lua_pushnumber(L, 100);
+    std::string a;
+    REQUIRE(lua::encode_values(L, 1, 2, a).empty());
+    lua_close(L);
+    return a;
+  }());
+  REQUIRE(warm);
+  REQUIRE(c.exits.wait(warm.pid, 60s));
+  const std::size_t before = open_fds();
+  auto p = c.rt.spawn("fixtures.socket_owner:churn", args);
+  REQUIRE(p);
+  REQUIRE(c.exits.wait(p.pid, 120s));
+  ExitInfo info = c.exits.get(p.pid);
+  REQUIRE_MESSAGE(!info.failed, info.error);
+  CHECK(text_of(info.result) == std::to_string(kChurn));
+  for (int i = 0; i < 200 && (c.rt.io().sockets.sockets() != 0 || open_fds() > before); ++i)
+    std::this_thread::sleep_for(10ms);
+  CHECK(c.rt.io().sockets.sockets() == 0);
+  CHECK(open_fds() == before);
+}
+
+TEST_CASE("terminate ends a process waiting in a socket receive, and its sockets close") {
+  Calls c;
+  auto p = c.rt.spawn("fixtures.socket_owner:receive_forever", std::string(1, '\0'));
+  REQUIRE(p);
+  for (int i = 0; i < 2000 && c.rt.io().sockets.sockets() < 3; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(c.rt.io().sockets.sockets() == 3);
+  CHECK(c.s.terminate(p.pid).empty());
+  REQUIRE(c.exits.wait(p.pid));
+  CHECK(c.exits.get(p.pid).error.find("terminated") != std::string::npos);
+  CHECK(c.rt.io().sockets.sockets() == 0);  // closed before the exit was told
 }
