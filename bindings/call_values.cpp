@@ -159,6 +159,15 @@ CallResultWriter& CallResultWriter::string(std::string_view s) {
   return *this;
 }
 
+CallResultWriter& CallResultWriter::moved(std::uint64_t id, std::string_view cls) {
+  body_.push_back(static_cast<char>(kMoved));
+  put_varint(body_, id);
+  put_varint(body_, cls.size());
+  body_.append(cls);
+  value_written();
+  return *this;
+}
+
 CallResultWriter& CallResultWriter::table(std::size_t array, std::size_t fields) {
   body_.push_back(static_cast<char>(kTable));
   put_varint(body_, array);

@@ -48,6 +48,9 @@ class CallResultWriter {
   CallResultWriter& number(double d);
   CallResultWriter& string(std::string_view s);
   CallResultWriter& table(std::size_t array, std::size_t fields);
+  // A moved value (codec.hpp): the decoder's hook makes it the receiving
+  // process's object (bindings/socket_object.hpp says what cls may hold).
+  CallResultWriter& moved(std::uint64_t id, std::string_view cls);
   // A field of a table being written: key, then its value.
   CallResultWriter& key(std::string_view k) { return string(k); }
   std::string finish();

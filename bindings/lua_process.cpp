@@ -16,6 +16,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
+#include "bindings/socket_object.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
@@ -411,22 +412,28 @@ struct Primitives {
   // require("host.call") returns it; fs.lua and exec.lua get it as their
   // chunks' argument.
   static int wait_call(lua_State* L) {
-    auto& p = of(L);
     const lua_Number id = luaL_checknumber(L, 1);
     if (id < cmd::kFirstUser || id >= 1u << 24 || id != static_cast<CommandId>(id))
       return luaL_argerror(L, 1, "not a command id");
     const lua_Number arg = luaL_optnumber(L, 2, 0);
+    return start_call(L, static_cast<CommandId>(id), static_cast<std::int64_t>(arg), 3, lua_gettop(L) - 2);
+  }
+
+  // wait_call's body, for C bindings too: the n values from index first
+  // are the command's arguments.
+  static int start_call(lua_State* L, CommandId id, std::int64_t arg, int first, int n) {
+    auto& p = of(L);
     p.kernel_.check_blockable(L);
     std::string bytes;
-    if (const int n = lua_gettop(L) - 2; n > 0) {
-      std::string err = encode_values(L, 3, n, bytes, "argument");
+    if (n > 0) {
+      std::string err = encode_values(L, first, n, bytes, "argument");
       if (!err.empty()) return luaL_error(L, "%s", err.c_str());
     }
     // Into the step's output at once (a task runs only inside a step): a
     // list of its own would make every process larger.
     const std::uint64_t tag = TaskKernel::kCallTagMark | ++p.c_timers_;
-    Yield& y = p.step_out_->add_yield(static_cast<CommandId>(id), tag);
-    y.arg = static_cast<std::int64_t>(arg);
+    Yield& y = p.step_out_->add_yield(id, tag);
+    y.arg = arg;
     y.bytes = std::move(bytes);
     return p.kernel_.block_in_call(L, tag);
   }
@@ -996,8 +1003,7 @@ struct Primitives {
     lua_pushcfunction(L, wait_call);
     lua_pushinteger(L, m->command);
     lua_pushcfunction(L, wall_time);
-    lua_pushcfunction(L, claim_socket);
-    lua_call(L, 4, 1);
+    lua_call(L, 3, 1);
   }
 
   // The socket module's table in this process, loading it if need be
@@ -1016,52 +1022,10 @@ struct Primitives {
     lua_remove(L, -2);
   }
 
-  // claim(id): a socket that arrived in a message or spawn arguments is
-  // this process's from now on (posted to the I/O thread, ahead of any
-  // call this process makes on it).
-  static int claim_socket(lua_State* L) {
+
+  static void claim_socket(lua_State* L, std::uint64_t id) {
     auto& p = of(L);
-    p.rt_.io().sockets.claim(static_cast<std::uint64_t>(luaL_checknumber(L, 1)), p.ctx_.self);
-    return 0;
-  }
-
-  // The codec's moved values (codec.hpp's MovedValueHooks): a socket
-  // (a userdata whose metatable has __host_socket) is written as its id
-  // and class and given away; the receiver's socket module adopts it.
-  static bool encode_moved(lua_State* L, int idx, std::string& out) {
-    if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
-    const int base = lua_gettop(L);
-    if (!lua_checkstack(L, 4) || !lua_getmetatable(L, idx)) return false;
-    lua_getfield(L, -1, "__host_socket");
-    lua_pushvalue(L, idx);
-    if (!lua_isfunction(L, -2) || lua_pcall(L, 1, 2, 0) != 0 || !lua_isnumber(L, -2) || !lua_isstring(L, -1)) {
-      lua_settop(L, base);
-      return false;
-    }
-    std::size_t n;
-    const char* cls = lua_tolstring(L, -1, &n);
-    char buf[24];
-    out.push_back(static_cast<char>(kMoved));
-    out.append(buf, static_cast<std::size_t>(write_varint(buf, static_cast<std::uint64_t>(lua_tonumber(L, -2))) - buf));
-    out.append(buf, static_cast<std::size_t>(write_varint(buf, n) - buf));
-    out.append(cls, n);
-    lua_settop(L, base);
-    return true;
-  }
-
-  static bool decode_moved(lua_State* L, std::uint64_t id, std::string_view cls) {
-    if (!lua_checkstack(L, 6)) return false;
-    const int top = lua_gettop(L);
-    push_socket_module(L, of(L));
-    lua_getfield(L, -1, "__adopt");
-    lua_pushnumber(L, static_cast<lua_Number>(id));
-    lua_pushlstring(L, cls.data(), cls.size());
-    if (lua_pcall(L, 2, 1, 0) != 0) {
-      lua_settop(L, top);
-      return false;
-    }
-    lua_remove(L, -2);  // the module
-    return true;
+    p.rt_.io().sockets.claim(id, p.ctx_.self);
   }
 
   // Seconds since the epoch, with their fraction (LuaSocket's gettime).
@@ -1255,9 +1219,15 @@ struct Primitives {
 TaskKernel& TaskKernel::self(lua_State* L) { return Primitives::kernel(L); }
 
 void install_moved_value_hooks() {
-  moved_value_hooks.encode = &Primitives::encode_moved;
-  moved_value_hooks.decode = &Primitives::decode_moved;
+  moved_value_hooks.encode = &encode_socket;
+  moved_value_hooks.decode = &decode_socket;
 }
+
+int start_waiting_call(lua_State* L, CommandId command, int first, int n) {
+  return Primitives::start_call(L, command, 0, first, n);
+}
+
+void claim_socket(lua_State* L, std::uint64_t id) { Primitives::claim_socket(L, id); }
 
 std::uint64_t TaskKernel::start_timer(void* loader_ctx, double secs) {
   return Primitives::start_timer(*static_cast<LuaProcess*>(loader_ctx), secs);

@@ -277,4 +277,11 @@ class LuaProcess final : public Process {
 // MovedValueHooks); LuaRuntime calls it.
 void install_moved_value_hooks();
 
+// For C bindings (bindings/socket_object.cpp): a waiting call of command
+// with the n values from index first as its arguments (docs/
+// ARCHITECTURE.md, "A call that waits"); return what it returns. And the
+// claim of a socket that arrived in this process (SocketService::claim).
+int start_waiting_call(lua_State* L, CommandId command, int first, int n);
+void claim_socket(lua_State* L, std::uint64_t id);
+
 }  // namespace host::lua

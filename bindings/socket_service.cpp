@@ -102,9 +102,28 @@ struct Req {
   std::uint64_t deadline = kNoDeadline;  // the loop's ms (uv_now)
   char kind = 0;                         // receive: 'l' a line, 'n' n bytes, 'a' all
   std::size_t n = 0;
-  std::string data;  // send: the bytes
+  std::string data;  // send: the bytes; receive: the prefix its result starts with
   std::size_t issued = 0;  // send: bytes handed to the kernel or libuv so far
+  double base = 0;         // send: what its counts start from (LuaSocket's i - 1)
 };
+
+// A receive's answers, its prefix before what came (LuaSocket's
+// receive(pattern, prefix)); a send's, counted from its base.
+std::string received(const Req& r, std::string_view got) {
+  if (r.data.empty()) return one(got);
+  return one(r.data + std::string(got));
+}
+std::string receive_failed(const Req& r, const char* err, std::string_view partial) {
+  CallResultWriter w;
+  w.nil().string(err).string(r.data + std::string(partial));
+  return w.finish();
+}
+double sent_count(const Req& r) { return r.base + static_cast<double>(r.issued); }
+std::string send_failed(const Req& r, const char* err) {
+  CallResultWriter w;
+  w.nil().string(err).number(sent_count(r));
+  return w.finish();
+}
 
 struct Datagram {
   std::string data;
@@ -240,9 +259,7 @@ struct SockOps {
       Req r = std::move(s->receives[i]);
       s->receives.erase(s->receives.begin() + static_cast<std::ptrdiff_t>(i));
       std::string partial = i == 0 && !s->udp ? take_partial(s, r) : std::string();
-      CallResultWriter w;
-      w.nil().string("timeout").string(partial);
-      sched(s).complete_yield(r.pid, r.tag, w.finish());
+      sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "timeout", partial));
     }
     for (std::size_t i = 0; i < s->sends.size();) {
       if (s->sends[i].deadline > now) {
@@ -251,9 +268,7 @@ struct SockOps {
       }
       Req r = std::move(s->sends[i]);
       s->sends.erase(s->sends.begin() + static_cast<std::ptrdiff_t>(i));
-      CallResultWriter w;
-      w.nil().string("timeout").number(static_cast<double>(r.issued));
-      sched(s).complete_yield(r.pid, r.tag, w.finish());
+      sched(s).complete_yield(r.pid, r.tag, send_failed(r, "timeout"));
     }
     for (std::size_t i = 0; i < s->accepts.size();) {
       if (s->accepts[i].deadline > now) {
@@ -329,15 +344,13 @@ struct SockOps {
       Req done = std::move(r);
       if (got) {
         s->receives.pop_front();
-        sched(s).complete_yield(done.pid, done.tag, one(*got));
+        sched(s).complete_yield(done.pid, done.tag, received(done, *got));
         continue;
       }
       if (closed_for_reading(s)) {
         s->receives.pop_front();
         std::string partial = take_partial(s, done);
-        CallResultWriter w;
-        w.nil().string("closed").string(partial);
-        sched(s).complete_yield(done.pid, done.tag, w.finish());
+        sched(s).complete_yield(done.pid, done.tag, receive_failed(done, "closed", partial));
         continue;
       }
       r = std::move(done);  // still waiting
@@ -394,9 +407,7 @@ struct SockOps {
       if (s->write_error || s->state == Sock::Dead || !s->h) {
         Req done = std::move(r);
         s->sends.pop_front();
-        CallResultWriter w;
-        w.nil().string("closed").number(static_cast<double>(done.issued));
-        sched(s).complete_yield(done.pid, done.tag, w.finish());
+        sched(s).complete_yield(done.pid, done.tag, send_failed(done, "closed"));
         continue;
       }
       while (r.issued < r.data.size()) {
@@ -431,7 +442,7 @@ struct SockOps {
       if (r.issued < r.data.size()) break;  // behind the chunk in flight
       Req done = std::move(r);
       s->sends.pop_front();
-      sched(s).complete_yield(done.pid, done.tag, one(static_cast<double>(done.issued)));
+      sched(s).complete_yield(done.pid, done.tag, one(sent_count(done)));
     }
     arm(s);
   }
@@ -476,7 +487,8 @@ struct SockOps {
       c->state = Sock::Client;
       if (s->nodelay) uv_tcp_nodelay(tcp(c), 1);
       resume_reading(c);
-      if (!sched(s).complete_yield(r.pid, r.tag, one(static_cast<double>(c->id)))) s->svc->forget(c);
+      if (!sched(s).complete_yield(r.pid, r.tag, CallResultWriter().moved(c->id, "+tcp{client}").finish()))
+        s->svc->forget(c);
     }
     arm(s);
   }
@@ -539,7 +551,7 @@ struct SockOps {
       if (s->nodelay) uv_tcp_nodelay(tcp(s), 1);
       if (s->keepalive) uv_tcp_keepalive(tcp(s), 1, 60);
       resume_reading(s);
-      sched(s).complete_yield(r.pid, r.tag, ok());
+      sched(s).complete_yield(r.pid, r.tag, CallResultWriter().moved(s->id, "=tcp{client}").finish());
     }
     arm(s);
   }
@@ -584,18 +596,12 @@ struct SockOps {
   // Answers every waiting request "closed" and closes the handles.
   static void shut(Sock* s) {
     s->state = Sock::Dead;
-    auto answer = [&](std::deque<Req>& q, bool with_count) {
-      for (Req& r : q) {
-        CallResultWriter w;
-        w.nil().string("closed");
-        if (with_count) w.number(static_cast<double>(r.issued));
-        sched(s).complete_yield(r.pid, r.tag, w.finish());
-      }
-      q.clear();
-    };
-    answer(s->receives, false);
-    answer(s->sends, true);
-    answer(s->accepts, false);
+    for (const Req& r : s->receives) sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "closed", {}));
+    for (const Req& r : s->sends) sched(s).complete_yield(r.pid, r.tag, send_failed(r, "closed"));
+    for (const Req& r : s->accepts) sched(s).complete_yield(r.pid, r.tag, {}, "closed");
+    s->receives.clear();
+    s->sends.clear();
+    s->accepts.clear();
     if (s->connect) {
       sched(s).complete_yield(s->connect->pid, s->connect->tag, {}, "closed");
       s->connect.reset();
@@ -795,7 +801,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
           ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
         }
       }
-      return reply(one(static_cast<double>(s->id)));
+      return reply(CallResultWriter().moved(s->id, s->udp ? "+udp{unconnected}" : "+tcp{master}").finish());
     }
     if (op == "toip" || op == "getaddrinfo" || op == "tohostname") {
       const std::string host = arg(args, 1).string;
@@ -892,7 +898,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       const int backlog = arg(args, 2).is_number() ? static_cast<int>(arg(args, 2).number) : 32;
       if (const int rc = uv_listen(Ops::stream(s), backlog, Ops::on_connection); rc != 0) fail(socket_error(rc));
       s->state = Sock::Server;
-      return reply(ok());
+      return reply(CallResultWriter().moved(s->id, "=tcp{server}").finish());
     }
     if (op == "accept") {
       if (s->state != Sock::Server) fail("closed");
@@ -932,7 +938,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       if (host == "*") {
         if (s->udp_connected) uv_udp_connect(Ops::udp(s), nullptr);
         s->udp_connected = false;
-        return reply(ok());
+        return reply(CallResultWriter().moved(s->id, "=udp{unconnected}").finish());
       }
       const std::uint64_t id = s->id;
       resolve(loop, host, port, s->family, true, [this, caller, tag, id](int status, std::vector<sockaddr_storage> addrs) {
@@ -944,7 +950,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
         const int rc = uv_udp_connect(SockOps::udp(s), reinterpret_cast<const sockaddr*>(&addrs[0]));
         if (rc != 0) return (void)scheduler_.complete_yield(caller, tag, {}, socket_error(rc));
         s->udp_connected = true;
-        scheduler_.complete_yield(caller, tag, ok());
+        scheduler_.complete_yield(caller, tag, CallResultWriter().moved(s->id, "=udp{connected}").finish());
       });
       return;
     }
@@ -952,6 +958,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       if (s->state != Sock::Client) fail("closed");
       Req r{caller, tag, Ops::deadline(loop, arg(args, 3))};
       r.data = arg(args, 2).string;
+      r.base = arg(args, 4).number;
       s->sends.push_back(std::move(r));
       Ops::pump_sends(s);
       return;
@@ -1000,10 +1007,11 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
         r.n = static_cast<std::size_t>(pattern.number);
       } else if (pattern.string == "any") {
         r.kind = 'y';
-        r.n = static_cast<std::size_t>(std::max(1.0, arg(args, 4).number));
+        r.n = static_cast<std::size_t>(std::max(1.0, arg(args, 5).number));
       } else {
         r.kind = pattern.string == "a" ? 'a' : 'l';
       }
+      if (arg(args, 4).is_string()) r.data = arg(args, 4).string;
       s->receives.push_back(std::move(r));
       Ops::serve_receives(s);
       // A timeout of 0 never waits: what is there now, or timeout.
@@ -1012,9 +1020,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
         Req late = std::move(s->receives.back());
         s->receives.pop_back();
         std::string partial = head ? Ops::take_partial(s, late) : std::string();
-        CallResultWriter w;
-        w.nil().string("timeout").string(partial);
-        return reply(w.finish());
+        return reply(receive_failed(late, "timeout", partial));
       }
       return;
     }

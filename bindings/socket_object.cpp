@@ -1,0 +1,489 @@
+// Socket objects and their methods (socket_object.hpp).
+#include "bindings/socket_object.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+
+#include <lua.hpp>
+
+#include "bindings/codec.hpp"
+#include "bindings/io_services.hpp"
+#include "bindings/lua_process.hpp"
+
+namespace host::lua {
+namespace {
+
+enum Class : std::uint8_t { kMaster, kClient, kServer, kUnconnected, kConnected, kClasses };
+constexpr const char* kClassNames[kClasses] = {"tcp{master}", "tcp{client}", "tcp{server}", "udp{unconnected}",
+                                               "udp{connected}"};
+constexpr unsigned bit(Class c) { return 1u << c; }
+constexpr unsigned kAll = (1u << kClasses) - 1;
+
+struct SocketRef {
+  double id;
+  double block;  // seconds, or < 0 for none
+  double total;
+  Class cls;
+  bool closed;  // closed here
+  bool moved;   // given to another process
+};
+
+// The registry's keys (their addresses): the metatable, the methods, the
+// classes each method is for, and the objects by id (weak values).
+char kMetatableKey, kMethodsKey, kMasksKey, kObjectsKey;
+
+void push_registry(lua_State* L, char* key) {
+  lua_pushlightuserdata(L, key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+Class class_of(std::string_view name) {
+  for (int c = 0; c < kClasses; ++c)
+    if (name == kClassNames[c]) return static_cast<Class>(c);
+  return kClient;
+}
+
+// The socket at idx; raises, naming the method, where it is none.
+SocketRef* check(lua_State* L, const char* method) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  if (s && lua_getmetatable(L, 1)) {
+    push_registry(L, &kMetatableKey);
+    const bool ours = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (ours) return s;
+  }
+  luaL_error(L, "bad argument #1 to '%s' (socket expected, got %s)", method, luaL_typename(L, 1));
+  return nullptr;
+}
+
+// Whether the call may go to the I/O thread; else it answers closed.
+bool live(const SocketRef* s) { return !s->closed && !s->moved; }
+
+int answer_closed(lua_State* L) {
+  lua_pushnil(L);
+  lua_pushliteral(L, "closed");
+  return 2;
+}
+
+void push_timeout(lua_State* L, const SocketRef* s) {
+  double t = s->block;
+  if (s->total >= 0 && (t < 0 || s->total < t)) t = s->total;
+  if (t < 0) lua_pushnil(L);
+  else lua_pushnumber(L, t);
+}
+
+// The waiting call op(id, the values pushed after it): pushes op and id
+// below the n values on top, and yields the task until the I/O thread
+// answers.
+int call(lua_State* L, const char* op, const SocketRef* s, int n) {
+  const int first = lua_gettop(L) - n + 1;
+  lua_pushstring(L, op);
+  lua_insert(L, first);
+  lua_pushnumber(L, s->id);
+  lua_insert(L, first + 1);
+  return start_waiting_call(L, io_cmd::kSocket, first, n + 2);
+}
+
+std::string_view check_address(lua_State* L, int idx, const char* method) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_error(L, "bad argument #%d to '%s' (string expected, got %s)", idx - 1, method, luaL_typename(L, idx));
+  std::size_t n;
+  const char* p = lua_tolstring(L, idx, &n);
+  return {p, n};
+}
+
+double check_port(lua_State* L, int idx, const char* method) {
+  const double p = lua_tonumber(L, idx);
+  if (!lua_isnumber(L, idx) || p < 0 || p > 65535 || p != std::floor(p))
+    luaL_error(L, "bad argument #%d to '%s' (port must be a number from 0 to 65535)", idx - 1, method);
+  return p;
+}
+
+// ---- the methods every socket has
+
+int m_close(lua_State* L) {
+  SocketRef* s = check(L, "close");
+  if (!live(s)) {
+    s->closed = true;
+    lua_pushnumber(L, 1);
+    return 1;
+  }
+  s->closed = true;
+  return call(L, "close", s, 0);
+}
+
+int m_settimeout(lua_State* L) {
+  SocketRef* s = check(L, "settimeout");
+  double v = -1;
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER) luaL_error(L, "bad argument #1 to 'settimeout' (number expected, got %s)", luaL_typename(L, 2));
+    v = lua_tonumber(L, 2);  // negative: for ever, as LuaSocket's
+  }
+  const char* mode = luaL_optstring(L, 3, "b");
+  if (!std::strcmp(mode, "b") || !std::strcmp(mode, "r")) s->block = v;
+  else if (!std::strcmp(mode, "t")) s->total = v;
+  else luaL_error(L, "bad argument #2 to 'settimeout' (invalid timeout mode)");
+  lua_pushnumber(L, 1);
+  return 1;
+}
+
+// A method that is only a call with its arguments.
+template <int Args>
+int plain(lua_State* L, const char* op) {
+  SocketRef* s = check(L, op);
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 1 + Args);
+  return call(L, op, s, Args);
+}
+
+int m_getsockname(lua_State* L) { return plain<0>(L, "sockname"); }
+int m_getpeername(lua_State* L) { return plain<0>(L, "peername"); }
+int m_dirty(lua_State* L) {
+  SocketRef* s = check(L, "dirty");
+  if (!live(s)) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  return call(L, "dirty", s, 0);
+}
+int m_getstats(lua_State* L) { return plain<0>(L, "getstats"); }
+int m_setstats(lua_State* L) { return plain<3>(L, "setstats"); }
+int m_getfd(lua_State* L) {
+  SocketRef* s = check(L, "getfd");
+  if (!live(s)) {
+    lua_pushnumber(L, -1);
+    return 1;
+  }
+  return call(L, "getfd", s, 0);
+}
+int m_setfd(lua_State* L) { return luaL_error(L, "not supported: setfd"); }
+
+int option(lua_State* L, const char* op) {
+  SocketRef* s = check(L, op);
+  luaL_checkstring(L, 2);
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 3);
+  return call(L, op, s, 2);
+}
+int m_setoption(lua_State* L) { return option(L, "setoption"); }
+int m_getoption(lua_State* L) { return option(L, "getoption"); }
+
+// ---- TCP
+
+int m_bind(lua_State* L) {  // masters' bind, and UDP's setsockname
+  SocketRef* s = check(L, "bind");
+  const bool udp = s->cls == kUnconnected || s->cls == kConnected;
+  const char* name = udp ? "setsockname" : "bind";
+  check_address(L, 2, name);
+  const double port = check_port(L, 3, name);
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 2);
+  lua_pushnumber(L, port);
+  return call(L, "bind", s, 2);
+}
+
+int m_listen(lua_State* L) {
+  SocketRef* s = check(L, "listen");
+  const double backlog = luaL_optnumber(L, 2, 32);
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 1);
+  lua_pushnumber(L, backlog);
+  return call(L, "listen", s, 1);
+}
+
+int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
+  SocketRef* s = check(L, "connect");
+  const bool udp = s->cls == kUnconnected || s->cls == kConnected;
+  const char* name = udp ? "setpeername" : "connect";
+  const std::string_view host = check_address(L, 2, name);
+  const double port = udp && host == "*" ? 0 : check_port(L, 3, name);
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 2);
+  lua_pushnumber(L, port);
+  push_timeout(L, s);
+  return call(L, "connect", s, 3);
+}
+
+int m_accept(lua_State* L) {
+  SocketRef* s = check(L, "accept");
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 1);
+  push_timeout(L, s);
+  return call(L, "accept", s, 1);
+}
+
+// send(data[, i[, j]]) on TCP; send(data) on connected UDP. (The call's
+// arguments go on top of the stack; call() takes the top n.)
+int m_send(lua_State* L) {
+  SocketRef* s = check(L, "send");
+  if (lua_type(L, 2) != LUA_TSTRING && lua_type(L, 2) != LUA_TNUMBER)
+    luaL_error(L, "bad argument #1 to 'send' (string expected, got %s)", luaL_typename(L, 2));
+  std::size_t len;
+  const char* data = lua_tolstring(L, 2, &len);
+  if (s->cls == kConnected) {
+    if (!live(s)) return answer_closed(L);
+    lua_pushvalue(L, 2);
+    return call(L, "send", s, 1);
+  }
+  const auto n = static_cast<long long>(len);
+  long long i = static_cast<long long>(luaL_optnumber(L, 3, 1));
+  long long j = static_cast<long long>(luaL_optnumber(L, 4, -1));
+  if (i < 0) i = n + i + 1;
+  if (i < 1) i = 1;
+  if (j < 0) j = n + j + 1;
+  if (j > n) j = n;
+  if (!live(s)) {
+    answer_closed(L);
+    lua_pushnumber(L, static_cast<double>(i - 1));
+    return 3;
+  }
+  if (j < i) {
+    lua_pushnumber(L, static_cast<double>(i - 1));
+    return 1;
+  }
+  if (i == 1 && j == n) lua_pushvalue(L, 2);
+  else lua_pushlstring(L, data + i - 1, static_cast<std::size_t>(j - i + 1));
+  push_timeout(L, s);
+  lua_pushnumber(L, static_cast<double>(i - 1));  // added to the counts the I/O thread returns
+  return call(L, "send", s, 3);
+}
+
+// receive([pattern[, prefix]]) on TCP; receive([size]) on UDP.
+int m_receive(lua_State* L) {
+  SocketRef* s = check(L, "receive");
+  if (s->cls == kUnconnected || s->cls == kConnected) {
+    const double size = luaL_optnumber(L, 2, 8192);
+    if (!live(s)) return answer_closed(L);
+    lua_pushnumber(L, std::max(0.0, std::floor(size)));
+    push_timeout(L, s);
+    return call(L, "receive", s, 2);
+  }
+  double count = -1;
+  const char* kind = "l";
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    count = std::floor(lua_tonumber(L, 2));
+    if (count < 0) luaL_error(L, "bad argument #1 to 'receive' (invalid receive pattern)");
+  } else if (!lua_isnoneornil(L, 2)) {
+    const char* p = lua_tostring(L, 2);
+    if (p && (!std::strcmp(p, "*l") || !std::strcmp(p, "l"))) kind = "l";
+    else if (p && (!std::strcmp(p, "*a") || !std::strcmp(p, "a"))) kind = "a";
+    else luaL_error(L, "bad argument #1 to 'receive' (invalid receive pattern)");
+  }
+  const bool prefixed = !lua_isnoneornil(L, 3);
+  if (prefixed) luaL_checkstring(L, 3);
+  if (count == 0) {  // nothing to wait for
+    if (prefixed) lua_pushvalue(L, 3);
+    else lua_pushliteral(L, "");
+    return 1;
+  }
+  if (!live(s)) {
+    answer_closed(L);
+    if (prefixed) lua_pushvalue(L, 3);
+    else lua_pushliteral(L, "");
+    return 3;
+  }
+  if (count > 0) lua_pushnumber(L, count);
+  else lua_pushstring(L, kind);
+  push_timeout(L, s);
+  if (prefixed) lua_pushvalue(L, 3);
+  else lua_pushnil(L);
+  return call(L, "receive", s, 3);
+}
+
+// receiveany(max): what has come, at least a byte and at most max,
+// waiting only while nothing has (OpenResty's cosocket call; LuaSocket
+// has none).
+int m_receiveany(lua_State* L) {
+  SocketRef* s = check(L, "receiveany");
+  const double max = luaL_checknumber(L, 2);
+  if (max < 1) luaL_error(L, "bad argument #1 to 'receiveany' (positive number expected)");
+  if (!live(s)) return answer_closed(L);
+  lua_pushliteral(L, "any");
+  push_timeout(L, s);
+  lua_pushnil(L);
+  lua_pushnumber(L, std::floor(max));
+  return call(L, "receive", s, 4);
+}
+
+int m_shutdown(lua_State* L) {
+  SocketRef* s = check(L, "shutdown");
+  const char* how = luaL_optstring(L, 2, "both");
+  if (std::strcmp(how, "both") && std::strcmp(how, "send") && std::strcmp(how, "receive"))
+    luaL_error(L, "bad argument #1 to 'shutdown' (invalid shutdown method)");
+  if (!live(s)) return answer_closed(L);
+  lua_pushstring(L, how);
+  return call(L, "shutdown", s, 1);
+}
+
+// ---- UDP
+
+int m_receivefrom(lua_State* L) {
+  SocketRef* s = check(L, "receivefrom");
+  const double size = luaL_optnumber(L, 2, 8192);
+  if (!live(s)) return answer_closed(L);
+  lua_pushnumber(L, std::max(0.0, std::floor(size)));
+  push_timeout(L, s);
+  return call(L, "receivefrom", s, 2);
+}
+
+int m_sendto(lua_State* L) {
+  SocketRef* s = check(L, "sendto");
+  if (lua_type(L, 2) != LUA_TSTRING) luaL_error(L, "bad argument #1 to 'sendto' (string expected, got %s)", luaL_typename(L, 2));
+  check_address(L, 3, "sendto");
+  const double port = check_port(L, 4, "sendto");
+  if (!live(s)) return answer_closed(L);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  lua_pushnumber(L, port);
+  return call(L, "sendto", s, 3);
+}
+
+// ---- the object
+
+struct Method {
+  const char* name;
+  lua_CFunction fn;
+  unsigned classes;
+};
+constexpr Method kMethods[] = {
+    {"close", m_close, kAll},
+    {"settimeout", m_settimeout, kAll},
+    {"getsockname", m_getsockname, kAll},
+    {"setoption", m_setoption, kAll},
+    {"getoption", m_getoption, kAll},
+    {"dirty", m_dirty, kAll},
+    {"getstats", m_getstats, kAll},
+    {"setstats", m_setstats, kAll},
+    {"getfd", m_getfd, kAll},
+    {"setfd", m_setfd, kAll},
+    {"bind", m_bind, bit(kMaster)},
+    {"listen", m_listen, bit(kMaster)},
+    {"connect", m_connect, bit(kMaster)},
+    {"accept", m_accept, bit(kServer)},
+    {"send", m_send, bit(kClient) | bit(kConnected)},
+    {"receive", m_receive, bit(kClient) | bit(kUnconnected) | bit(kConnected)},
+    {"receiveany", m_receiveany, bit(kClient)},
+    {"getpeername", m_getpeername, bit(kClient) | bit(kConnected)},
+    {"shutdown", m_shutdown, bit(kClient)},
+    {"setsockname", m_bind, bit(kUnconnected)},
+    {"setpeername", m_connect, bit(kUnconnected) | bit(kConnected)},
+    {"receivefrom", m_receivefrom, bit(kUnconnected)},
+    {"sendto", m_sendto, bit(kUnconnected)},
+};
+
+// __index: the method, where the socket's class has it (as LuaSocket's
+// classes: a client has no accept).
+int m_index(lua_State* L) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  push_registry(L, &kMasksKey);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  const auto classes = static_cast<unsigned>(lua_tonumber(L, -1));
+  if (!(classes & bit(s->cls))) return 0;
+  push_registry(L, &kMethodsKey);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  return 1;
+}
+
+int m_tostring(lua_State* L) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  lua_pushfstring(L, "%s: %p", kClassNames[s->cls], static_cast<const void*>(s));
+  return 1;
+}
+
+// The metatable and tables, made at the process's first socket.
+void push_metatable(lua_State* L) {
+  push_registry(L, &kMetatableKey);
+  if (lua_istable(L, -1)) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, static_cast<int>(std::size(kMethods)));
+  lua_createtable(L, 0, static_cast<int>(std::size(kMethods)));
+  for (const Method& m : kMethods) {
+    lua_pushcfunction(L, m.fn);
+    lua_setfield(L, -3, m.name);
+    lua_pushnumber(L, m.classes);
+    lua_setfield(L, -2, m.name);
+  }
+  lua_pushlightuserdata(L, &kMasksKey);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pushlightuserdata(L, &kMethodsKey);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pushlightuserdata(L, &kObjectsKey);
+  lua_createtable(L, 0, 0);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_createtable(L, 0, 3);
+  lua_pushcfunction(L, m_index);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, m_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushliteral(L, "socket");
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, &kMetatableKey);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+void push_new(lua_State* L, double id, Class cls) {
+  auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
+  *s = SocketRef{id, -1, -1, cls, false, false};
+  push_metatable(L);
+  lua_setmetatable(L, -2);
+  push_registry(L, &kObjectsKey);  // by id, for a class change
+  lua_pushnumber(L, id);
+  lua_pushvalue(L, -3);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+}  // namespace
+
+bool encode_socket(lua_State* L, int idx, std::string& out) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
+  if (!s || !lua_getmetatable(L, idx)) return false;
+  push_registry(L, &kMetatableKey);
+  const bool ours = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  if (!ours) return false;
+  // A socket closed here moves as one the receiver finds closed.
+  const double id = live(s) ? s->id : 0;
+  s->moved = true;
+  const char* cls = kClassNames[s->cls];
+  const std::size_t n = std::strlen(cls);
+  char buf[24];
+  out.push_back(static_cast<char>(kMoved));
+  out.append(buf, static_cast<std::size_t>(write_varint(buf, static_cast<std::uint64_t>(id)) - buf));
+  out.append(buf, static_cast<std::size_t>(write_varint(buf, n) - buf));
+  out.append(cls, n);
+  return true;
+}
+
+bool decode_socket(lua_State* L, std::uint64_t id, std::string_view cls) {
+  if (!lua_checkstack(L, 8) || cls.empty()) return false;
+  if (cls[0] == '=') {  // a class change of a socket this process holds
+    push_registry(L, &kObjectsKey);
+    if (lua_istable(L, -1)) {
+      lua_pushnumber(L, static_cast<lua_Number>(id));
+      lua_rawget(L, -2);
+      if (auto* s = static_cast<SocketRef*>(lua_touserdata(L, -1))) s->cls = class_of(cls.substr(1));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_pushnumber(L, 1);
+    return true;
+  }
+  if (cls[0] == '+') cls.remove_prefix(1);  // made for this process: already its own
+  else if (id != 0) claim_socket(L, id);
+  push_new(L, static_cast<double>(id), class_of(cls));
+  return true;
+}
+
+}  // namespace host::lua

@@ -1,0 +1,39 @@
+// Socket objects (SPEC section 7): the userdata a process holds for a
+// socket, and their methods, in C. Threads: the one running the process.
+//
+// Why C: LuaJIT cannot share prototypes between states, so methods
+// written in Lua cost every process that holds a socket their bytecode
+// (socket.lua's made a process 65 KB larger); a process a connection is
+// the model, so the methods live here, once, and a process pays only for
+// its objects and one metatable. bindings/socket.lua keeps the module's
+// functions (constructors, dns, the LuaSocket helpers), which only a
+// process that requires the module loads.
+//
+// Each method is one waiting call on the I/O thread (bindings/
+// socket_service.cpp), which also shapes its results (send's indices,
+// receive's prefix), so that the method's C function can return straight
+// from its yield. A result that is a socket (accept's, socket.tcp's) or
+// that changes a socket's class (connect, listen, setpeername) comes back
+// as a moved value (codec.hpp), which decode_socket turns into the object
+// or the class change.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+struct lua_State;
+
+namespace host::lua {
+
+// The moved-value hooks for sockets (codec.hpp's MovedValueHooks).
+// encode_socket writes the socket object at idx as a moved value and
+// marks it given away (its methods answer closed from then on); false for
+// any other userdata. decode_socket pushes the object for a moved value:
+// a socket that came from another process (claimed for this one), a new
+// socket of this process ('+' before its class), or a class change of
+// one this process holds ('=' before its class: pushes 1).
+bool encode_socket(lua_State* L, int idx, std::string& out);
+bool decode_socket(lua_State* L, std::uint64_t id, std::string_view cls);
+
+}  // namespace host::lua
