@@ -662,11 +662,19 @@ void SocketService::close_owned(const Pid& owner) {
 }
 
 void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
-  loop_.post([this, id, new_owner](uv_loop_t*) {
+  // Counted for new_owner at once, on this thread: its exit hook may run
+  // before the loop does the move below, and must then find it owns a
+  // socket (its close_owned, posted after this, closes it). (Not an
+  // alive() check on the loop: a process claims in its Init, while it is
+  // not alive yet.)
+  note_owner(new_owner, 1);
+  const bool posted = loop_.post([this, id, new_owner](uv_loop_t*) {
     auto it = socks_.find(id);
-    if (it == socks_.end()) return;  // closed meanwhile: the new object answers closed
+    if (it == socks_.end() || it->second->owner == new_owner) {  // closed meanwhile, or its own already
+      note_owner(new_owner, -1);
+      return;
+    }
     Sock* s = it->second;
-    if (s->owner == new_owner) return;
     if (auto o = owned_.find(s->owner); o != owned_.end()) {
       o->second.erase(id);
       if (o->second.empty()) owned_.erase(o);
@@ -674,10 +682,8 @@ void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
     note_owner(s->owner, -1);
     s->owner = new_owner;
     owned_[new_owner].insert(id);
-    note_owner(new_owner, 1);
-    // A receiver that ended before this ran missed it in its exit hook.
-    if (!scheduler_.alive(new_owner)) forget(s);
   });
+  if (!posted) note_owner(new_owner, -1);
 }
 
 SocketService::Sock* SocketService::make(uv_loop_t* loop, const Pid& owner, bool udp, int family) {

@@ -62,7 +62,10 @@ class SocketService {
   void close_owned(const Pid& owner);
   // The socket moved to new_owner (it arrived in a message or spawn
   // arguments): posted, so it takes effect before any call new_owner makes
-  // on it. The old owner's calls on it answer closed from then on.
+  // on it. The old owner's calls on it answer closed from then on. (A
+  // spawn that fails after its Init claimed a socket leaves that socket
+  // open until the host ends: no exit hook runs for a process that never
+  // lived.)
   void claim(std::uint64_t id, const Pid& new_owner);
   // Open sockets, all processes together (tests' leak checks).
   std::size_t sockets() const { return count_.load(std::memory_order_relaxed); }

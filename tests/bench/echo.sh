@@ -32,6 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+host_bin=${HOST_BIN:-build/host}  # scripts/dev echo builds it as Release
 gobin=build/echo-go
 if command -v go >/dev/null 2>&1; then
   mkdir -p "$out/go" && cp tests/bench/peers/echo.go "$out/go/"
@@ -45,7 +46,7 @@ port=17070
 start_server() {  # start_server NAME
   port=$((port + 1))
   case "$1" in
-    host) build/host run scripts/echo --workers "$workers" --log-level warn -- "$port" & ;;
+    host) "$host_bin" run scripts/echo --workers "$workers" --log-level warn -- "$port" & ;;
     go) GOMAXPROCS="$workers" "$gobin" server "$port" & ;;
     erlang) ERL_FLAGS="+S $workers:$workers" escript tests/bench/peers/echo.erl "$port" & ;;
   esac

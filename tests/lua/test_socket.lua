@@ -387,6 +387,22 @@ return { main = function()
       end
       srv:close()
     end },
+    { "every socket handed to a new process at once arrives open (200 in a row)", function()
+      -- The receiver claims the socket in its Init, before it is alive:
+      -- the claim must not take it for a process that has ended.
+      local srv, port = listener()
+      local bad = 0
+      for i = 1, 200 do
+        local c = assert(socket.connect("127.0.0.1", port))
+        assert(process.spawn("fixtures.socket_owner:echo_handler", (assert(srv:accept()))))
+        c:send(i .. "\n")
+        c:settimeout(5)
+        if c:receive() ~= "echo " .. i then bad = bad + 1 end
+        c:close()
+      end
+      T.eq(bad, 0, "connections closed on the way")
+      srv:close()
+    end },
     { "a socket moves in a message, inside a table, to a waiting or a busy receiver", function()
       local srv, port = listener()
       for _, note in ipairs { "waiting", "busy" } do
