@@ -1,9 +1,8 @@
 -- A TCP chat server: one process per connection, and a room process,
 -- registered as "room", that relays each line to everyone in it.
 --   host run scripts/chat [-- PORT]     then, in other terminals: nc 127.0.0.1 PORT
-local socket = require("socket")
-
 local function main(port)
+  local socket = require("socket")
   port = tonumber(port) or 7000
   local room = assert(process.spawn_linked("room"))
   assert(process.registry.register("room", room))

@@ -1,6 +1,7 @@
 -- A TCP echo server, one process per connection (the benchmark's host
 -- side: tests/bench/echo.sh).  host run scripts/echo [-- PORT]
-local socket = require("socket")
+-- (socket is required in main only: a connection's process, which runs
+-- serve from this module, then does not load the module's functions.)
 
 local function serve(conn)
   conn:setoption("tcp-nodelay", true)
@@ -14,6 +15,7 @@ local function serve(conn)
 end
 
 local function main(port)
+  local socket = require("socket")
   port = tonumber(port) or 7007
   local server = assert(socket.bind("127.0.0.1", port, 1024))
   log.info("echo: listening on 127.0.0.1:%d", port)
