@@ -1027,6 +1027,8 @@ struct Primitives {
     auto& p = of(L);
     p.rt_.io().sockets.claim(id, p.ctx_.self);
   }
+  static SocketService& socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
+  static void mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
 
   // Seconds since the epoch, with their fraction (LuaSocket's gettime).
   static int wall_time(lua_State* L) {
@@ -1228,6 +1230,10 @@ int start_waiting_call(lua_State* L, CommandId command, int first, int n) {
 }
 
 void claim_socket(lua_State* L, std::uint64_t id) { Primitives::claim_socket(L, id); }
+
+SocketService& socket_service(lua_State* L) { return Primitives::socket_service(L); }
+
+void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
 
 std::uint64_t TaskKernel::start_timer(void* loader_ctx, double secs) {
   return Primitives::start_timer(*static_cast<LuaProcess*>(loader_ctx), secs);

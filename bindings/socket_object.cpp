@@ -25,6 +25,7 @@ struct SocketRef {
   double id;
   double block;  // seconds, or < 0 for none
   double total;
+  SocketService::Shared* shared;  // for sends that return at once; released by __gc
   Class cls;
   bool closed;  // closed here
   bool moved;   // given to another process
@@ -243,8 +244,16 @@ int m_send(lua_State* L) {
     lua_pushnumber(L, static_cast<double>(i - 1));
     return 1;
   }
+  // One that fits the socket's bounded buffer returns at once (SPEC: a
+  // send returns once its data is with the kernel or in a per-socket
+  // buffer of bounded size): no wait for the I/O thread's answer.
+  const std::string_view piece(data + i - 1, static_cast<std::size_t>(j - i + 1));
+  if (s->cls == kClient && s->shared && socket_service(L).send_now(static_cast<std::uint64_t>(s->id), s->shared, piece)) {
+    lua_pushnumber(L, static_cast<double>(j));
+    return 1;
+  }
   if (i == 1 && j == n) lua_pushvalue(L, 2);
-  else lua_pushlstring(L, data + i - 1, static_cast<std::size_t>(j - i + 1));
+  else lua_pushlstring(L, piece.data(), piece.size());
   push_timeout(L, s);
   lua_pushnumber(L, static_cast<double>(i - 1));  // added to the counts the I/O thread returns
   return call(L, "send", s, 3);
@@ -388,6 +397,13 @@ int m_index(lua_State* L) {
   return 1;
 }
 
+int m_gc(lua_State* L) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  if (s && s->shared) SocketService::release(s->shared);
+  if (s) s->shared = nullptr;
+  return 0;
+}
+
 int m_tostring(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
   lua_pushfstring(L, "%s: %p", kClassNames[s->cls], static_cast<const void*>(s));
@@ -425,6 +441,8 @@ void push_metatable(lua_State* L) {
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, m_tostring);
   lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, m_gc);
+  lua_setfield(L, -2, "__gc");
   lua_pushliteral(L, "socket");
   lua_setfield(L, -2, "__metatable");
   lua_pushlightuserdata(L, &kMetatableKey);
@@ -434,7 +452,9 @@ void push_metatable(lua_State* L) {
 
 void push_new(lua_State* L, double id, Class cls) {
   auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
-  *s = SocketRef{id, -1, -1, cls, false, false};
+  *s = SocketRef{id, -1, -1, nullptr, cls, false, false};
+  mark_needs_close(L);  // its __gc releases the shared state
+  s->shared = id != 0 ? socket_service(L).share(static_cast<std::uint64_t>(id)) : nullptr;
   push_metatable(L);
   lua_setmetatable(L, -2);
   push_registry(L, &kObjectsKey);  // by id, for a class change

@@ -105,6 +105,7 @@ struct Req {
   std::string data;  // send: the bytes; receive: the prefix its result starts with
   std::size_t issued = 0;  // send: bytes handed to the kernel or libuv so far
   double base = 0;         // send: what its counts start from (LuaSocket's i - 1)
+  bool detached = false;   // send: one that returned at once (send_now): nobody waits
 };
 
 // A receive's answers, its prefix before what came (LuaSocket's
@@ -143,7 +144,9 @@ struct SocketService::Sock {
   uv_timer_t* timer = nullptr;
   int handles = 0;
   bool forgotten = false;
+  bool lingering = false;  // forgotten, its handle open until its detached sends are written
   bool connecting = false;
+  SocketService::Shared* shared = nullptr;
   // Reads.
   std::string rbuf;
   bool eof = false;
@@ -169,6 +172,11 @@ struct SocketService::Sock {
   double created = 0;
   // Options set before the socket existed (a master of no family yet).
   bool nodelay = false, keepalive = false;
+  std::uint64_t linger_deadline = kNoDeadline;  // a lingering socket closes by then whatever is unsent
+
+  ~Sock() {
+    if (shared) SocketService::release(shared);
+  }
 };
 
 struct SockOps {
@@ -233,6 +241,7 @@ struct SockOps {
     for (auto* q : {&s->receives, &s->sends, &s->accepts})
       for (const Req& r : *q) next = std::min(next, r.deadline);
     if (s->connect) next = std::min(next, s->connect->deadline);
+    next = std::min(next, s->linger_deadline);
     if (next == kNoDeadline) {
       if (s->timer) uv_timer_stop(s->timer);
       return;
@@ -250,6 +259,11 @@ struct SockOps {
   static void on_timer(uv_timer_t* t) {
     auto* s = static_cast<Sock*>(t->data);
     const std::uint64_t now = uv_now(t->loop);
+    if (s->lingering && s->linger_deadline <= now) {  // the peer did not take the rest in time
+      s->lingering = false;
+      shut(s);
+      return;
+    }
     // The receive at the head takes its partial data with its timeout.
     for (std::size_t i = 0; i < s->receives.size();) {
       if (s->receives[i].deadline > now) {
@@ -401,13 +415,24 @@ struct SockOps {
     std::string data;
     Sock* s;
   };
+  // A send leaves the queue: its waiter answered, or (detached) its bytes
+  // leave the shared count.
+  static void finish_send(Sock* s, Req& done, bool ok) {
+    if (done.detached) {
+      s->shared->unsent.fetch_sub(static_cast<std::int64_t>(done.data.size()), std::memory_order_release);
+      if (!ok) s->shared->failed.store(true, std::memory_order_release);
+      return;
+    }
+    sched(s).complete_yield(done.pid, done.tag, ok ? one(sent_count(done)) : send_failed(done, "closed"));
+  }
+
   static void pump_sends(Sock* s) {
     while (!s->sends.empty() && !s->chunk_in_flight) {
       Req& r = s->sends.front();
       if (s->write_error || s->state == Sock::Dead || !s->h) {
         Req done = std::move(r);
         s->sends.pop_front();
-        sched(s).complete_yield(done.pid, done.tag, send_failed(done, "closed"));
+        finish_send(s, done, false);
         continue;
       }
       while (r.issued < r.data.size()) {
@@ -442,7 +467,13 @@ struct SockOps {
       if (r.issued < r.data.size()) break;  // behind the chunk in flight
       Req done = std::move(r);
       s->sends.pop_front();
-      sched(s).complete_yield(done.pid, done.tag, one(sent_count(done)));
+      finish_send(s, done, true);
+    }
+    // A forgotten socket lingers only for its detached sends.
+    if (s->lingering && ((s->sends.empty() && !s->chunk_in_flight) || s->write_error)) {
+      s->lingering = false;
+      shut(s);
+      return;
     }
     arm(s);
   }
@@ -456,7 +487,7 @@ struct SockOps {
       delete s;
       return;
     }
-    if (!s->forgotten) pump_sends(s);
+    if (!s->forgotten || s->lingering) pump_sends(s);
   }
 
   // ---- accepts
@@ -593,11 +624,38 @@ struct SockOps {
   }
 
   // ---- closing
+  // A forgotten socket with sends that returned at once still unwritten:
+  // it answers everything else closed and stops reading, and its handle
+  // stays until those are written (pump_sends then shuts it), the socket
+  // fails, or kLinger passes.
+  static constexpr std::uint64_t kLingerMs = 10000;
+  static bool linger(Sock* s) {
+    const bool pending = std::any_of(s->sends.begin(), s->sends.end(), [](const Req& r) { return r.detached; });
+    if (!pending || s->write_error || s->state != Sock::Client || !s->h) return false;
+    for (auto it = s->sends.begin(); it != s->sends.end();) {
+      if (it->detached) {
+        ++it;
+        continue;
+      }
+      sched(s).complete_yield(it->pid, it->tag, send_failed(*it, "closed"));
+      it = s->sends.erase(it);
+    }
+    for (const Req& r : s->receives) sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "closed", {}));
+    s->receives.clear();
+    if (s->reading) uv_read_stop(stream(s));
+    s->reading = false;
+    s->shut_receive = true;
+    s->lingering = true;
+    s->linger_deadline = uv_now(loop_of(s)) + kLingerMs;
+    arm(s);
+    return true;
+  }
+
   // Answers every waiting request "closed" and closes the handles.
   static void shut(Sock* s) {
     s->state = Sock::Dead;
     for (const Req& r : s->receives) sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "closed", {}));
-    for (const Req& r : s->sends) sched(s).complete_yield(r.pid, r.tag, send_failed(r, "closed"));
+    for (Req& r : s->sends) finish_send(s, r, false);
     for (const Req& r : s->accepts) sched(s).complete_yield(r.pid, r.tag, {}, "closed");
     s->receives.clear();
     s->sends.clear();
@@ -698,6 +756,11 @@ SocketService::Sock* SocketService::make(uv_loop_t* loop, const Pid& owner, bool
     return nullptr;
   }
   s->id = ++next_id_;
+  s->shared = new Shared;
+  {
+    std::lock_guard lock(shared_mu_);
+    shared_.emplace(s->id, s->shared);
+  }
   socks_.emplace(s->id, s);
   owned_[owner].insert(s->id);
   count_.store(socks_.size(), std::memory_order_relaxed);
@@ -711,7 +774,7 @@ SocketService::Sock* SocketService::find(const Pid& caller, double id) {
   return it->second;
 }
 
-void SocketService::forget(Sock* s) {
+void SocketService::forget(Sock* s, bool flush) {
   if (s->forgotten) return;
   socks_.erase(s->id);
   if (auto o = owned_.find(s->owner); o != owned_.end()) {
@@ -720,15 +783,63 @@ void SocketService::forget(Sock* s) {
   }
   count_.store(socks_.size(), std::memory_order_relaxed);
   note_owner(s->owner, -1);
+  {
+    std::lock_guard lock(shared_mu_);
+    shared_.erase(s->id);
+  }
+  s->shared->failed.store(true, std::memory_order_release);  // its objects' sends now wait, and answer closed
   s->forgotten = true;
+  if (flush && SockOps::linger(s)) return;
   SockOps::shut(s);
   if (s->handles == 0) delete s;
+}
+
+SocketService::Shared* SocketService::share(std::uint64_t id) {
+  std::lock_guard lock(shared_mu_);
+  auto it = shared_.find(id);
+  if (it == shared_.end()) return nullptr;
+  it->second->refs.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+void SocketService::release(Shared* shared) {
+  if (shared->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete shared;
+}
+
+bool SocketService::send_now(std::uint64_t id, Shared* shared, std::string_view data) {
+  const auto n = static_cast<std::int64_t>(data.size());
+  // Acquire: pairs with the loop's release when it writes or fails.
+  if (shared->failed.load(std::memory_order_acquire) ||
+      shared->unsent.load(std::memory_order_acquire) + n > kSendBuffer)
+    return false;
+  shared->unsent.fetch_add(n, std::memory_order_relaxed);
+  shared->refs.fetch_add(1, std::memory_order_relaxed);  // the job's
+  const bool posted = loop_.post([this, id, shared, d = std::string(data)](uv_loop_t*) mutable {
+    auto it = socks_.find(id);
+    if (it == socks_.end() || it->second->state != Sock::Client) {
+      shared->unsent.fetch_sub(static_cast<std::int64_t>(d.size()), std::memory_order_release);
+      shared->failed.store(true, std::memory_order_release);
+    } else {
+      Req r;
+      r.detached = true;
+      r.data = std::move(d);
+      it->second->sends.push_back(std::move(r));
+      SockOps::pump_sends(it->second);
+    }
+    release(shared);
+  });
+  if (!posted) {
+    shared->unsent.fetch_sub(n, std::memory_order_relaxed);
+    release(shared);
+    return false;
+  }
+  return true;
 }
 
 void SocketService::stop_all() {
   std::vector<Sock*> all;
   for (auto& [id, s] : socks_) all.push_back(s);
-  for (Sock* s : all) forget(s);
+  for (Sock* s : all) forget(s, false);  // the host is stopping: nothing lingers
 }
 
 namespace {

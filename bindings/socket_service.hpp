@@ -52,6 +52,27 @@ class SocketService {
   // Datagrams a UDP socket keeps that nobody asked for, at most.
   static constexpr std::size_t kDatagramQueue = 64;
 
+  // What a socket object shares with the I/O thread, so that a send that
+  // fits its bounded buffer returns at once (send_now): the bytes handed
+  // over that the loop has not yet given to the kernel (or to libuv, one
+  // chunk), and whether the socket failed or closed. Counted: the socket
+  // holds one reference, each object that shares it another (released by
+  // its __gc).
+  struct Shared {
+    std::atomic<std::int64_t> unsent{0};
+    std::atomic<bool> failed{false};
+    std::atomic<int> refs{1};
+  };
+  // The bytes a socket may hold for sends that returned at once.
+  static constexpr std::int64_t kSendBuffer = 64 * 1024;
+  // Any thread: a new reference to socket id's shared state, or nullptr.
+  Shared* share(std::uint64_t id);
+  static void release(Shared* shared);
+  // A worker: hands data to the socket without waiting, where it fits the
+  // buffer; false (nothing done) where it does not, or the socket failed:
+  // the caller then waits in a send call, which reports why.
+  bool send_now(std::uint64_t id, Shared* shared, std::string_view data);
+
   SocketService(Scheduler& scheduler, IoLoop& loop);
   ~SocketService();
   SocketService(const SocketService&) = delete;
@@ -77,7 +98,9 @@ class SocketService {
   void run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, std::vector<CallValue> args);
   Sock* find(const Pid& caller, double id);
   Sock* make(uv_loop_t* loop, const Pid& owner, bool udp, int family);
-  void forget(Sock* s);
+  // Out of the tables, its waiting requests answered closed; its handle
+  // closes once the sends that returned at once are written (flush).
+  void forget(Sock* s, bool flush = true);
   void stop_all();
   void note_owner(const Pid& owner, int delta);
 
@@ -88,6 +111,9 @@ class SocketService {
   std::unordered_map<std::uint64_t, Sock*> socks_;
   std::unordered_map<Pid, std::unordered_set<std::uint64_t>> owned_;
   std::atomic<std::size_t> count_{0};
+  // The open sockets' shared states, for share() (any thread).
+  std::mutex shared_mu_;
+  std::unordered_map<std::uint64_t, Shared*> shared_;  // guarded by shared_mu_
   // Sockets per owner, for the exit hook's check (any thread).
   std::mutex owners_mu_;
   std::unordered_map<Pid, int> owners_;  // guarded by owners_mu_

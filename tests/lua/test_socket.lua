@@ -403,6 +403,24 @@ return { main = function()
       T.eq(bad, 0, "connections closed on the way")
       srv:close()
     end },
+    { "what a process sent just before it closed or ended still arrives", function()
+      -- The sender fills the kernel's buffers and the host's, then ends;
+      -- only then does the reader read: the host's part must still come.
+      local srv, port = listener()
+      for _, close in ipairs { true, false } do
+        local c = assert(socket.connect("127.0.0.1", port))
+        local sender = assert(process.spawn_monitored("fixtures.socket_owner:fill_and_end", (assert(srv:accept())), close))
+        local ev = T.next_event("exit", 10)
+        T.eq(ev.from, sender)
+        T.ok(type(ev.result) == "number", tostring(ev.error))
+        c:settimeout(10)
+        local all, err = c:receive("*a")
+        T.eq(err, nil)
+        T.eq(#all, ev.result, "every byte the sends took, then the close")
+        c:close()
+      end
+      srv:close()
+    end },
     { "a socket moves in a message, inside a table, to a waiting or a busy receiver", function()
       local srv, port = listener()
       for _, note in ipairs { "waiting", "busy" } do
