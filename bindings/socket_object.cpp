@@ -31,9 +31,9 @@ struct SocketRef {
   bool moved;   // given to another process
 };
 
-// The registry's keys (their addresses): the metatable, the methods, the
-// classes each method is for, and the objects by id (weak values).
-char kMetatableKey, kMethodsKey, kMasksKey, kObjectsKey;
+// The registry's keys (their addresses): the metatable, the methods, and
+// the objects by id (weak values) whose class a call may change.
+char kMetatableKey, kMethodsKey, kObjectsKey;
 
 void push_registry(lua_State* L, char* key) {
   lua_pushlightuserdata(L, key);
@@ -101,6 +101,8 @@ double check_port(lua_State* L, int idx, const char* method) {
     luaL_error(L, "bad argument #%d to '%s' (port must be a number from 0 to 65535)", idx - 1, method);
   return p;
 }
+
+void expect_class_change(lua_State* L, const SocketRef* s);
 
 // ---- the methods every socket has
 
@@ -189,6 +191,7 @@ int m_listen(lua_State* L) {
   SocketRef* s = check(L, "listen");
   const double backlog = luaL_optnumber(L, 2, 32);
   if (!live(s)) return answer_closed(L);
+  expect_class_change(L, s);
   lua_settop(L, 1);
   lua_pushnumber(L, backlog);
   return call(L, "listen", s, 1);
@@ -201,6 +204,7 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
   const std::string_view host = check_address(L, 2, name);
   const double port = udp && host == "*" ? 0 : check_port(L, 3, name);
   if (!live(s)) return answer_closed(L);
+  expect_class_change(L, s);
   lua_settop(L, 2);
   lua_pushnumber(L, port);
   push_timeout(L, s);
@@ -384,16 +388,27 @@ constexpr Method kMethods[] = {
 
 // __index: the method, where the socket's class has it (as LuaSocket's
 // classes: a client has no accept).
+// The methods' function objects are made as a process first names each
+// (kept in a table in the registry): a connection's process that only
+// receives, sends and closes makes three, not all of them.
 int m_index(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
-  push_registry(L, &kMasksKey);
-  lua_pushvalue(L, 2);
-  lua_rawget(L, -2);
-  const auto classes = static_cast<unsigned>(lua_tonumber(L, -1));
-  if (!(classes & bit(s->cls))) return 0;
+  const char* name = lua_tostring(L, 2);
+  if (!name) return 0;
+  const Method* m = nullptr;
+  for (const Method& each : kMethods)
+    if (!std::strcmp(each.name, name)) m = &each;
+  if (!m || !(m->classes & bit(s->cls))) return 0;
   push_registry(L, &kMethodsKey);
   lua_pushvalue(L, 2);
   lua_rawget(L, -2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushcfunction(L, m->fn);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
   return 1;
 }
 
@@ -415,28 +430,11 @@ void push_metatable(lua_State* L) {
   push_registry(L, &kMetatableKey);
   if (lua_istable(L, -1)) return;
   lua_pop(L, 1);
-  lua_createtable(L, 0, static_cast<int>(std::size(kMethods)));
-  lua_createtable(L, 0, static_cast<int>(std::size(kMethods)));
-  for (const Method& m : kMethods) {
-    lua_pushcfunction(L, m.fn);
-    lua_setfield(L, -3, m.name);
-    lua_pushnumber(L, m.classes);
-    lua_setfield(L, -2, m.name);
-  }
-  lua_pushlightuserdata(L, &kMasksKey);
-  lua_insert(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_createtable(L, 0, 4);
   lua_pushlightuserdata(L, &kMethodsKey);
   lua_insert(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
-  lua_pushlightuserdata(L, &kObjectsKey);
-  lua_createtable(L, 0, 0);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 4);
   lua_pushcfunction(L, m_index);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, m_tostring);
@@ -457,9 +455,26 @@ void push_new(lua_State* L, double id, Class cls) {
   s->shared = id != 0 ? socket_service(L).share(static_cast<std::uint64_t>(id)) : nullptr;
   push_metatable(L);
   lua_setmetatable(L, -2);
-  push_registry(L, &kObjectsKey);  // by id, for a class change
-  lua_pushnumber(L, id);
-  lua_pushvalue(L, -3);
+}
+
+// Records the socket at index 1 by its id, for the class change its call
+// (connect, listen, setpeername) answers with: made at a process's first
+// such call, so a process that only holds connections has no table.
+void expect_class_change(lua_State* L, const SocketRef* s) {
+  push_registry(L, &kObjectsKey);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, &kObjectsKey);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  lua_pushnumber(L, s->id);
+  lua_pushvalue(L, 1);
   lua_rawset(L, -3);
   lua_pop(L, 1);
 }
