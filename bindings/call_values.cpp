@@ -5,6 +5,9 @@
 #include <stdexcept>
 
 #include "bindings/codec.hpp"
+#include "host/commands.hpp"
+#include "host/error.hpp"
+#include "host/scheduler.hpp"
 
 namespace host::lua {
 
@@ -118,6 +121,13 @@ bool read_call_values(std::string_view bytes, std::vector<CallValue>& out, std::
     if (!r.value(v, 0)) return fail(r.error());
   if (!r.at_end()) return fail("trailing bytes");
   return true;
+}
+
+bool read_call_request(CommandRequest& req, std::vector<CallValue>& args) {
+  std::string err;
+  if (read_call_values(req.bytes, args, &err)) return true;
+  req.scheduler->complete_yield(req.pid, req.tag, {}, make_error(ErrorKind::Invalid, err));
+  return false;
 }
 
 void CallResultWriter::value_written() {

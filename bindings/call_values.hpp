@@ -11,6 +11,10 @@
 #include <utility>
 #include <vector>
 
+namespace host {
+struct CommandRequest;
+}
+
 namespace host::lua {
 
 // One decoded value. Tables keep their array part (1..n) and their other
@@ -36,6 +40,10 @@ struct CallValue {
 // Decodes codec bytes (a count, then the values). False, with why, on
 // bytes that are not the codec's.
 bool read_call_values(std::string_view bytes, std::vector<CallValue>& out, std::string* error);
+
+// A command handler's first step: its request's arguments, or false when
+// they are not the codec's (the call is then completed with the error).
+bool read_call_request(CommandRequest& req, std::vector<CallValue>& args);
 
 // Writes values in the codec's format, for a call's results. A table is
 // begun with its two sizes and then takes exactly that many values

@@ -303,11 +303,7 @@ ExecService::~ExecService() = default;
 
 void ExecService::dispatch(CommandRequest&& req) {
   std::vector<CallValue> args;
-  std::string err;
-  if (!read_call_values(req.bytes, args, &err)) {
-    scheduler_.complete_yield(req.pid, req.tag, {}, make_error(ErrorKind::Invalid, err));
-    return;
-  }
+  if (!read_call_request(req, args)) return;
   const Pid pid = req.pid;
   const std::uint64_t tag = req.tag;
   if (!loop_.post([this, pid, tag, a = std::move(args)](uv_loop_t* loop) mutable { run_op(loop, pid, tag, std::move(a)); }))

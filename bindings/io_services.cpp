@@ -13,11 +13,7 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler) {
   fs.blocking = true;  // on the blocking pool: a slow disk holds no worker
   fs.run = [io](CommandRequest&& req) {
     std::vector<CallValue> args;
-    std::string err;
-    if (!read_call_values(req.bytes, args, &err)) {
-      req.scheduler->complete_yield(req.pid, req.tag, {}, make_error(ErrorKind::Invalid, err));
-      return;
-    }
+    if (!read_call_request(req, args)) return;
     std::string result;
     try {
       result = io->fs.handle(req.pid, args);

@@ -250,27 +250,11 @@ constexpr int kChurn = 10000;
 TEST_CASE("10,000 connections made and closed leave the descriptor count where it started") {
   Calls c;
   // The I/O thread and its loop exist before the count (its own descriptors).
-  std::string args;
-  {
-    lua_State* L = luaL_newstate();
-    lua_pushnumber(L, kChurn);
-    lua_pushnumber(L, 100);
-    REQUIRE(lua::encode_values(L, 1, 2, args).empty());
-    lua_close(L);
-  }
-  auto warm = c.rt.spawn("fixtures.socket_owner:churn", [&] {
-    lua_State* L = luaL_newstate();
-    lua_pushnumber(L, 100);
-    lua_pushnumber(L, 100);
-    std::string a;
-    REQUIRE(lua::encode_values(L, 1, 2, a).empty());
-    lua_close(L);
-    return a;
-  }());
+  auto warm = c.rt.spawn("fixtures.socket_owner:churn", c.args({}, {100, 100}));
   REQUIRE(warm);
   REQUIRE(c.exits.wait(warm.pid, 60s));
   const std::size_t before = open_fds();
-  auto p = c.rt.spawn("fixtures.socket_owner:churn", args);
+  auto p = c.rt.spawn("fixtures.socket_owner:churn", c.args({}, {kChurn, 100}));
   REQUIRE(p);
   REQUIRE(c.exits.wait(p.pid, 120s));
   ExitInfo info = c.exits.get(p.pid);
