@@ -129,6 +129,31 @@ return { main = function()
       T.eq(partial, "x")
       s:close()
     end },
+    { "a peer that resets the connection: closed, and the other sockets go on", function()
+      local c, s = pair()
+      local c2, s2 = pair()
+      c:setoption("linger", { on = true, timeout = 0 })  -- close sends a reset
+      c:send("before the reset\n")
+      time.sleep(0.02)
+      c:close()
+      T.eq(s:receive(), "before the reset")
+      local v, err = s:receive()
+      T.eq(v, nil)
+      T.eq(err, "closed")
+      v, err = s:send("into the void")
+      for _ = 1, 20 do  -- the kernel reports the reset by the second write at the latest
+        if not v then break end
+        time.sleep(0.01)
+        v, err = s:send("into the void")
+      end
+      T.eq(v, nil)
+      T.eq(err, "closed")
+      s:close()
+      c2:send("still here\n")
+      T.eq(s2:receive(), "still here")
+      c2:close()
+      s2:close()
+    end },
     { "a closed socket answers closed, and a second close is fine", function()
       local c, s = pair()
       c:close()
