@@ -1,6 +1,9 @@
 // The I/O thread's loop: start on first post, the job queue, stop.
 #include "host/io_loop.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +38,13 @@ void IoLoop::start_locked() {
 }
 
 void IoLoop::run() {
+  // A write to a socket or pipe whose reader is gone raises SIGPIPE on the
+  // writing thread, and its default ends the whole host; blocked here, the
+  // write returns EPIPE instead (the call answers closed).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   uv_run(&loop_, UV_RUN_DEFAULT);  // until stop closed the async and every handle closed
   if (int rc = uv_loop_close(&loop_); rc != 0)
     log::logger().warn("I/O loop: closed with handles still open ({})", uv_strerror(rc));

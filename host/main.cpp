@@ -1,6 +1,7 @@
 // The host program: `host run DIR` runs the script directory's root process
 // on the scheduler and exits with its outcome (SPEC section 1).
 #include <signal.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -94,6 +95,10 @@ int run(const cli::RunOptions& o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A write to a closed pipe or socket (io.write to a finished program's
+  // pipe, a blocking socket library's send) must fail with EPIPE, not end
+  // the host, as in servers generally (nginx, Go's runtime).
+  std::signal(SIGPIPE, SIG_IGN);
 
   Scheduler scheduler({.workers = o.workers});
   lua::LuaRuntime runtime(scheduler, lo);

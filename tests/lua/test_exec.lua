@@ -28,6 +28,18 @@ return { main = function()
       T.eq(r.stdout, "one,2,path\n", "added to the inherited environment")
       T.eq(exec.run({ "cat" }).stdout, "", "no stdin: the program reads end of file")
     end },
+    { "a program that does not read its stdin costs the host nothing (no SIGPIPE)", function()
+      local r = assert(exec.run({ "true" }, { stdin = ("x"):rep(4 * 1024 * 1024) }))
+      T.eq(r.code, 0)
+      local p = assert(exec.start { "true" })
+      p:wait()
+      local v, err
+      for _ = 1, 10 do
+        v, err = p.stdin:send(("y"):rep(1024 * 1024))
+        if not v then break end
+      end
+      T.eq(err, "closed")
+    end },
     { "large output arrives whole", function()
       local r = exec.run { "head", "-c", "3000000", "/dev/zero" }
       T.eq(#r.stdout, 3000000)
