@@ -490,6 +490,7 @@ bool encode_socket(lua_State* L, int idx, std::string& out) {
   if (!ours) return false;
   // A socket closed here moves as one the receiver finds closed.
   const double id = live(s) ? s->id : 0;
+  if (id != 0) give_socket(L, static_cast<std::uint64_t>(id));
   s->moved = true;
   const char* cls = kClassNames[s->cls];
   const std::size_t n = std::strlen(cls);

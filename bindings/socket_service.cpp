@@ -182,6 +182,10 @@ struct SocketService::Sock {
   // Options set before the socket existed (a master of no family yet).
   bool nodelay = false, keepalive = false;
   std::uint64_t linger_deadline = kNoDeadline;  // a lingering socket closes by then whatever is unsent
+  // Given away (owner invalid) and not yet claimed: closed if nobody claims
+  // it by then (the message that carried it was dropped, or its encode
+  // failed on another value).
+  std::uint64_t transit_deadline = kNoDeadline;
 
   ~Sock() {
     if (shared) SocketService::release(shared);
@@ -250,7 +254,7 @@ struct SockOps {
     for (const Fifo<Req>* q : {&s->receives, &s->sends, &s->accepts})
       for (const Req& r : *q) next = std::min(next, r.deadline);
     if (s->connect) next = std::min(next, s->connect->deadline);
-    next = std::min(next, s->linger_deadline);
+    next = std::min({next, s->linger_deadline, s->transit_deadline});
     if (next == kNoDeadline) {
       if (s->timer) uv_timer_stop(s->timer);
       return;
@@ -271,6 +275,10 @@ struct SockOps {
     if (s->lingering && s->linger_deadline <= now) {  // the peer did not take the rest in time
       s->lingering = false;
       shut(s);
+      return;
+    }
+    if (s->transit_deadline <= now) {  // given away, and nobody claimed it
+      s->svc->forget(s);
       return;
     }
     // The receive at the head takes its partial data with its timeout.
@@ -632,6 +640,32 @@ struct SockOps {
     arm(s);
   }
 
+  // Requests on s from processes other than its owner answer closed.
+  static void drop_requests_of_others(Sock* s) {
+    auto others = [&](const Req& r) { return !(r.pid == s->owner); };
+    for (auto it = s->receives.begin(); it != s->receives.end();) {
+      if (!others(*it)) { ++it; continue; }
+      sched(s).complete_yield(it->pid, it->tag, receive_failed(*it, "closed", {}));
+      it = s->receives.erase(it);
+    }
+    for (auto it = s->sends.begin(); it != s->sends.end();) {
+      if (it->detached || !others(*it)) { ++it; continue; }
+      sched(s).complete_yield(it->pid, it->tag, send_failed(*it, "closed"));
+      it = s->sends.erase(it);
+    }
+    for (auto it = s->accepts.begin(); it != s->accepts.end();) {
+      if (!others(*it)) { ++it; continue; }
+      sched(s).complete_yield(it->pid, it->tag, {}, "closed");
+      it = s->accepts.erase(it);
+    }
+    if (s->connect && others(*s->connect)) {
+      sched(s).complete_yield(s->connect->pid, s->connect->tag, {}, "closed");
+      s->connect.reset();
+      s->connecting = false;
+    }
+    arm(s);
+  }
+
   // ---- closing
   // A forgotten socket with sends that returned at once still unwritten:
   // it answers everything else closed and stops reading, and its handle
@@ -724,6 +758,22 @@ void SocketService::close_owned(const Pid& owner) {
   if (posted) closed.wait_for(std::chrono::seconds(1));
 }
 
+void SocketService::give(std::uint64_t id, const Pid& from) {
+  loop_.post([this, id, from](uv_loop_t* loop) {
+    auto it = socks_.find(id);
+    if (it == socks_.end() || !(it->second->owner == from)) return;  // closed, or claimed already
+    Sock* s = it->second;
+    if (auto o = owned_.find(from); o != owned_.end()) {
+      o->second.erase(id);
+      if (o->second.empty()) owned_.erase(o);
+    }
+    note_owner(from, -1);
+    s->owner = Pid{};
+    s->transit_deadline = uv_now(loop) + kTransitMs;
+    SockOps::arm(s);
+  });
+}
+
 void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
   // Counted for new_owner at once, on this thread: its exit hook may run
   // before the loop does the move below, and must then find it owns a
@@ -738,13 +788,19 @@ void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
       return;
     }
     Sock* s = it->second;
-    if (auto o = owned_.find(s->owner); o != owned_.end()) {
-      o->second.erase(id);
-      if (o->second.empty()) owned_.erase(o);
+    if (s->owner.valid()) {  // not given away first (a native sender's bytes): taken from its owner
+      if (auto o = owned_.find(s->owner); o != owned_.end()) {
+        o->second.erase(id);
+        if (o->second.empty()) owned_.erase(o);
+      }
+      note_owner(s->owner, -1);
     }
-    note_owner(s->owner, -1);
     s->owner = new_owner;
+    s->transit_deadline = kNoDeadline;
     owned_[new_owner].insert(id);
+    // What the previous owner still waited for on it answers closed (its
+    // sends that returned at once still go out, in order).
+    SockOps::drop_requests_of_others(s);
   });
   if (!posted) note_owner(new_owner, -1);
 }
@@ -787,7 +843,7 @@ void SocketService::forget(Sock* s, bool flush) {
     if (o->second.empty()) owned_.erase(o);
   }
   count_.store(socks_.size(), std::memory_order_relaxed);
-  note_owner(s->owner, -1);
+  if (s->owner.valid()) note_owner(s->owner, -1);
   {
     std::lock_guard lock(shared_mu_);
     shared_.erase(s->id);

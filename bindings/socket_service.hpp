@@ -81,12 +81,18 @@ class SocketService {
   // Closes every socket of owner's; returns once the loop has closed them
   // (at most a second), when it owns any.
   void close_owned(const Pid& owner);
+  // A socket object was put in a message or spawn arguments: the socket
+  // leaves from's ownership at once (posted, ahead of from's exit hook's
+  // close), so that from may end before the receiver claims it; one
+  // nobody claims within kTransitMs is closed.
+  static constexpr std::uint64_t kTransitMs = 60000;
+  void give(std::uint64_t id, const Pid& from);
   // The socket moved to new_owner (it arrived in a message or spawn
   // arguments): posted, so it takes effect before any call new_owner makes
-  // on it. The old owner's calls on it answer closed from then on. (A
-  // spawn that fails after its Init claimed a socket leaves that socket
-  // open until the host ends: no exit hook runs for a process that never
-  // lived.)
+  // on it. The old owner's calls on it answer closed from then on, and
+  // what it still waited for on it too. (A spawn that fails after its
+  // Init claimed a socket leaves that socket open until the host ends: no
+  // exit hook runs for a process that never lived.)
   void claim(std::uint64_t id, const Pid& new_owner);
   // Open sockets, all processes together (tests' leak checks).
   std::size_t sockets() const { return count_.load(std::memory_order_relaxed); }

@@ -428,6 +428,19 @@ return { main = function()
       T.eq(bad, 0, "connections closed on the way")
       srv:close()
     end },
+    { "a socket sent in a message arrives although its sender ended first", function()
+      local srv, port = listener()
+      local receiver = assert(process.spawn("fixtures.socket_owner:echo_by_message", 0.3))
+      local c = assert(socket.connect("127.0.0.1", port))
+      local giver = assert(process.spawn_monitored("fixtures.socket_owner:give_and_end", (assert(srv:accept())), receiver))
+      T.eq(T.next_event("exit", 5).from, giver)
+      c:settimeout(5)
+      T.eq(c:receive(), "got tcp{client} ended")
+      c:send("still open\n")
+      T.eq(c:receive(), "echo still open")
+      c:close()
+      srv:close()
+    end },
     { "what a process sent just before it closed or ended still arrives", function()
       -- The sender fills the kernel's buffers and the host's, then ends;
       -- only then does the reader read: the host's part must still come.
