@@ -379,7 +379,7 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
       Receive r{caller, tag, 'a', 0};
       if (pattern.is_number()) {
         r.kind = 'n';
-        r.n = static_cast<std::size_t>(pattern.number);
+        r.n = static_cast<std::size_t>(std::min(std::max(pattern.number, 0.0), 1e15));
       } else if (pattern.string == "*l" || pattern.string == "l") {
         r.kind = 'l';
       } else if (pattern.string != "*a" && pattern.string != "a") {
@@ -424,7 +424,7 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
         w->timer.data = w;
         w->timed = true;
         ++p->handles;
-        uv_timer_start(&w->timer, Ops::on_wait_timeout, static_cast<std::uint64_t>(timeout.number * 1000 + 0.5), 0);
+        uv_timer_start(&w->timer, Ops::on_wait_timeout, static_cast<std::uint64_t>(std::min(timeout.number, 3.2e7) * 1000 + 0.5), 0);
       }
       return;
     }
@@ -563,7 +563,7 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
   if (timeout && timeout->is_number()) {
     uv_timer_init(loop, &p->timer);
     Ops::open_handle(p, reinterpret_cast<uv_handle_t*>(&p->timer), p->timer_open);
-    uv_timer_start(&p->timer, Ops::on_run_timeout, static_cast<std::uint64_t>(std::max(0.0, timeout->number) * 1000 + 0.5), 0);
+    uv_timer_start(&p->timer, Ops::on_run_timeout, static_cast<std::uint64_t>(std::min(std::max(0.0, timeout->number), 3.2e7) * 1000 + 0.5), 0);
   }
 }
 

@@ -1031,6 +1031,10 @@ struct Primitives {
     auto& p = of(L);
     p.rt_.io().sockets.give(id, p.ctx_.self);
   }
+  static void drop_socket(lua_State* L, std::uint64_t id) {
+    auto& p = of(L);
+    p.rt_.io().sockets.drop(id, p.ctx_.self);
+  }
   static SocketService& socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
   static void mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
 
@@ -1236,6 +1240,8 @@ int start_waiting_call(lua_State* L, CommandId command, int first, int n) {
 void claim_socket(lua_State* L, std::uint64_t id) { Primitives::claim_socket(L, id); }
 
 void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id); }
+
+void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
 
 SocketService& socket_service(lua_State* L) { return Primitives::socket_service(L); }
 

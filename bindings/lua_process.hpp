@@ -284,6 +284,7 @@ void install_moved_value_hooks();
 int start_waiting_call(lua_State* L, CommandId command, int first, int n);
 void claim_socket(lua_State* L, std::uint64_t id);
 void give_socket(lua_State* L, std::uint64_t id);
+void drop_socket(lua_State* L, std::uint64_t id);
 // The socket service of L's process's runtime; and that L's state now
 // holds userdata with finalizers (its Close must run lua_close).
 SocketService& socket_service(lua_State* L);

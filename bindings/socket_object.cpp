@@ -256,6 +256,9 @@ int m_send(lua_State* L) {
     lua_pushnumber(L, static_cast<double>(j));
     return 1;
   }
+  // It waits: sends after it wait too, until it is through (the I/O
+  // thread counts it down), so that they keep their order.
+  if (s->shared) s->shared->waiting.fetch_add(1, std::memory_order_relaxed);
   if (i == 1 && j == n) lua_pushvalue(L, 2);
   else lua_pushlstring(L, piece.data(), piece.size());
   push_timeout(L, s);
@@ -412,10 +415,14 @@ int m_index(lua_State* L) {
   return 1;
 }
 
+// A socket object the process dropped without closing: closed now, as
+// LuaSocket's are when collected (not at the process's end only).
 int m_gc(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
-  if (s && s->shared) SocketService::release(s->shared);
-  if (s) s->shared = nullptr;
+  if (!s) return 0;
+  if (live(s) && s->id != 0) drop_socket(L, static_cast<std::uint64_t>(s->id));
+  if (s->shared) SocketService::release(s->shared);
+  s->shared = nullptr;
   return 0;
 }
 

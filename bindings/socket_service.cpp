@@ -144,6 +144,7 @@ struct Datagram {
 
 struct SocketService::Sock {
   SocketService* svc = nullptr;
+  uv_loop_t* loop = nullptr;
   std::uint64_t id = 0;
   Pid owner;
   bool udp = false;
@@ -196,7 +197,7 @@ struct SockOps {
   using Sock = SocketService::Sock;
 
   static Scheduler& sched(Sock* s) { return s->svc->scheduler_; }
-  static uv_loop_t* loop_of(Sock* s) { return s->h->loop; }
+  static uv_loop_t* loop_of(Sock* s) { return s->loop; }
   static uv_stream_t* stream(Sock* s) { return reinterpret_cast<uv_stream_t*>(s->h); }
   static uv_tcp_t* tcp(Sock* s) { return reinterpret_cast<uv_tcp_t*>(s->h); }
   static uv_udp_t* udp(Sock* s) { return reinterpret_cast<uv_udp_t*>(s->h); }
@@ -246,7 +247,9 @@ struct SockOps {
   // ---- deadlines
   static std::uint64_t deadline(uv_loop_t* loop, const CallValue& timeout) {
     if (!timeout.is_number()) return kNoDeadline;
-    const double ms = std::max(0.0, timeout.number) * 1000.0;
+    // At most a year: a larger one (math.huge) is for ever in practice, and
+    // beyond the integer range undefined.
+    const double ms = std::min(std::max(0.0, timeout.number), 3.2e7) * 1000.0;
     return uv_now(loop) + static_cast<std::uint64_t>(ms + 0.5);
   }
   static void arm(Sock* s) {
@@ -260,7 +263,6 @@ struct SockOps {
       return;
     }
     if (!s->timer) {
-      if (!s->h) return;
       s->timer = new uv_timer_t;
       uv_timer_init(loop_of(s), s->timer);
       s->timer->data = s;
@@ -273,8 +275,7 @@ struct SockOps {
     auto* s = static_cast<Sock*>(t->data);
     const std::uint64_t now = uv_now(t->loop);
     if (s->lingering && s->linger_deadline <= now) {  // the peer did not take the rest in time
-      s->lingering = false;
-      shut(s);
+      end_linger(s);
       return;
     }
     if (s->transit_deadline <= now) {  // given away, and nobody claimed it
@@ -299,7 +300,7 @@ struct SockOps {
       }
       Req r = std::move(s->sends[i]);
       s->sends.erase(s->sends.begin() + static_cast<std::ptrdiff_t>(i));
-      sched(s).complete_yield(r.pid, r.tag, send_failed(r, "timeout"));
+      finish_send(s, r, "timeout");
     }
     for (std::size_t i = 0; i < s->accepts.size();) {
       if (s->accepts[i].deadline > now) {
@@ -434,13 +435,15 @@ struct SockOps {
   };
   // A send leaves the queue: its waiter answered, or (detached) its bytes
   // leave the shared count.
-  static void finish_send(Sock* s, Req& done, bool ok) {
+  // err: nullptr for a send that went whole, else its failure's word.
+  static void finish_send(Sock* s, Req& done, const char* err) {
     if (done.detached) {
       s->shared->unsent.fetch_sub(static_cast<std::int64_t>(done.data.size()), std::memory_order_release);
-      if (!ok) s->shared->failed.store(true, std::memory_order_release);
+      if (err) s->shared->failed.store(true, std::memory_order_release);
       return;
     }
-    sched(s).complete_yield(done.pid, done.tag, ok ? one(sent_count(done)) : send_failed(done, "closed"));
+    s->shared->waiting.fetch_sub(1, std::memory_order_release);  // counted by the object's send (socket_object.cpp)
+    sched(s).complete_yield(done.pid, done.tag, err ? send_failed(done, err) : one(sent_count(done)));
   }
 
   static void pump_sends(Sock* s) {
@@ -449,7 +452,7 @@ struct SockOps {
       if (s->write_error || s->state == Sock::Dead || !s->h) {
         Req done = std::move(r);
         s->sends.pop_front();
-        finish_send(s, done, false);
+        finish_send(s, done, "closed");
         continue;
       }
       while (r.issued < r.data.size()) {
@@ -484,12 +487,11 @@ struct SockOps {
       if (r.issued < r.data.size()) break;  // behind the chunk in flight
       Req done = std::move(r);
       s->sends.pop_front();
-      finish_send(s, done, true);
+      finish_send(s, done, nullptr);
     }
     // A forgotten socket lingers only for its detached sends.
     if (s->lingering && ((s->sends.empty() && !s->chunk_in_flight) || s->write_error)) {
-      s->lingering = false;
-      shut(s);
+      end_linger(s);
       return;
     }
     arm(s);
@@ -542,23 +544,32 @@ struct SockOps {
   }
 
   // ---- connects
+  // Connects to the next address; a socket that tried one already (and
+  // failed) is made anew first, of the next address's family.
   static void try_connect(Sock* s) {
+    int rc = UV_EAI_NONAME;
     while (s->next_addr < s->connect_addrs.size()) {
-      const sockaddr_storage& a = s->connect_addrs[s->next_addr++];
+      const sockaddr_storage& a = s->connect_addrs[s->next_addr];
+      if (s->next_addr++ > 0 && (rc = renew_handle(s, a.ss_family)) != 0) break;
       auto* req = new uv_connect_t;
       req->data = s;
-      const int rc = uv_tcp_connect(req, tcp(s), reinterpret_cast<const sockaddr*>(&a), on_connected);
+      rc = uv_tcp_connect(req, tcp(s), reinterpret_cast<const sockaddr*>(&a), on_connected);
       if (rc == 0) {
         ++s->handles;
         return;
       }
       delete req;
-      if (s->next_addr >= s->connect_addrs.size()) {
-        finish_connect(s, rc);
-        return;
-      }
     }
-    finish_connect(s, UV_EAI_NONAME);
+    finish_connect(s, rc);
+  }
+  // A fresh handle of family for s; a failure leaves s dead (no handle).
+  static int renew_handle(Sock* s, int family) {
+    uv_loop_t* loop = loop_of(s);
+    close_handle(s, s->h);
+    s->family = family;
+    const int rc = init_handle(s, loop);
+    if (rc != 0) s->state = Sock::Dead;
+    return rc;
   }
   static void on_connected(uv_connect_t* req, int status) {
     auto* s = static_cast<Sock*>(req->data);
@@ -568,23 +579,11 @@ struct SockOps {
       return;
     }
     if (s->forgotten || !s->connect) return;  // timed out or closed meanwhile
-    if (status == 0) {
-      finish_connect(s, 0);
+    if (status == 0 || s->next_addr >= s->connect_addrs.size()) {
+      finish_connect(s, status);
       return;
     }
-    if (s->next_addr < s->connect_addrs.size()) {
-      // The next address needs a socket of its own.
-      uv_loop_t* loop = loop_of(s);
-      close_handle(s, s->h);
-      s->family = s->connect_addrs[s->next_addr].ss_family;
-      if (const int rc = init_handle(s, loop); rc != 0) {
-        finish_connect(s, rc);
-        return;
-      }
-      try_connect(s);
-      return;
-    }
-    finish_connect(s, status);
+    try_connect(s);  // the next address
   }
   static void finish_connect(Sock* s, int status) {
     if (!s->connect) return;
@@ -650,7 +649,7 @@ struct SockOps {
     }
     for (auto it = s->sends.begin(); it != s->sends.end();) {
       if (it->detached || !others(*it)) { ++it; continue; }
-      sched(s).complete_yield(it->pid, it->tag, send_failed(*it, "closed"));
+      finish_send(s, *it, "closed");
       it = s->sends.erase(it);
     }
     for (auto it = s->accepts.begin(); it != s->accepts.end();) {
@@ -680,7 +679,7 @@ struct SockOps {
         ++it;
         continue;
       }
-      sched(s).complete_yield(it->pid, it->tag, send_failed(*it, "closed"));
+      finish_send(s, *it, "closed");
       it = s->sends.erase(it);
     }
     for (const Req& r : s->receives) sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "closed", {}));
@@ -689,16 +688,23 @@ struct SockOps {
     s->reading = false;
     s->shut_receive = true;
     s->lingering = true;
+    s->svc->lingering_.insert(s);
     s->linger_deadline = uv_now(loop_of(s)) + kLingerMs;
     arm(s);
     return true;
+  }
+
+  static void end_linger(Sock* s) {
+    s->lingering = false;
+    s->svc->lingering_.erase(s);
+    shut(s);
   }
 
   // Answers every waiting request "closed" and closes the handles.
   static void shut(Sock* s) {
     s->state = Sock::Dead;
     for (const Req& r : s->receives) sched(s).complete_yield(r.pid, r.tag, receive_failed(r, "closed", {}));
-    for (Req& r : s->sends) finish_send(s, r, false);
+    for (Req& r : s->sends) finish_send(s, r, "closed");
     for (const Req& r : s->accepts) sched(s).complete_yield(r.pid, r.tag, {}, "closed");
     s->receives.clear();
     s->sends.clear();
@@ -808,6 +814,7 @@ void SocketService::claim(std::uint64_t id, const Pid& new_owner) {
 SocketService::Sock* SocketService::make(uv_loop_t* loop, const Pid& owner, bool udp, int family) {
   auto* s = new Sock;
   s->svc = this;
+  s->loop = loop;
   s->owner = owner;
   s->udp = udp;
   s->family = family;
@@ -870,7 +877,7 @@ void SocketService::release(Shared* shared) {
 bool SocketService::send_now(std::uint64_t id, Shared* shared, std::string_view data) {
   const auto n = static_cast<std::int64_t>(data.size());
   // Acquire: pairs with the loop's release when it writes or fails.
-  if (shared->failed.load(std::memory_order_acquire) ||
+  if (shared->failed.load(std::memory_order_acquire) || shared->waiting.load(std::memory_order_acquire) != 0 ||
       shared->unsent.load(std::memory_order_acquire) + n > kSendBuffer)
     return false;
   shared->unsent.fetch_add(n, std::memory_order_relaxed);
@@ -901,6 +908,15 @@ void SocketService::stop_all() {
   std::vector<Sock*> all;
   for (auto& [id, s] : socks_) all.push_back(s);
   for (Sock* s : all) forget(s, false);  // the host is stopping: nothing lingers
+  const std::vector<Sock*> lingering(lingering_.begin(), lingering_.end());
+  for (Sock* s : lingering) SockOps::end_linger(s);
+}
+
+void SocketService::drop(std::uint64_t id, const Pid& owner) {
+  loop_.post([this, id, owner](uv_loop_t*) {
+    auto it = socks_.find(id);
+    if (it != socks_.end() && it->second->owner == owner) forget(it->second);
+  });
 }
 
 namespace {
@@ -1049,7 +1065,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       forget(s);
       return reply(ok());
     }
-    if (s->state == Sock::Dead) fail("closed");
+    if (s->state == Sock::Dead || !s->h) fail("closed");
     if (op == "bind") {
       const std::string host = arg(args, 2).string;
       const int port = static_cast<int>(arg(args, 3).number);
@@ -1133,7 +1149,10 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       return;
     }
     if (op == "send" && !s->udp) {
-      if (s->state != Sock::Client) fail("closed");
+      if (s->state != Sock::Client) {
+        s->shared->waiting.fetch_sub(1, std::memory_order_release);  // the object counted it (socket_object.cpp)
+        fail("closed");
+      }
       Req r{caller, tag, Ops::deadline(loop, arg(args, 3))};
       r.data = arg(args, 2).string;
       r.base = arg(args, 4).number;
@@ -1182,7 +1201,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       if (s->state != Sock::Client) fail("closed");
       if (pattern.is_number()) {
         r.kind = 'n';
-        r.n = static_cast<std::size_t>(pattern.number);
+        r.n = static_cast<std::size_t>(std::min(pattern.number, 1e15));
       } else if (pattern.string == "any") {
         r.kind = 'y';
         r.n = static_cast<std::size_t>(std::max(1.0, arg(args, 5).number));

@@ -62,9 +62,15 @@ class SocketService {
     std::atomic<std::int64_t> unsent{0};
     std::atomic<bool> failed{false};
     std::atomic<int> refs{1};
+    // Sends that wait (too large for the buffer): while one is out, a
+    // later send waits too, behind it, so that sends keep their order.
+    std::atomic<int> waiting{0};
   };
   // The bytes a socket may hold for sends that returned at once.
   static constexpr std::int64_t kSendBuffer = 64 * 1024;
+  // A socket object was collected while its process held it: closed
+  // (posted; only where it still belongs to owner).
+  void drop(std::uint64_t id, const Pid& owner);
   // Any thread: a new reference to socket id's shared state, or nullptr.
   Shared* share(std::uint64_t id);
   static void release(Shared* shared);
@@ -116,6 +122,7 @@ class SocketService {
   std::uint64_t next_id_ = 0;
   std::unordered_map<std::uint64_t, Sock*> socks_;
   std::unordered_map<Pid, std::unordered_set<std::uint64_t>> owned_;
+  std::unordered_set<Sock*> lingering_;  // forgotten, writing what they still hold
   std::atomic<std::size_t> count_{0};
   // The open sockets' shared states, for share() (any thread).
   std::mutex shared_mu_;
