@@ -34,6 +34,9 @@ void IoLoop::start_locked() {
     throw std::runtime_error(std::string("I/O loop: ") + uv_strerror(rc));
   }
   thread_ = std::thread([this] { run(); });
+  // Named, so that top -H and /proc/PID/task/*/comm tell it from the
+  // workers (its CPU share says whether one I/O thread is enough).
+  pthread_setname_np(thread_.native_handle(), "host-io");
   started_.store(true, std::memory_order_release);  // release: the loop's set-up above
 }
 
