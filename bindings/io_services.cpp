@@ -6,8 +6,8 @@
 
 namespace host::lua {
 
-std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler) {
-  auto io = std::make_shared<IoServices>(scheduler);
+std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads) {
+  auto io = std::make_shared<IoServices>(scheduler, io_threads);
   CommandHandler fs;
   fs.name = "fs";
   fs.blocking = true;  // on the blocking pool: a slow disk holds no worker

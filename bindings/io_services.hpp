@@ -5,7 +5,9 @@
 // runtime; its parts say their own.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "bindings/exec_service.hpp"
 #include "bindings/fs_service.hpp"
@@ -29,17 +31,35 @@ inline constexpr CommandId kFirstEmbedder = cmd::kFirstUser + 32;
 }  // namespace io_cmd
 
 struct IoServices {
-  explicit IoServices(Scheduler& scheduler) : exec(scheduler, loop), sockets(scheduler, loop) {}
-  ~IoServices() { loop.stop(); }  // first: the loop's stop jobs use exec
+  // io_threads loops (--io-threads): programs on the first, sockets
+  // spread over all.
+  IoServices(Scheduler& scheduler, unsigned io_threads)
+      : loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()) {}
+  ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets
+  void stop() {
+    for (auto& l : loops) l->stop();
+  }
 
-  IoLoop loop;
+  std::vector<std::unique_ptr<IoLoop>> loops;
   FsService fs;
   ExecService exec;
-  SocketService sockets;
+  SocketShards sockets;
+
+ private:
+  static std::vector<std::unique_ptr<IoLoop>> make_loops(unsigned n) {
+    std::vector<std::unique_ptr<IoLoop>> v;
+    for (unsigned i = 0; i < std::max(1u, n); ++i) v.push_back(std::make_unique<IoLoop>());
+    return v;
+  }
+  std::vector<IoLoop*> loop_pointers() const {
+    std::vector<IoLoop*> v;
+    for (const auto& l : loops) v.push_back(l.get());
+    return v;
+  }
 };
 
-// Makes the services, registers kFs and kExec and the exit hook (which
-// keeps the services alive as long as the scheduler may call it).
-std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler);
+// Makes the services, registers kFs, kExec and kSocket and the exit hook
+// (which keeps the services alive as long as the scheduler may call it).
+std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads = 1);
 
 }  // namespace host::lua

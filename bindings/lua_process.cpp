@@ -1035,7 +1035,7 @@ struct Primitives {
     auto& p = of(L);
     p.rt_.io().sockets.drop(id, p.ctx_.self);
   }
-  static SocketService& socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
+  static SocketShards& socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
   static void mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
 
   // Seconds since the epoch, with their fraction (LuaSocket's gettime).
@@ -1243,7 +1243,7 @@ void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id
 
 void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
 
-SocketService& socket_service(lua_State* L) { return Primitives::socket_service(L); }
+SocketShards& socket_service(lua_State* L) { return Primitives::socket_service(L); }
 
 void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
 

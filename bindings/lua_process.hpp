@@ -287,7 +287,7 @@ void give_socket(lua_State* L, std::uint64_t id);
 void drop_socket(lua_State* L, std::uint64_t id);
 // The socket service of L's process's runtime; and that L's state now
 // holds userdata with finalizers (its Close must run lua_close).
-SocketService& socket_service(lua_State* L);
+SocketShards& socket_service(lua_State* L);
 void mark_needs_close(lua_State* L);
 
 }  // namespace host::lua

@@ -54,14 +54,14 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
     err = ModuleCache::compile(name, source, *out, /*strip=*/true);
     if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
   }
-  io_ = install_io_services(scheduler_);
+  io_ = install_io_services(scheduler_, options_.io_threads);
   install_moved_value_hooks();
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }
 
 LuaRuntime::~LuaRuntime() {
   scheduler_.set_idle_job({});  // waits for a worker making a spare
-  io_->loop.stop();  // the I/O thread ends with the runtime (the exit hook keeps only the services' memory)
+  io_->stop();  // the I/O threads end with the runtime (the exit hook keeps only the services' memory)
 }
 
 void LuaRuntime::forget_process(const Pid& pid) {

@@ -33,6 +33,8 @@ struct LuaOptions {
   // Record which process loaded which module, for reload events (--watch).
   // Off, spawn and exit skip a global lock and two map updates.
   bool track_module_uses = false;
+  // I/O threads (--io-threads): the sockets spread over them.
+  unsigned io_threads = 1;
 };
 
 class LuaRuntime {

@@ -1,6 +1,7 @@
 // TCP, UDP and name lookups on the I/O thread (socket_service.hpp).
 #include "bindings/socket_service.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -524,6 +525,11 @@ struct SockOps {
       Req r = std::move(s->accepts.front());
       s->accepts.pop_front();
       --s->pending_conns;
+      SocketService* target = s->svc->accept_target_ ? s->svc->accept_target_() : s->svc;
+      if (target != s->svc) {
+        accept_elsewhere(s, r, *target);
+        continue;
+      }
       Sock* c = s->svc->make(loop_of(s), r.pid, false, AF_UNSPEC);
       if (!c) {
         sched(s).complete_yield(r.pid, r.tag, {}, "closed");
@@ -541,6 +547,28 @@ struct SockOps {
         s->svc->forget(c);
     }
     arm(s);
+  }
+
+  // The connection is accepted here into a handle of the moment, and its
+  // descriptor, duplicated, goes to the target shard, which makes it a
+  // socket there and completes the accept.
+  static void accept_elsewhere(Sock* s, const Req& r, SocketService& target) {
+    auto* tmp = new uv_tcp_t;
+    uv_tcp_init(loop_of(s), tmp);
+    const auto drop_tmp = [tmp] {
+      uv_close(reinterpret_cast<uv_handle_t*>(tmp), [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+    };
+    int rc = uv_accept(stream(s), reinterpret_cast<uv_stream_t*>(tmp));
+    uv_os_fd_t fd = -1;
+    if (rc == 0) rc = uv_fileno(reinterpret_cast<uv_handle_t*>(tmp), &fd);
+    const int dup = rc == 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (rc == 0 && dup < 0) rc = -errno;
+    drop_tmp();
+    if (rc != 0) {
+      sched(s).complete_yield(r.pid, r.tag, {}, socket_error(rc));
+      return;
+    }
+    target.adopt_accepted(dup, r.pid, r.tag, s->nodelay);
   }
 
   // ---- connects
@@ -721,19 +749,68 @@ struct SockOps {
   }
 };
 
-SocketService::SocketService(Scheduler& scheduler, IoLoop& loop) : scheduler_(scheduler), loop_(loop) {
+SocketService::SocketService(Scheduler& scheduler, IoLoop& loop, unsigned shard_index, unsigned shard_count)
+    : scheduler_(scheduler), loop_(loop), shard_index_(shard_index), shard_count_(shard_count) {
   loop_.on_stop([this](uv_loop_t*) { stop_all(); });
 }
 
 SocketService::~SocketService() = default;
 
-void SocketService::dispatch(CommandRequest&& req) {
-  std::vector<CallValue> args;
-  if (!read_call_request(req, args)) return;
-  const Pid pid = req.pid;
-  const std::uint64_t tag = req.tag;
+void SocketService::post_op(const Pid& pid, std::uint64_t tag, std::vector<CallValue> args) {
   if (!loop_.post([this, pid, tag, a = std::move(args)](uv_loop_t* loop) mutable { run_op(loop, pid, tag, std::move(a)); }))
     scheduler_.complete_yield(pid, tag, {}, "closed");
+}
+
+void SocketService::adopt_accepted(int fd, const Pid& pid, std::uint64_t tag, bool nodelay) {
+  const bool posted = loop_.post([this, fd, pid, tag, nodelay](uv_loop_t* loop) {
+    Sock* c = make(loop, pid, false, AF_UNSPEC);
+    if (!c) {
+      ::close(fd);
+      scheduler_.complete_yield(pid, tag, {}, "closed");
+      return;
+    }
+    if (const int rc = uv_tcp_open(SockOps::tcp(c), fd); rc != 0) {
+      ::close(fd);
+      forget(c);
+      scheduler_.complete_yield(pid, tag, {}, socket_error(rc));
+      return;
+    }
+    c->state = Sock::Client;
+    if (nodelay) uv_tcp_nodelay(SockOps::tcp(c), 1);
+    SockOps::resume_reading(c);
+    if (!scheduler_.complete_yield(pid, tag, CallResultWriter().moved(c->id, "+tcp{client}").finish())) forget(c);
+  });
+  if (!posted) {
+    ::close(fd);
+    scheduler_.complete_yield(pid, tag, {}, "closed");
+  }
+}
+
+SocketShards::SocketShards(Scheduler& scheduler, const std::vector<IoLoop*>& loops) {
+  const auto n = static_cast<unsigned>(loops.size());
+  for (unsigned i = 0; i < n; ++i) shards_.push_back(std::make_unique<SocketService>(scheduler, *loops[i], i, n));
+  if (n > 1)
+    for (auto& shard : shards_) shard->set_accept_target([this] { return &next(); });
+}
+
+void SocketShards::dispatch(CommandRequest&& req) {
+  std::vector<CallValue> args;
+  if (!read_call_request(req, args)) return;
+  // A call on a socket goes to its shard; one that makes a socket, or
+  // looks a name up, to the next.
+  const bool on_socket = args.size() > 1 && args[1].is_number();
+  SocketService& shard = on_socket ? of(static_cast<std::uint64_t>(args[1].number)) : next();
+  shard.post_op(req.pid, req.tag, std::move(args));
+}
+
+void SocketShards::close_owned(const Pid& owner) {
+  for (auto& shard : shards_) shard->close_owned(owner);
+}
+
+std::size_t SocketShards::sockets() const {
+  std::size_t n = 0;
+  for (const auto& shard : shards_) n += shard->sockets();
+  return n;
 }
 
 void SocketService::note_owner(const Pid& owner, int delta) {
@@ -823,7 +900,7 @@ SocketService::Sock* SocketService::make(uv_loop_t* loop, const Pid& owner, bool
     delete s;
     return nullptr;
   }
-  s->id = ++next_id_;
+  s->id = ++next_id_ * shard_count_ + shard_index_;
   s->shared = new Shared;
   {
     std::lock_guard lock(shared_mu_);

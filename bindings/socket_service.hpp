@@ -28,6 +28,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -79,11 +81,21 @@ class SocketService {
   // the caller then waits in a send call, which reports why.
   bool send_now(std::uint64_t id, Shared* shared, std::string_view data);
 
-  SocketService(Scheduler& scheduler, IoLoop& loop);
+  // One shard of shard_count (--io-threads): its sockets' ids are
+  // shard_index modulo shard_count, so any thread finds a socket's shard.
+  SocketService(Scheduler& scheduler, IoLoop& loop, unsigned shard_index = 0, unsigned shard_count = 1);
   ~SocketService();
   SocketService(const SocketService&) = delete;
 
-  void dispatch(CommandRequest&& req);
+  // Runs a decoded call on this shard's loop.
+  void post_op(const Pid& pid, std::uint64_t tag, std::vector<CallValue> args);
+  // Where accepted connections go (their shard, round robin), set by
+  // SocketShards when there are several; none: this one.
+  void set_accept_target(std::function<SocketService*()> pick) { accept_target_ = std::move(pick); }
+  // A connection accepted on another shard, as a duplicated descriptor:
+  // made a socket of this shard's, owned by pid, and pid's accept call
+  // completed with it.
+  void adopt_accepted(int fd, const Pid& pid, std::uint64_t tag, bool nodelay);
   // Closes every socket of owner's; returns once the loop has closed them
   // (at most a second), when it owns any.
   void close_owned(const Pid& owner);
@@ -118,6 +130,8 @@ class SocketService {
 
   Scheduler& scheduler_;
   IoLoop& loop_;
+  const unsigned shard_index_, shard_count_;
+  std::function<SocketService*()> accept_target_;
   // The loop thread's alone.
   std::uint64_t next_id_ = 0;
   std::unordered_map<std::uint64_t, Sock*> socks_;
@@ -130,6 +144,33 @@ class SocketService {
   // Sockets per owner, for the exit hook's check (any thread).
   std::mutex owners_mu_;
   std::unordered_map<Pid, int> owners_;  // guarded by owners_mu_
+};
+
+// The sockets' shards, one a I/O thread (--io-threads N): a new socket
+// goes to the next shard, a call on a socket to the shard its id names,
+// and a server spreads the connections it accepts over them all (each
+// moved to its shard as a duplicated descriptor). With one shard it is
+// that shard. Threads: any.
+class SocketShards {
+ public:
+  SocketShards(Scheduler& scheduler, const std::vector<IoLoop*>& loops);
+
+  void dispatch(CommandRequest&& req);
+  void close_owned(const Pid& owner);
+  void claim(std::uint64_t id, const Pid& new_owner) { of(id).claim(id, new_owner); }
+  void give(std::uint64_t id, const Pid& from) { of(id).give(id, from); }
+  void drop(std::uint64_t id, const Pid& owner) { of(id).drop(id, owner); }
+  SocketService::Shared* share(std::uint64_t id) { return of(id).share(id); }
+  bool send_now(std::uint64_t id, SocketService::Shared* shared, std::string_view data) {
+    return of(id).send_now(id, shared, data);
+  }
+  std::size_t sockets() const;
+
+ private:
+  SocketService& of(std::uint64_t id) { return *shards_[id % shards_.size()]; }
+  SocketService& next() { return *shards_[next_.fetch_add(1, std::memory_order_relaxed) % shards_.size()]; }
+  std::vector<std::unique_ptr<SocketService>> shards_;
+  std::atomic<unsigned> next_{0};
 };
 
 }  // namespace host::lua

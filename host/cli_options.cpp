@@ -10,7 +10,8 @@ namespace host::cli {
 const char* const kUsage =
     "usage: host run DIR [--entry MODULE[:METHOD]] [--workers N] [--watch]\n"
     "                    [--log-level trace|debug|info|warn|error] [--mem-limit BYTES]\n"
-    "                    [--time-limit SECONDS] [--max-processes N] [-- ARGS...]\n"
+    "                    [--time-limit SECONDS] [--max-processes N] [--io-threads N]\n"
+    "                    [-- ARGS...]\n"
     "       host --help | --version\n";
 
 std::optional<std::size_t> parse_size(const std::string& text) {
@@ -99,6 +100,12 @@ Parsed parse(int argc, const char* const* argv) {
       long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
       if (!v || v->empty() || *end || n < 1) return usage_error("--max-processes needs a positive number");
       o.max_processes = static_cast<std::size_t>(n);
+    } else if (is("--io-threads")) {
+      auto v = value("--io-threads");
+      char* end = nullptr;
+      long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end || n < 1 || n > 64) return usage_error("--io-threads needs a number from 1 to 64");
+      o.io_threads = static_cast<unsigned>(n);
     } else if (!a.empty() && a[0] == '-') {
       return usage_error("unknown option '" + a + "'");
     } else if (!have_dir) {

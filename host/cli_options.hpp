@@ -18,6 +18,7 @@ struct RunOptions {
   std::size_t mem_limit = 256u << 20;
   double time_limit = 10.0;
   std::size_t max_processes = 1000000;
+  unsigned io_threads = 1;  // the I/O threads the sockets spread over
   std::vector<std::string> args;
 };
 

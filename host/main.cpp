@@ -78,6 +78,7 @@ int run(const cli::RunOptions& o) {
   lo.mem_limit = o.mem_limit;
   lo.time_limit = o.time_limit;
   lo.max_processes = o.max_processes;
+  lo.io_threads = o.io_threads;
   lo.track_module_uses = o.watch;
   auto [module, method] = lua::split_entry(o.entry);
   {
