@@ -106,8 +106,17 @@ function M.run(spec, starter)
     local args = c.args or {}
     local pid, err = process.spawn_linked(c.entry, unpack(args, 1, table.maxn(args)))
     if not pid then return nil, err end
+    -- Its name first: a name another process holds fails the child's
+    -- start (sends to the name would reach that other process).
+    if c.name then
+      local named, nerr = process.registry.register(c.name, pid)
+      if not named then
+        process.unlink(pid)
+        process.terminate(pid)
+        return nil, nerr
+      end
+    end
     process.monitor(pid)
-    if c.name then process.registry.register(c.name, pid) end
     ch.pid = pid
     by_pid[pid] = i
     return pid

@@ -261,6 +261,18 @@ return { main = function()
       end
       T.ok(reports <= 1, "a started once at most")
     end },
+    { "a child whose name is taken does not start, and start says so", function()
+      assert(process.registry.register("taken_by_the_test", me))
+      local sup, err = supervisor.start {
+        children = { { id = "db", entry = "fixtures.child", args = { me, "db" }, name = "taken_by_the_test" } },
+      }
+      T.eq(sup, nil)
+      T.match(err, "^supervisor: child 'db' did not start: exists: ")
+      T.match(T.next_event("link_down").error, "^supervisor: child 'db' did not start")
+      T.eq(process.registry.lookup("taken_by_the_test"), me, "the name still names its holder")
+      process.registry.unregister("taken_by_the_test")
+      while process.receive(0.2) do end  -- the child's start report, if it ran before it was stopped
+    end },
     { "a temporary child stopped because a sibling failed is not started again", function()
       -- OTP's rule: rest_for_one and one_for_all stop the temporary
       -- children they reach, and never restart them; restart_children
