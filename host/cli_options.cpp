@@ -92,7 +92,11 @@ Parsed parse(int argc, const char* const* argv) {
       auto v = value("--time-limit");
       char* end = nullptr;
       double s = v ? std::strtod(v->c_str(), &end) : 0;
-      if (!v || v->empty() || *end || !(s > 0) || !std::isfinite(s)) return usage_error("--time-limit needs a positive number of seconds");
+      // At most 1e9 s (about 31 years): the monitor counts in nanoseconds,
+      // and past about 9.2e9 s their count overflowed (every process was
+      // stopped at once).
+      if (!v || v->empty() || *end || !(s > 0) || !std::isfinite(s) || s > 1e9)
+        return usage_error("--time-limit needs a positive number of seconds (at most 1e9)");
       o.time_limit = s;
     } else if (is("--max-processes")) {
       auto v = value("--max-processes");

@@ -35,6 +35,7 @@ std::optional<Pid> Pid::parse(std::string_view text) {
   for (int i = 0; i < 3; ++i) {
     auto [next, ec] = std::from_chars(p, end, parts[i]);
     if (ec != std::errc{} || next == p) return std::nullopt;
+    if (*p == '0' && next - p > 1) return std::nullopt;  // strictly as written: no leading zeros ("<0.0.01>")
     p = next;
     if (i < 2) {
       if (p == end || *p != '.') return std::nullopt;

@@ -90,6 +90,7 @@ TEST_CASE("bad usage prints one clear line and the usage, and exits 2") {
       {{"run", ok.str(), "--mem-limit", "12Q"}, "host: --mem-limit needs a size"},
       {{"run", ok.str(), "--log-level", "loud"}, "host: --log-level needs one of"},
       {{"run", ok.str(), "--time-limit", "-1"}, "host: --time-limit needs a positive number"},
+      {{"run", ok.str(), "--time-limit", "1e10"}, "host: --time-limit needs a positive number of seconds (at most 1e9)"},
       {{"run", ok.str(), "--io-threads", "0"}, "host: --io-threads needs a number from 1 to 64"},
       {{"run", ok.str(), "extra"}, "host: unexpected argument 'extra'"},
   };

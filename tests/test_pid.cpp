@@ -36,6 +36,7 @@ TEST_CASE("a PID of generation 0 is well formed and names no process") {
 
 TEST_CASE("malformed PID strings are refused") {
   for (const char* bad : {"", "<>", "<0.1>", "0.1.1", "<0.1.1", "<0.1.1>x", "<0.x.1>", "<-1.1.1>",
-                          "<0.1.1.1>", "<0.99999999999.1>", "< 0.1.1>"})
+                          "<0.1.1.1>", "<0.99999999999.1>", "< 0.1.1>", "<0.0.01>", "<00.0.1>", "<0.01.1>",
+                          "<+0.1.1>"})
     CHECK_MESSAGE(!Pid::parse(bad).has_value(), bad);
 }
