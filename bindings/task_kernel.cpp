@@ -13,6 +13,7 @@
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
 #include "bindings/stack_args.hpp"
+#include "host/error.hpp"
 
 namespace host::lua {
 
@@ -194,6 +195,13 @@ std::string with_hint(const char* msg) {
 // error's "chunk:line:" prefix, as an error handler run in place (xpcall)
 // would have shown it.
 std::string failure_text(lua_State* L, lua_State* co, int rc) {
+  // A memory error is the limit's, wherever LuaJIT raised it (an
+  // allocation the limit refused, or a string too long to make, which
+  // LuaJIT refuses itself: string.rep("abc", 1e9)); SPEC's words.
+  if (rc == LUA_ERRMEM) {
+    lua_pop(co, 1);
+    return make_error(ErrorKind::Limit, "memory");
+  }
   // The value's __tostring runs on L: co is dead.
   lua_xmove(co, L, 1);
   push_error_text(L, -1);
