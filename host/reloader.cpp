@@ -7,7 +7,9 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <climits>
 #include <cstring>
 
@@ -20,7 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr std::uint32_t kFileEvents = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_CREATE;
-constexpr int kQuietMs = 50;  // changes settle for this long before a reload
+// A file's changes settle for kQuietMs before it is reloaded, each file on
+// its own clock (another file rewritten all the time delays no one else);
+// one that keeps changing is reloaded kMaxWaitMs after its first change
+// anyway (SPEC: within a second).
+constexpr auto kQuiet = std::chrono::milliseconds(50);
+constexpr auto kMaxWait = std::chrono::milliseconds(500);
 }  // namespace
 
 Reloader::Reloader(lua::LuaRuntime& runtime) : runtime_(runtime), root_(runtime.options().dir) {
@@ -108,33 +115,58 @@ void Reloader::handle(const fs::path& file) {
 }
 
 void Reloader::run() {
+  using Clock = std::chrono::steady_clock;
   alignas(inotify_event) char buf[64 * (sizeof(inotify_event) + NAME_MAX + 1)];
-  std::set<fs::path> changed;
+  struct Pending {
+    Clock::time_point first, last;  // its first change not yet reloaded, and its latest
+  };
+  std::map<fs::path, Pending> changed;
+  // When a pending file is due: quiet since its last change, or waited long enough.
+  auto due_at = [](const Pending& p) { return std::min(p.last + kQuiet, p.first + kMaxWait); };
   for (;;) {
+    int timeout = -1;
+    if (!changed.empty()) {
+      auto next = Clock::time_point::max();
+      for (const auto& [f, p] : changed) next = std::min(next, due_at(p));
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+      timeout = static_cast<int>(std::max<long long>(0, ms));
+    }
     pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    int n = poll(fds, 2, changed.empty() ? -1 : kQuietMs);
+    int n = poll(fds, 2, timeout);
     if (n < 0 && errno != EINTR) return;
     if (fds[1].revents & POLLIN) return;
-    if (n == 0) {  // quiet: reload what changed
-      for (const auto& f : changed) handle(f);
-      changed.clear();
-      continue;
-    }
-    if (!(fds[0].revents & POLLIN)) continue;
-    ssize_t len;
-    while ((len = read(inotify_fd_, buf, sizeof buf)) > 0) {
-      for (char* p = buf; p < buf + len;) {
-        auto* ev = reinterpret_cast<inotify_event*>(p);
-        p += sizeof(inotify_event) + ev->len;
-        auto dir = dirs_.find(ev->wd);
-        if (dir == dirs_.end() || ev->len == 0) continue;
-        fs::path path = dir->second / ev->name;
-        if ((ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-          add_watches(path);
-          continue;
-        }
-        if (path.extension() == ".lua" && path.filename().string()[0] != '.') changed.insert(path);
+    if (n > 0 && (fds[0].revents & POLLIN)) read_events(buf, sizeof buf, [&](const fs::path& path) {
+      const auto now = Clock::now();
+      auto [it, fresh] = changed.try_emplace(path, Pending{now, now});
+      if (!fresh) it->second.last = now;
+    });
+    const auto now = Clock::now();
+    for (auto it = changed.begin(); it != changed.end();) {
+      if (due_at(it->second) > now) {
+        ++it;
+        continue;
       }
+      handle(it->first);
+      it = changed.erase(it);
+    }
+  }
+}
+
+template <typename OnChange>
+void Reloader::read_events(char* buf, std::size_t size, OnChange&& on_change) {
+  ssize_t len;
+  while ((len = read(inotify_fd_, buf, size)) > 0) {
+    for (char* p = buf; p < buf + len;) {
+      auto* ev = reinterpret_cast<inotify_event*>(p);
+      p += sizeof(inotify_event) + ev->len;
+      auto dir = dirs_.find(ev->wd);
+      if (dir == dirs_.end() || ev->len == 0) continue;
+      fs::path path = dir->second / ev->name;
+      if ((ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
+        add_watches(path);
+        continue;
+      }
+      if (path.extension() == ".lua" && path.filename().string()[0] != '.') on_change(path);
     }
   }
 }

@@ -26,6 +26,10 @@ class Reloader {
 
  private:
   void run();
+  // Reads the inotify events there are; on_change(path) for each changed
+  // .lua file (new directories get watches).
+  template <typename OnChange>
+  void read_events(char* buf, std::size_t size, OnChange&& on_change);
   void add_watches(const std::filesystem::path& dir);
   void handle(const std::filesystem::path& file);
   std::string module_name(const std::filesystem::path& file) const;

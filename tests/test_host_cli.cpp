@@ -414,6 +414,50 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
+TEST_CASE("--watch: a changed module reloads within a second though another file is rewritten every 25 ms") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('READY')\n"
+          "  while true do\n"
+          "    local v = process.spawn('probe')\n"
+          "    time.sleep(0.02)\n"
+          "  end\n"
+          "end\n");
+  d.write("probe.lua", "return function() log.info('PROBE %s', require('value')) end\n");
+  d.write("value.lua", "return 'v1'\n");
+  d.write("busy.lua", "return 0\n");
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ready{false};
+  std::thread busy([&] {  // an unrelated file, rewritten all the time
+    for (int i = 0; !stop.load(); ++i) {
+      d.write("busy.lua", "return " + std::to_string(i) + "\n");
+      std::this_thread::sleep_for(25ms);
+    }
+  });
+  std::chrono::steady_clock::time_point changed_at{};
+  std::chrono::steady_clock::duration took{};
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!ready.load() && contains(err, "READY")) {
+      std::this_thread::sleep_for(300ms);
+      d.write("value.lua", "return 'v2'\n");
+      changed_at = std::chrono::steady_clock::now();
+      ready = true;
+    } else if (ready.load() && took == std::chrono::steady_clock::duration{} && contains(err, "PROBE v2")) {
+      took = std::chrono::steady_clock::now() - changed_at;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "PROBE v2"); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  stop = true;
+  busy.join();
+  CHECK_MESSAGE(contains(r.err, "PROBE v2"), r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0));
+  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(took).count() < 1000);
+}
+
 TEST_CASE("--watch: the first spawn after an edit runs the new version, though spare processes had loaded the old") {
   ScriptDir d;
   d.write("main.lua",
