@@ -694,13 +694,16 @@ struct SockOps {
   }
 
   // ---- closing
-  // A forgotten socket with sends that returned at once still unwritten:
-  // it answers everything else closed and stops reading, and its handle
-  // stays until those are written (pump_sends then shuts it), the socket
-  // fails, or kLinger passes.
+  // A forgotten socket with sends that returned at once still unwritten,
+  // or a chunk still in libuv's hands: it answers everything else closed
+  // and stops reading, and its handle stays until those are written
+  // (pump_sends then shuts it), the socket fails, or kLinger passes.
   static constexpr std::uint64_t kLingerMs = 10000;
   static bool linger(Sock* s) {
-    const bool pending = std::any_of(s->sends.begin(), s->sends.end(), [](const Req& r) { return r.detached; });
+    // Sends that returned at once, or a chunk in libuv's hands (a timed-out
+    // send counted it as sent): both must still go out.
+    const bool pending = s->chunk_in_flight ||
+                         std::any_of(s->sends.begin(), s->sends.end(), [](const Req& r) { return r.detached; });
     if (!pending || s->write_error || s->state != Sock::Client || !s->h) return false;
     for (auto it = s->sends.begin(); it != s->sends.end();) {
       if (it->detached) {
@@ -818,9 +821,15 @@ void SocketService::note_owner(const Pid& owner, int delta) {
   int& n = owners_[owner];
   n += delta;
   if (n <= 0) owners_.erase(owner);
+  any_owners_.store(!owners_.empty(), std::memory_order_release);
 }
 
 void SocketService::close_owned(const Pid& owner) {
+  // Every process's exit comes here: most held no socket, and while no
+  // process holds one they take no lock. (Acquire: pairs with note_owner's
+  // store, which a claim or the socket's making ordered before this
+  // process's end.)
+  if (!any_owners_.load(std::memory_order_acquire)) return;
   {
     std::lock_guard lock(owners_mu_);
     if (owners_.find(owner) == owners_.end()) return;

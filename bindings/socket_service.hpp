@@ -144,6 +144,7 @@ class SocketService {
   // Sockets per owner, for the exit hook's check (any thread).
   std::mutex owners_mu_;
   std::unordered_map<Pid, int> owners_;  // guarded by owners_mu_
+  std::atomic<bool> any_owners_{false};  // !owners_.empty(), written under owners_mu_
 };
 
 // The sockets' shards, one a I/O thread (--io-threads N): a new socket
