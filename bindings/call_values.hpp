@@ -41,6 +41,12 @@ struct CallValue {
 // bytes that are not the codec's.
 bool read_call_values(std::string_view bytes, std::vector<CallValue>& out, std::string* error);
 
+// A call's failure, thrown inside a handler: what the waiting call
+// returns after nil (the fs, exec and socket handlers' one error type).
+struct CallError {
+  std::string text;
+};
+
 // A command handler's first step: its request's arguments, or false when
 // they are not the codec's (the call is then completed with the error).
 bool read_call_request(CommandRequest& req, std::vector<CallValue>& args);

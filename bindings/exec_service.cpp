@@ -18,10 +18,7 @@ extern char** environ;
 namespace host::lua {
 namespace {
 
-struct CallFailure {
-  std::string text;
-};
-[[noreturn]] void fail(std::string text) { throw CallFailure{std::move(text)}; }
+[[noreturn]] void fail(std::string text) { throw CallError{std::move(text)}; }
 
 std::string uv_error(int rc, std::string_view what) {
   switch (rc) {
@@ -438,7 +435,7 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
       return;
     }
     fail(make_error(ErrorKind::Invalid, "unknown exec operation '" + op.string + "'"));
-  } catch (const CallFailure& f) {
+  } catch (const CallError& f) {
     scheduler_.complete_yield(caller, tag, {}, f.text);
   }
 }

@@ -53,9 +53,4 @@ class FsService {
   std::atomic<std::size_t> count_{0};  // files_.size(), read without the lock
 };
 
-// A call's failure: what the waiting call returns after nil.
-struct CallError {
-  std::string text;
-};
-
 }  // namespace host::lua

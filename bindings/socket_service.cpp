@@ -25,10 +25,7 @@ namespace {
 
 constexpr std::uint64_t kNoDeadline = std::numeric_limits<std::uint64_t>::max();
 
-struct OpFailure {
-  std::string text;
-};
-[[noreturn]] void fail(std::string text) { throw OpFailure{std::move(text)}; }
+[[noreturn]] void fail(std::string text) { throw CallError{std::move(text)}; }
 
 // LuaSocket's words for the errors its users match on.
 std::string socket_error(int rc) {
@@ -1419,7 +1416,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       return reply(one(uv_fileno(s->h, &fd) == 0 ? static_cast<double>(fd) : -1.0));
     }
     fail("unknown socket operation '" + op + "'");
-  } catch (const OpFailure& f) {
+  } catch (const CallError& f) {
     refuse(f.text);
   }
 }
