@@ -21,6 +21,7 @@
 #include "host/config.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
+#include "host/worker.hpp"
 
 namespace host::lua {
 
@@ -554,6 +555,7 @@ struct Primitives {
   // t_load_deadline itself, and compiles nothing (compiled loops run no
   // hooks).
   static void jit_probe_hook(lua_State* L, lua_Debug*) {
+    Worker::park_if_abandoned();  // a spawn's Init on a thread given up (Scheduler::spawn)
     auto* p = &of(L);
     if (p->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
     if (p->steps_ == 0) [[unlikely]] {
@@ -823,9 +825,19 @@ struct Primitives {
 
   static void open_lib(lua_State* L, const char* name) {
     const bool jit = !std::strcmp(name, "jit");
-    if (jit && lua_gethook(L) == jit_probe_hook) lua_sethook(L, nullptr, 0, 0);
+    auto& p = of(L);
+    // Named in a module's top-level code (Init), the compiler stays off
+    // until the load ends (LuaProcess::Init): compiled code runs no hook,
+    // and the hook is what stops that code at the time limit.
+    const bool loading = jit && p.steps_ == 0 && t_load_deadline != std::chrono::steady_clock::time_point::max();
+    if (jit && !loading && lua_gethook(L) == jit_probe_hook) lua_sethook(L, nullptr, 0, 0);
     run_opener(L, name, 0);
-    if (jit) jit_opened(L);
+    if (!jit) return;
+    if (loading) {
+      luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+      p.jit_after_load_ = true;
+    }
+    jit_opened(L);
   }
 
   // Calls the standard library's opener. io and ffi make userdata with
@@ -1607,6 +1619,11 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
     p.kernel_.start(S, n);
     return 0;
   }, &setup);
+  if (jit_after_load_ && !interrupted_.load(std::memory_order_acquire)) {
+    jit_after_load_ = false;
+    if (lua_gethook(L_) == Primitives::jit_probe_hook) lua_sethook(L_, nullptr, 0, 0);
+    luaJIT_setmode(L_, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
+  }
   if (interrupted_.load(std::memory_order_acquire))
     return make_error(ErrorKind::Limit, "time: module '" + split_entry(entry).first +
                                             "' ran longer than the time limit as it loaded (its top-level code)");
@@ -2131,6 +2148,10 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);
   }
+  // A thread the runaway monitor gave up on (the step outlived a terminate
+  // or the time limit in a C call) writes nothing more: the worker has
+  // another thread, and out is that thread's now.
+  Worker::park_if_abandoned();
   if (interrupted_.load(std::memory_order_acquire)) {
     out.status = Status::Failed;
     out.error = make_error(ErrorKind::Limit, "time");
@@ -2167,6 +2188,7 @@ void LuaProcess::Interrupt() {
   // From the monitor thread: LuaJIT's lua_sethook only stores the hook and
   // switches the interpreter's dispatch to check it.
   lua_sethook(L_, [](lua_State* L, lua_Debug*) {
+    Worker::park_if_abandoned();  // back in Lua from a C call after the monitor gave up on the thread
     void* ud = nullptr;
     lua_getallocf(L, &ud);
     if (static_cast<LuaProcess*>(ud)->interrupted_.load(std::memory_order_acquire)) luaL_error(L, "limit: time");
@@ -2186,18 +2208,27 @@ void LuaProcess::Abandon() {
 void LuaProcess::Close() {
   if (!L_) return;
   if (abandoned_) {
-    arena_.abandon();
-  } else {
-    // lua_close would only free memory, one object at a time (a sixth of a
-    // spawn's instructions), unless finalizers or machine code may exist;
-    // the arena frees it all at once.
-    if (needs_close_) {
-      arena_.begin_teardown();  // the chunks go back whole below
-      lua_setallocf(L_, &LuaProcess::allocate_global, this);  // lua_close frees the global state last
-      lua_close(L_);
+    // A thread may still run inside the state until it parks: its arena,
+    // L_ and the rest stay as they are (this object is never destroyed).
+    if (counted_) {
+      counted_ = false;
+      rt_.forget_process(ctx_.self);
+      rt_.processes_.fetch_sub(1, std::memory_order_acq_rel);
     }
-    arena_.release();
+    return;
   }
+  // lua_close would only free memory, one object at a time (a sixth of a
+  // spawn's instructions), unless finalizers or machine code may exist;
+  // the arena frees it all at once.
+  if (needs_close_) {
+    arena_.begin_teardown();  // the chunks go back whole below
+    lua_setallocf(L_, &LuaProcess::allocate_global, this);  // lua_close frees the global state last
+    lua_close(L_);
+    // Its finalizers outlived the time limit, and the runaway monitor gave
+    // up on this thread and finished the process: nothing here is ours.
+    Worker::park_if_abandoned();
+  }
+  arena_.release();
   L_ = nullptr;
   global_state_ = nullptr;
   globals_scratch_ = nullptr;

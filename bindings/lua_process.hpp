@@ -260,6 +260,7 @@ class LuaProcess final : public Process {
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
   bool select_timer_idle_ = false;  // see select_timer_ (here, where it costs no padding)
+  bool jit_after_load_ = false;  // jit named in Init: the compiler comes on when it ends (Primitives::open_lib)
   // TaskKernel's C timers started (Primitives::start_timer: their tags),
   // and its waiting calls (TaskKernel::kCallTagMark and this count).
   std::uint32_t c_timers_ = 0;

@@ -116,15 +116,6 @@ class StateArena {
   // held. Every block is invalid afterwards.
   void release();
 
-  // Forgets every block without giving it back: for a state that must never
-  // be freed (a thread stopped inside it).
-  void abandon() {
-    chunk_list_ = nullptr;
-    chunks_ = 0;
-    bump_ = limit_ = nullptr;
-    large_ = nullptr;
-  }
-
   std::size_t chunk_count() const { return chunks_; }
   std::size_t large_count() const;
 

@@ -150,5 +150,12 @@ inline constexpr unsigned kBlockingPoolThreads = 2;
 
 // Grace period between the cancel events of a shutdown and the force close.
 inline constexpr std::chrono::milliseconds kDefaultShutdownGrace{5000};
+// How long shutdown waits for the workers to leave their loops when the
+// grace has run out already: an idle or spinning worker leaves at once; one
+// still in a step past that is given up (Worker::join_until).
+inline constexpr std::chrono::milliseconds kJoinAllowance{250};
+// How long past the grace period the host program waits for shutdown
+// itself (closing states, stopping services) before it exits regardless.
+inline constexpr std::chrono::milliseconds kShutdownOverrun{1000};
 
 }  // namespace host::config

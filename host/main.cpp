@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_runtime.hpp"
@@ -112,7 +113,8 @@ int run(const cli::RunOptions& o) {
     }
   });
 
-  scheduler.watch_for_runaways(std::chrono::milliseconds(static_cast<long long>(o.time_limit * 1000)));
+  scheduler.watch_for_runaways(std::chrono::milliseconds(static_cast<long long>(o.time_limit * 1000)),
+                               reinterpret_cast<const void*>(&lua_pcall));
   std::optional<Reloader> reloader;
   if (o.watch) reloader.emplace(runtime);
 
@@ -143,21 +145,70 @@ int run(const cli::RunOptions& o) {
     }
   }
   if (reloader) reloader->stop();
-  auto report = scheduler.shutdown(config::kDefaultShutdownGrace);
+  auto exit_code = [&] {
+    if (signal_code) return signal_code;
+    std::lock_guard lock(watch.mu);
+    if (watch.exit && watch.exit->failed) {
+      std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
+                   watch.exit->error.c_str());
+      return 1;
+    }
+    return 0;
+  };
+  // Shutdown runs on its own thread: the grace period bounds the whole
+  // host, so this one exits when it ends (or at a second signal) whatever
+  // shutdown is still waiting for (a process stuck in a C call, a state
+  // whose finalizers do not end, a blocking job).
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ShutdownReport report;
+  };
+  auto done = std::make_shared<Done>();  // shared: the thread may outlive this frame when given up
+  std::thread stopper([&scheduler, done] {
+    ShutdownReport r = scheduler.shutdown(config::kDefaultShutdownGrace);
+    std::lock_guard lock(done->mu);
+    done->report = r;
+    done->done = true;
+    done->cv.notify_all();
+  });
+  const auto hard_deadline =
+      std::chrono::steady_clock::now() + config::kDefaultShutdownGrace + config::kShutdownOverrun;
+  auto exit_now = [&](int code) {
+    std::fflush(stdout);
+    log::logger().flush();
+    std::fflush(stderr);
+    _exit(code);
+  };
+  for (;;) {
+    {
+      std::unique_lock lock(done->mu);
+      if (done->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done->done; })) break;
+    }
+    timespec zero{0, 0};
+    int sig = sigtimedwait(&signals, nullptr, &zero);
+    if (sig == SIGINT || sig == SIGTERM) {
+      log::logger().warn("received {} again: exiting at once", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      exit_now(sig == SIGINT ? 130 : 143);
+    }
+    if (std::chrono::steady_clock::now() >= hard_deadline) {
+      log::logger().error("shutdown did not end within the grace period: exiting, its threads abandoned");
+      exit_now(exit_code());
+    }
+  }
+  stopper.join();
+  const ShutdownReport report = done->report;
   if (report.force_closed && report.none_could_run)
     log::logger().info("shutdown: closed {} process(es) waiting for messages or events that nothing could send in time",
                        report.force_closed);
   else if (report.force_closed)
     log::logger().warn("shutdown: {} process(es) did not exit within the grace period and were closed",
                        report.force_closed);
-  if (signal_code) return signal_code;
-  std::lock_guard lock(watch.mu);
-  if (watch.exit && watch.exit->failed) {
-    std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
-                 watch.exit->error.c_str());
-    return 1;
-  }
-  return 0;
+  // Threads still inside processes' states: the scheduler and the runtime
+  // must not be destroyed under them.
+  if (report.threads_given_up) exit_now(exit_code());
+  return exit_code();
 }
 
 }  // namespace

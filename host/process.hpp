@@ -161,8 +161,10 @@ class Process {
   // Runaway protection (runaway_monitor.hpp); both are called from the
   // monitor thread while Step runs on a worker. Interrupt: make the running
   // step end soon (it should then fail with "limit: time"). Abandon: the
-  // worker thread running Step was parked for good inside it; Close must not
-  // touch the state that thread was using (leaking it is the safe choice).
+  // worker thread running Step was parked for good inside it, or given up
+  // where it is (in a C call, a finalizer), to park itself at its next safe
+  // point (Worker::park_if_abandoned): Close must touch nothing that thread
+  // may use, and the scheduler never destroys the object.
   virtual void Interrupt() {}
   virtual void Abandon() {}
 

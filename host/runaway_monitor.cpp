@@ -22,21 +22,20 @@ namespace {
 
 // Native code ranges (file-backed executable mappings), read from
 // /proc/self/maps by the monitor right before it signals; read by the
-// handler. A PC outside all of them is in JIT-compiled code.
+// handler. A PC outside all of them is in JIT-compiled code. The Lua VM's
+// own range (the one holding vm_code) is no obstacle: the interpreter holds
+// no lock.
 struct CodeRange {
   std::uintptr_t lo, hi;
 };
 constexpr int kMaxRanges = 1024;
 CodeRange g_ranges[kMaxRanges];
 std::atomic<int> g_range_count{0};
+std::atomic<std::uintptr_t> g_vm_lo{0}, g_vm_hi{0};
 std::atomic<int> g_target_tid{0};
 std::atomic<bool> g_parked{false};
 
-[[noreturn]] void park_forever() {
-  for (;;) pause();
-}
-
-void refresh_native_ranges() {
+void refresh_native_ranges(std::uintptr_t vm_code) {
   FILE* f = std::fopen("/proc/self/maps", "r");
   if (!f) return;
   int n = 0;
@@ -46,7 +45,13 @@ void refresh_native_ranges() {
     char perms[5] = {}, dev[16] = {};
     if (std::sscanf(line, "%lx-%lx %4s %lx %15s %lu", &lo, &hi, perms, &offset, dev, &inode) != 6) continue;
     bool special = std::strstr(line, "[vdso]") || std::strstr(line, "[vsyscall]");
-    if (perms[2] == 'x' && (inode != 0 || special)) g_ranges[n++] = {lo, hi};
+    if (perms[2] != 'x' || (inode == 0 && !special)) continue;
+    if (vm_code >= lo && vm_code < hi) {
+      g_vm_lo.store(lo, std::memory_order_relaxed);
+      g_vm_hi.store(hi, std::memory_order_relaxed);
+      continue;
+    }
+    g_ranges[n++] = {lo, hi};
   }
   std::fclose(f);
   g_range_count.store(n, std::memory_order_release);
@@ -54,6 +59,10 @@ void refresh_native_ranges() {
 
 void on_park_signal(int, siginfo_t*, void* context) {
   if (static_cast<int>(syscall(SYS_gettid)) != g_target_tid.load(std::memory_order_acquire)) return;
+  if (Worker::current_thread_parked()) {  // parked itself (park_if_abandoned)
+    g_parked.store(true, std::memory_order_release);
+    return;
+  }
   auto* uc = static_cast<ucontext_t*>(context);
 #if defined(__x86_64__)
   auto& pc = uc->uc_mcontext.gregs[REG_RIP];
@@ -73,14 +82,25 @@ void on_park_signal(int, siginfo_t*, void* context) {
   s -= 8;  // as if park_forever had been called
 #endif
   sp = static_cast<std::remove_reference_t<decltype(sp)>>(s);
-  pc = static_cast<std::remove_reference_t<decltype(pc)>>(reinterpret_cast<std::uintptr_t>(&park_forever));
+  pc = static_cast<std::remove_reference_t<decltype(pc)>>(reinterpret_cast<std::uintptr_t>(&Worker::park_forever));
   g_parked.store(true, std::memory_order_release);
 }
 
+std::int64_t cpu_time_ns(clockid_t clock, std::int64_t otherwise) {
+  timespec ts;
+  if (clock_gettime(clock, &ts) != 0) return otherwise;  // the thread has ended
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// How long after its interrupt a step that has not ended is stopped by
+// parking or giving up its thread.
+constexpr auto kStopGrace = std::chrono::milliseconds(200);
+
 }  // namespace
 
-RunawayMonitor::RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds limit)
+RunawayMonitor::RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds limit, const void* vm_code)
     : scheduler_(scheduler),
+      vm_code_(reinterpret_cast<std::uintptr_t>(vm_code)),
       limit_(limit),
       tick_(std::clamp(limit / 10, std::chrono::milliseconds(5), std::chrono::milliseconds(100))),
       watches_(scheduler.workers_.size()) {
@@ -94,55 +114,84 @@ RunawayMonitor::RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds l
 
 RunawayMonitor::~RunawayMonitor() { stop(); }
 
-void RunawayMonitor::stop() {
+std::size_t RunawayMonitor::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  return adrift_.size();
 }
 
 void RunawayMonitor::run() {
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, tick_, [&] { return stopping_; })) {
     lock.unlock();
-    auto now = std::chrono::steady_clock::now();
+    auto now = Clock::now();
     int stuck = 0;
     for (std::size_t i = 0; i < watches_.size(); ++i) stuck += check(i, now);
     int before = scheduler_.stuck_workers_.exchange(stuck, std::memory_order_acq_rel);
     if (before > 0 && stuck == 0) scheduler_.idle_.wake_all();  // parked helpers retire
+    if (!adrift_.empty()) {
+      refresh_native_ranges(vm_code_);
+      std::erase_if(adrift_, [&](const Adrift& a) { return signal_park(a.handle, a.tid, std::chrono::milliseconds(5)); });
+    }
     lock.lock();
   }
 }
 
-bool RunawayMonitor::check(std::size_t i, std::chrono::steady_clock::time_point now) {
+bool RunawayMonitor::check(std::size_t i, Clock::time_point now) {
   Worker& w = *scheduler_.workers_[i];
   Watch& watch = watches_[i];
   std::uint64_t e = w.epoch().load(std::memory_order_acquire) & ~Worker::kBusy;
+  const std::uint64_t init_epoch = w.init_epoch();
   if (!(e & 1) || e != watch.epoch) {  // idle, or a new step since the last look
-    watch = Watch{e, now, now, false, {}};
+    const std::int64_t cpu = (e & 1) ? cpu_time_ns(w.cpu_clock(), 0) : 0;
+    watch = Watch{e, now, now, cpu, cpu, init_epoch, false, false, {}};
     return false;
   }
-  if (w.initializing().load(std::memory_order_relaxed) != 0 && !watch.interrupted) watch.since += now - watch.last;
+  const std::int64_t cpu = cpu_time_ns(w.cpu_clock(), watch.cpu_last);
+  // One Init ran through the whole tick (its epoch did not move): its time
+  // is the new process's.
+  if (w.init_depth() != 0 && init_epoch == watch.init_epoch && !watch.interrupted) {
+    watch.since += now - watch.last;
+    watch.cpu_start += cpu - watch.cpu_last;
+  }
   watch.last = now;
+  watch.cpu_last = cpu;
+  watch.init_epoch = init_epoch;
   // A long step with work waiting behind it: hand the work to another thread.
   const bool long_step = now - watch.since >= std::min<std::chrono::milliseconds>(config::kHandoffAfter, limit_ / 2);
   if (long_step && (!w.deque().empty_approx() || !scheduler_.global_.empty_approx())) hand_off();
-  if (now - watch.since < limit_) return long_step;
   if (!watch.interrupted) {
+    // The slot is read before kBusy is held: slots are never freed, and
+    // the flag is checked again below, for the step that holds it.
+    const ProcessSlot* seen = w.running();
+    const bool terminated = seen && seen->terminate_requested.load(std::memory_order_acquire);
+    if (!terminated && std::chrono::nanoseconds(cpu - watch.cpu_start) < limit_) return long_step;
+    // Closing (a new watch began with it: the close has a limit of its own):
+    // no hook runs in its finalizers, and the state is being freed.
+    if (e & Worker::kClosing) {
+      if (!terminated)
+        log::logger().warn("process {} has run its finalizers for {} ms of CPU time as it closed: stopping it (limit: time)",
+                           seen->pid().to_string(), limit_.count());
+      return !stop_step(i, e, terminated);
+    }
     std::uint64_t expect = e;
     if (!w.epoch().compare_exchange_strong(expect, e | Worker::kBusy, std::memory_order_acq_rel)) return false;
     ProcessSlot* slot = w.running();
-    log::logger().warn("process {} has run for {} ms without yielding: stopping it (limit: time)",
-                       slot->pid().to_string(), limit_.count());
+    watch.terminated = slot->terminate_requested.load(std::memory_order_acquire);
+    if (!watch.terminated)
+      log::logger().warn("process {} has run Lua for {} ms of CPU time without yielding: stopping it (limit: time)",
+                         slot->pid().to_string(), limit_.count());
     slot->process->Interrupt();
     w.epoch().store(e, std::memory_order_release);
     watch.interrupted = true;
     watch.interrupted_at = now;
     return true;
   }
-  if (now - watch.interrupted_at >= std::chrono::milliseconds(200)) return !try_park(i, e);
+  if (now - watch.interrupted_at >= kStopGrace) return !stop_step(i, e, watch.terminated);
   return true;
 }
 
@@ -162,27 +211,38 @@ void RunawayMonitor::hand_off() {
   }
 }
 
-bool RunawayMonitor::try_park(std::size_t i, std::uint64_t e) {
+bool RunawayMonitor::signal_park(pthread_t handle, int tid, std::chrono::milliseconds wait) {
+  g_parked.store(false, std::memory_order_release);
+  g_target_tid.store(tid, std::memory_order_release);
+  pthread_kill(handle, SIGUSR2);
+  const auto until = Clock::now() + wait;
+  while (!g_parked.load(std::memory_order_acquire) && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  g_target_tid.store(0, std::memory_order_release);
+  return g_parked.load(std::memory_order_acquire);
+}
+
+bool RunawayMonitor::stop_step(std::size_t i, std::uint64_t e, bool terminated) {
   Worker& w = *scheduler_.workers_[i];
   std::uint64_t expect = e;
   if (!w.epoch().compare_exchange_strong(expect, e | Worker::kBusy, std::memory_order_acq_rel)) return false;
-  refresh_native_ranges();
-  g_parked.store(false, std::memory_order_release);
-  g_target_tid.store(w.thread_id(), std::memory_order_release);
-  pthread_kill(w.native_handle(), SIGUSR2);
-  for (int k = 0; k < 100 && !g_parked.load(std::memory_order_acquire); ++k)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  g_target_tid.store(0, std::memory_order_release);
-  if (!g_parked.load(std::memory_order_acquire)) {
-    w.epoch().store(e, std::memory_order_release);  // in native code: try again next tick
-    return false;
-  }
+  refresh_native_ranges(vm_code_);
+  const pthread_t handle = w.native_handle();
+  const int tid = w.thread_id();
+  const bool parked = signal_park(handle, tid, std::chrono::milliseconds(100));
   ProcessSlot* slot = w.running();
-  log::logger().warn("process {} is stuck in JIT-compiled code: its worker thread was parked and replaced",
-                     slot->pid().to_string());
+  if (parked) {
+    log::logger().warn("process {} is stuck in JIT-compiled code or a finalizer: its worker thread was parked and replaced",
+                       slot->pid().to_string());
+  } else {
+    // In a C call or native code: given up where it is, parked when it can be.
+    log::logger().warn("process {} is stuck in a C call or native code: its worker thread was given up and replaced",
+                       slot->pid().to_string());
+    adrift_.push_back({handle, tid});
+  }
   slot->process->Abandon();
-  scheduler_.finish(slot, true, {}, "limit: time");
-  w.replace_thread();
+  scheduler_.finish(slot, true, {}, terminated ? "terminated" : "limit: time", Scheduler::Ending::Abandon);
+  w.replace_thread(parked);
   return true;
 }
 

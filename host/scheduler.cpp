@@ -38,8 +38,8 @@ Scheduler::Scheduler(SchedulerOptions options)
 
 Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
 
-void Scheduler::watch_for_runaways(std::chrono::milliseconds limit) {
-  if (!runaway_monitor_) runaway_monitor_ = std::make_unique<RunawayMonitor>(*this, limit);
+void Scheduler::watch_for_runaways(std::chrono::milliseconds limit, const void* vm_code) {
+  if (!runaway_monitor_) runaway_monitor_ = std::make_unique<RunawayMonitor>(*this, limit, vm_code);
 }
 
 Worker* Scheduler::own_worker() {
@@ -134,19 +134,17 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
 
   std::string err;
   Worker* const on_worker = own_worker();
-  // Its owner thread is the one writer: no read-modify-write needed.
-  auto step_initializing = [on_worker](std::uint32_t n) {
-    if (on_worker) on_worker->initializing().store(n, std::memory_order_relaxed);
-  };
-  const std::uint32_t outer_inits = on_worker ? on_worker->initializing().load(std::memory_order_relaxed) : 0;
-  step_initializing(outer_inits + 1);
+  if (on_worker) on_worker->begin_init();
   try {
     const log::CurrentPidScope own_lines(pid, process.get());  // its module's top-level code runs here
     err = process->Init(ProcessContext{this, pid}, method, std::move(input));
   } catch (const std::exception& e) {
     err = make_error(ErrorKind::Invalid, std::string("process init raised: ") + e.what());
   }
-  step_initializing(outer_inits);
+  // A thread the runaway monitor gave up on while it ran the Init (its
+  // spawner was terminated in it) goes no further.
+  Worker::park_if_abandoned();
+  if (on_worker) on_worker->end_init();
   if (!err.empty()) return give_up(std::move(err));
 
   if (options.link_to.valid()) {
@@ -379,7 +377,7 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   }
 }
 
-void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error) {
+void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error, Ending ending) {
   const Pid pid = slot->pid();
   std::vector<Pid> links;
   std::vector<Monitor> monitors;
@@ -393,8 +391,14 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     slot->pending.clear();
   }
   if (auto proc = std::move(slot->process)) {
-    proc->Close();
-    log::forget_process(proc.get());
+    if (ending != Ending::Closed) proc->Close();
+    if (ending == Ending::Abandon) {
+      // A thread stopped, or still running, inside it: never freed.
+      std::lock_guard lock(abandoned_mu_);
+      abandoned_.push_back(std::move(proc));
+    } else {
+      log::forget_process(proc.get());
+    }
   }
 
   ExitInfo info{pid, failed, failed ? std::string() : std::move(result), failed ? std::move(error) : std::string()};

@@ -47,7 +47,9 @@
 // event (and every process spawned from now on). 2) Wait for all to exit
 // until the grace deadline, or until none of them can run again before it
 // (each waits for an event nothing can send in time). 3) Stop and join the
-// workers. 4) Close what is left, on the calling thread, and report it with
+// workers, each until the grace deadline (or a short allowance past it);
+// one stuck in a step is given up. 4) Close what is left, on the calling
+// thread, abandoning the processes of given-up workers, and report it with
 // the yields that never completed. 5) Stop the timer thread and the
 // blocking pool.
 #pragma once
@@ -110,6 +112,11 @@ struct ShutdownReport {
   std::size_t force_closed = 0;           // processes closed after the grace ran out, or when none could run
   bool none_could_run = false;            // the wait ended early: no process left could run before the deadline
   std::size_t yields_never_completed = 0; // outstanding yields of the force-closed ones
+  // Worker threads left running or blocked when shutdown returned: stuck in
+  // a step past the grace, or given up by the runaway monitor and not parked
+  // yet. The scheduler must then not be destroyed: the caller exits the
+  // program instead (_exit), as the host program does.
+  std::size_t threads_given_up = 0;
   std::size_t timers_dropped = 0;
   std::size_t blocking_jobs_dropped = 0;
 };
@@ -189,9 +196,11 @@ class Scheduler {
 
   ShutdownReport shutdown(std::chrono::milliseconds grace = config::kDefaultShutdownGrace);
 
-  // Stops processes whose step runs longer than `limit` (runaway_monitor.hpp).
-  // Call once, before processes run.
-  void watch_for_runaways(std::chrono::milliseconds limit);
+  // Stops processes whose step runs longer than `limit` of CPU time, and
+  // steps of terminated processes that do not end (runaway_monitor.hpp).
+  // vm_code: an address in the Lua VM's code, where a stuck thread may be
+  // parked (null: none). Call once, before processes run.
+  void watch_for_runaways(std::chrono::milliseconds limit, const void* vm_code = nullptr);
 
   // Work for idle cores. A worker that runs out of processes to run (a
   // parked one once it is woken and done), before it spins and parks, calls
@@ -228,8 +237,13 @@ class Scheduler {
   // Queues a process whose state this thread just moved to Ready.
   void schedule(ProcessSlot* slot);
   void push_global(ProcessSlot* slot);
+  // How finish treats the process object: Close it; it was Closed already
+  // (by its worker, inside the step); or Abandon: a worker thread was given
+  // up inside its step (Process::Abandon was called), so the object is
+  // closed but kept for good, as that thread may still hold it.
+  enum class Ending : std::uint8_t { Close, Closed, Abandon };
   // Ends a process: PID stops answering, Close, hooks, monitors and links told.
-  void finish(ProcessSlot* slot, bool failed, std::string result, std::string error);
+  void finish(ProcessSlot* slot, bool failed, std::string result, std::string error, Ending ending = Ending::Close);
   bool any_work_visible() const;
   // One unit of the idle job; false when there is none or it had nothing to do.
   bool run_idle_job();
@@ -255,6 +269,8 @@ class Scheduler {
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;
+  std::mutex abandoned_mu_;
+  std::vector<std::unique_ptr<Process>> abandoned_;  // guarded by abandoned_mu_; never freed (finish)
   std::shared_mutex idle_job_mu_;     // shared while a worker runs the job
   std::function<bool()> idle_job_;    // guarded by idle_job_mu_
   std::atomic<bool> has_idle_job_{false};  // lets workers skip the lock when there is none

@@ -85,13 +85,17 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   for (const Pid& pid : live) still += alive(pid);
   report_.exited_in_grace = live.size() - still;
 
-  // 3. Stop the workers. A step in progress finishes first.
+  // 3. Stop the workers. A step in progress may finish within the rest of
+  // the grace (at least kJoinAllowance, for workers leaving their loops);
+  // a worker whose thread is stuck past it is given up.
   stopping_workers_.store(true, std::memory_order_release);
   idle_.stop();
-  for (auto& w : workers_) w->join();
+  const auto join_deadline = std::max(deadline, std::chrono::steady_clock::now() + config::kJoinAllowance);
+  for (auto& w : workers_) report_.threads_given_up += !w->join_until(join_deadline);
   if (runaway_monitor_) {
-    runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
-    for (auto& w : workers_) w->join();  // a helper it started meanwhile sees the stop flag and leaves
+    report_.threads_given_up += runaway_monitor_->stop();  // kept until now: it unsticks workers being joined
+    // A helper it started meanwhile sees the stop flag and leaves.
+    for (auto& w : workers_) report_.threads_given_up += !w->join_until(join_deadline);
   }
   if (log::logger().should_log(spdlog::level::debug)) {
     const Counters c = counters();
@@ -99,7 +103,18 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
                         c.workers.steals, c.workers.parks, c.wakes, c.workers.batch_waits);
   }
 
-  // 4. Close what is left. No worker runs now, so every slot is ours.
+  // 4. Close what is left. No worker runs now, so every slot is ours;
+  // unless a worker's thread was given up: it may still end its step and
+  // finish its process while we would close the same one. Then nothing is
+  // closed: the caller exits the program (ShutdownReport::threads_given_up).
+  if (report_.threads_given_up > 0) {
+    log::logger().warn("shutdown: {} worker thread(s) stuck past the grace period; processes left as they are",
+                       report_.threads_given_up);
+    report_.timers_dropped = timers_.stop();
+    report_.blocking_jobs_dropped = pool_.stop();
+    shut_down_.store(true, std::memory_order_release);
+    return report_;
+  }
   for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
     ProcessSlot* slot = table_.slot_at(i);
     {

@@ -2,6 +2,7 @@
 // follow the idle protocol of idle_workers.hpp when there is none.
 #include "host/worker.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,33 +17,80 @@ namespace host {
 namespace {
 
 thread_local Worker* tls_worker = nullptr;
+// Set by the runaway monitor when it gives up on this thread (see
+// Worker::abandoned_flag_). Initial-exec TLS: read by a signal handler too.
+thread_local std::atomic<bool> tls_abandoned{false};
+thread_local std::atomic<bool> tls_parked{false};
 
 }  // namespace
 
 Worker::Worker(Scheduler& scheduler, unsigned id, bool helper)
     : scheduler_(scheduler), id_(id), helper_(helper), rng_(0x9E3779B97F4A7C15ull * (id + 1)) {}
 
-void Worker::start() { thread_ = std::thread([this] { run(); }); }
+void Worker::start() {
+  std::lock_guard lock(thread_mu_);
+  start_locked();
+}
+
+void Worker::start_locked() {
+  const std::uint64_t gen = ++thread_gen_;
+  thread_left_ = false;
+  thread_ = std::thread([this, gen] { run(gen); });
+}
 
 bool Worker::start_helper() {
-  if (active_.load(std::memory_order_acquire)) return false;
-  if (thread_.joinable()) thread_.join();  // the last helper thread has left its loop
+  std::lock_guard lock(thread_mu_);
+  if (given_up_ || !thread_left_) return false;  // a helper thread still runs its loop
+  if (thread_.joinable()) thread_.join();  // it has left its loop and only returns now
   active_.store(true, std::memory_order_release);
-  start();
+  start_locked();
   return true;
 }
 
-void Worker::replace_thread() {
-  thread_.detach();  // parked forever inside a step; it never touches the worker again
+void Worker::replace_thread(bool parked) {
+  std::lock_guard lock(thread_mu_);
+  // Parked or abandoned inside a step: it never touches the worker again.
+  if (thread_.joinable()) thread_.detach();
   running_.store(nullptr, std::memory_order_relaxed);
-  std::uint64_t e = epoch_.load(std::memory_order_relaxed) & ~kBusy;
-  epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
+  if (!parked) {
+    if (std::atomic<bool>* flag = abandoned_flag_.load(std::memory_order_acquire))
+      flag->store(true, std::memory_order_release);  // before the epoch below: partner in execute
+  }
+  std::uint64_t e = epoch_.load(std::memory_order_relaxed) & ~(kBusy | kClosing);
   activity_.store((activity_.load(std::memory_order_relaxed) | 1) + 1, std::memory_order_release);  // nor in execute
-  thread_ = std::thread([this] { run(); });
+  if (given_up_) {
+    // Shutdown no longer waits for this worker: it gets no thread.
+    thread_left_ = true;
+    epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
+    thread_cv_.notify_all();
+    return;
+  }
+  epoch_.store((e | 1) + 1, std::memory_order_release);
+  start_locked();
 }
 
-void Worker::join() {
-  if (thread_.joinable()) thread_.join();
+bool Worker::join_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(thread_mu_);
+  if (!thread_cv_.wait_until(lock, deadline, [&] { return !thread_.joinable() || thread_left_; })) {
+    given_up_ = true;
+    thread_.detach();
+    return false;
+  }
+  if (thread_.joinable()) thread_.join();  // it has left its loop and only returns now
+  return true;
+}
+
+bool Worker::current_thread_abandoned() { return tls_abandoned.load(std::memory_order_acquire); }
+
+void Worker::park_if_abandoned() {
+  if (tls_abandoned.load(std::memory_order_acquire)) park_forever();
+}
+
+bool Worker::current_thread_parked() { return tls_parked.load(std::memory_order_relaxed); }
+
+void Worker::park_forever() {
+  tls_parked.store(true, std::memory_order_relaxed);
+  for (;;) pause();
 }
 
 Worker* Worker::current() { return tls_worker; }
@@ -64,9 +112,13 @@ std::uint64_t Worker::next_random() {
   return rng_ * 0x2545F4914F6CDD1Dull;
 }
 
-void Worker::run() {
+void Worker::run(std::uint64_t generation) {
   tls_worker = this;
   tid_.store(static_cast<int>(gettid()), std::memory_order_release);
+  handle_.store(pthread_self(), std::memory_order_release);
+  clockid_t clock;
+  if (pthread_getcpuclockid(pthread_self(), &clock) == 0) cpu_clock_.store(clock, std::memory_order_release);
+  abandoned_flag_.store(&tls_abandoned, std::memory_order_release);
   IdleWorkers& idle = scheduler_.idle_;
   bool spinning = false;
   // Woken from a park and not yet searching as a spinner or running: the
@@ -144,6 +196,11 @@ void Worker::run() {
   if (spinning) (void)idle.end_spinning();
   tls_worker = nullptr;
   active_.store(false, std::memory_order_release);
+  std::lock_guard lock(thread_mu_);
+  if (generation == thread_gen_) {
+    thread_left_ = true;
+    thread_cv_.notify_all();
+  }
 }
 
 ProcessSlot* Worker::find_work() {
@@ -222,23 +279,45 @@ void Worker::execute(ProcessSlot* slot) {
     out_.status = Status::Failed;
     out_.error = "step raised an unknown exception";
   }
-  // Even again; wait while the runaway monitor holds kBusy on this step.
-  for (std::uint64_t e = epoch_.load(std::memory_order_acquire);;) {
-    if (e & kBusy) {
-      std::this_thread::yield();
-      e = epoch_.load(std::memory_order_acquire);
-      continue;
-    }
-    if (epoch_.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  const bool ended = out_.status == Status::Done || out_.status == Status::Failed;
+  // A terminate that came during the step (the runaway monitor interrupted
+  // it for that) ends it so, whatever the step itself said.
+  if (ended && slot->terminate_requested.load(std::memory_order_acquire)) {
+    out_.status = Status::Failed;
+    out_.error = "terminated";
   }
+  // A process that ended closes within its step, under the runaway
+  // monitor's watch: its finalizers count against the time limit, and a
+  // Close that never ends is stopped like a step (its thread parked or
+  // given up; the monitor then finishes the process).
+  // Both marks wait while the runaway monitor holds kBusy on this step. If
+  // it gave up on this thread meanwhile (the step outlived a terminate or
+  // the time limit in a C call), the worker has another thread and the
+  // process is finished: this one stops there, touching nothing.
+  auto set_epoch = [this](auto next) {
+    for (std::uint64_t e = epoch_.load(std::memory_order_acquire);;) {
+      park_if_abandoned();  // partner: the release store in replace_thread
+      if (e & kBusy) {
+        std::this_thread::yield();
+        e = epoch_.load(std::memory_order_acquire);
+        continue;
+      }
+      if (epoch_.compare_exchange_weak(e, next(e), std::memory_order_acq_rel, std::memory_order_acquire)) return;
+    }
+  };
+  if (ended) {
+    set_epoch([](std::uint64_t e) { return e | kClosing; });
+    process->Close();
+  }
+  set_epoch([](std::uint64_t e) { return (e & ~kClosing) + 1; });  // even again
   const std::size_t taken = events_.size();
   events_.clear();
   switch (out_.status) {
     case Status::Done:
     case Status::Failed:
       if (!out_.cancels().empty()) s.cancel_yields(slot, out_);  // no new yields: it has ended
-      if (out_.status == Status::Done) s.finish(slot, false, std::move(out_.result), {});
-      else s.finish(slot, true, {}, std::move(out_.error));
+      if (out_.status == Status::Done) s.finish(slot, false, std::move(out_.result), {}, Scheduler::Ending::Closed);
+      else s.finish(slot, true, {}, std::move(out_.error), Scheduler::Ending::Closed);
       break;
     case Status::Continue:
       // One task yielded while others started commands (a timer): those

@@ -5,8 +5,13 @@
 
 #include <pthread.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,7 +33,13 @@ class Worker {
   Worker(const Worker&) = delete;
 
   void start();
-  void join();
+  // Waits for the worker's thread to leave its loop (after the scheduler's
+  // stopping_workers_ is set) until `deadline`. False when it did not: the
+  // thread is then given up (detached, stuck in a step) and the worker gets
+  // no thread again. Agrees with replace_thread and start_helper under
+  // thread_mu_, so a thread the runaway monitor starts meanwhile is the one
+  // waited for. Shutdown's thread only.
+  bool join_until(std::chrono::steady_clock::time_point deadline);
   bool helper() const { return helper_; }
   // Helpers only: starts the thread unless one runs. Monitor thread only.
   bool start_helper();
@@ -78,26 +89,53 @@ class Worker {
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
   // sets kBusy while it touches the running process, and the worker waits
   // for it to clear before it ends the step, so the process cannot be
-  // finished and freed under the monitor.
+  // finished and freed under the monitor. kClosing: the step's process
+  // ended and is closing (Process::Close, its finalizers), set by the worker
+  // when kBusy is clear: from then on the monitor does not Interrupt it
+  // (the state is being freed), only stops it.
   static constexpr std::uint64_t kBusy = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t kClosing = std::uint64_t{1} << 62;
   std::atomic<std::uint64_t>& epoch() { return epoch_; }
   ProcessSlot* running() const { return running_.load(std::memory_order_acquire); }
   // Spawns whose Init runs inside the running step (a spawned module's
   // top-level code runs there): that time is the new process's, which
   // stops itself at the time limit (LuaProcess::Init), so the monitor does
-  // not count it against the step. Owner thread writes (Scheduler::spawn).
-  std::atomic<std::uint32_t>& initializing() { return initializing_; }
+  // not count an Init it sees running across a whole tick against the
+  // step. init_epoch counts Inits begun and ended, so that many short ones
+  // (a loop of spawns) look like the step's own work. Owner thread writes
+  // (Scheduler::spawn).
+  void begin_init() { bump_init(+1); }
+  void end_init() { bump_init(-1); }
+  std::uint32_t init_depth() const { return init_depth_.load(std::memory_order_relaxed); }
+  std::uint64_t init_epoch() const { return init_epoch_.load(std::memory_order_relaxed); }
   // Odd while execute() runs, from taking a process to its last effect
   // (a wake, an exit event): Scheduler::nothing_can_run reads it.
   std::uint64_t activity() const { return activity_.load(std::memory_order_acquire); }
   int thread_id() const { return tid_.load(std::memory_order_acquire); }
-  pthread_t native_handle() { return thread_.native_handle(); }
-  // Monitor only, with kBusy held and the old thread parked for good: gives
-  // the worker (its deque included) a new thread.
-  void replace_thread();
+  pthread_t native_handle() const { return handle_.load(std::memory_order_acquire); }
+  // The CPU-time clock of the worker's current thread (the time limit
+  // counts a step's CPU time, not time its thread sleeps in a system call).
+  clockid_t cpu_clock() const { return cpu_clock_.load(std::memory_order_acquire); }
+  // Monitor only, with kBusy held: gives the worker (its deque included) a
+  // new thread. The old one is parked for good already (parked = true), or
+  // is abandoned where it is: it parks itself at its next safe point (the
+  // interrupt hook, the end of its step: park_if_abandoned) and never
+  // touches the worker again.
+  void replace_thread(bool parked);
+  // Whether the calling thread is a worker thread the runaway monitor gave
+  // up on; any thread. For the Lua interrupt hook.
+  static bool current_thread_abandoned();
+  // Whether the calling thread parked itself for good (park_forever); for
+  // the monitor's signal handler.
+  static bool current_thread_parked();
+  // Parks the calling thread for good if it was abandoned.
+  static void park_if_abandoned();
+  [[noreturn]] static void park_forever();
 
  private:
-  void run();
+  void run(std::uint64_t generation);
+  // Starts a thread for the worker; thread_mu_ held.
+  void start_locked();
   ProcessSlot* find_work();
   ProcessSlot* steal_work();
   void execute(ProcessSlot* slot);
@@ -111,12 +149,35 @@ class Worker {
   const bool helper_;
   std::atomic<bool> active_{false};  // helpers: a thread runs the loop
   WorkDeque<ProcessSlot*> deque_;
+  // The worker's thread, and the handshake between the runaway monitor
+  // (replace_thread, start_helper) and shutdown (join_until), all under
+  // thread_mu_: thread_ itself; thread_gen_, which each new thread takes
+  // (only the current generation's thread reports leaving); thread_left_,
+  // set by that thread as its last act under the lock; given_up_, set by
+  // join_until when its deadline passed, after which no thread is started.
+  std::mutex thread_mu_;
+  std::condition_variable thread_cv_;
   std::thread thread_;
-  std::vector<std::thread> abandoned_;  // parked threads, never joined (monitor only)
+  std::uint64_t thread_gen_ = 0;
+  bool thread_left_ = true;
+  bool given_up_ = false;
+  // Set by the current thread as it starts; read by the monitor.
+  std::atomic<pthread_t> handle_{};
+  std::atomic<clockid_t> cpu_clock_{CLOCK_THREAD_CPUTIME_ID};
+  // The current thread's abandoned flag (a thread_local of that thread,
+  // alive as long as it is, which an abandoned thread is for good). Set by
+  // the monitor before replace_thread publishes the new epoch (release);
+  // the old thread reads it after it sees that epoch (acquire).
+  std::atomic<std::atomic<bool>*> abandoned_flag_{nullptr};
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::uint64_t> activity_{0};
   std::atomic<ProcessSlot*> running_{nullptr};
-  std::atomic<std::uint32_t> initializing_{0};
+  std::atomic<std::uint32_t> init_depth_{0};
+  std::atomic<std::uint64_t> init_epoch_{0};
+  void bump_init(int by) {
+    init_depth_.store(init_depth_.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+    init_epoch_.store(init_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   std::atomic<int> tid_{0};
   // Counters, written by the worker thread only (a relaxed load and store,
   // no locked instruction).
