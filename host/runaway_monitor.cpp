@@ -33,7 +33,8 @@ CodeRange g_ranges[kMaxRanges];
 std::atomic<int> g_range_count{0};
 std::atomic<std::uintptr_t> g_vm_lo{0}, g_vm_hi{0};
 std::atomic<int> g_target_tid{0};
-std::atomic<bool> g_parked{false};
+std::atomic<bool> g_answered{false};  // the handler ran in the target thread
+std::atomic<bool> g_parked{false};    // and parked it
 
 void refresh_native_ranges(std::uintptr_t vm_code) {
   FILE* f = std::fopen("/proc/self/maps", "r");
@@ -59,6 +60,9 @@ void refresh_native_ranges(std::uintptr_t vm_code) {
 
 void on_park_signal(int, siginfo_t*, void* context) {
   if (static_cast<int>(syscall(SYS_gettid)) != g_target_tid.load(std::memory_order_acquire)) return;
+  struct Answer {
+    ~Answer() { g_answered.store(true, std::memory_order_release); }
+  } answer;
   if (Worker::current_thread_parked()) {  // parked itself (park_if_abandoned)
     g_parked.store(true, std::memory_order_release);
     return;
@@ -92,10 +96,6 @@ std::int64_t cpu_time_ns(clockid_t clock, std::int64_t otherwise) {
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// How long after its interrupt a step that has not ended is stopped by
-// parking or giving up its thread.
-constexpr auto kStopGrace = std::chrono::milliseconds(200);
-
 }  // namespace
 
 RunawayMonitor::RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds limit, const void* vm_code)
@@ -103,6 +103,7 @@ RunawayMonitor::RunawayMonitor(Scheduler& scheduler, std::chrono::milliseconds l
       vm_code_(reinterpret_cast<std::uintptr_t>(vm_code)),
       limit_(limit),
       tick_(std::clamp(limit / 10, std::chrono::milliseconds(5), std::chrono::milliseconds(100))),
+      stop_grace_(std::clamp(limit / 5, std::chrono::milliseconds(10), std::chrono::milliseconds(200))),
       watches_(scheduler.workers_.size()) {
   struct sigaction sa {};
   sa.sa_sigaction = on_park_signal;
@@ -148,17 +149,15 @@ bool RunawayMonitor::check(std::size_t i, Clock::time_point now) {
   const std::uint64_t init_epoch = w.init_epoch();
   if (!(e & 1) || e != watch.epoch) {  // idle, or a new step since the last look
     const std::int64_t cpu = (e & 1) ? cpu_time_ns(w.cpu_clock(), 0) : 0;
-    watch = Watch{e, now, now, cpu, cpu, init_epoch, false, false, {}};
+    watch = Watch{e, now, cpu, cpu, init_epoch, false, false, {}};
     return false;
   }
   const std::int64_t cpu = cpu_time_ns(w.cpu_clock(), watch.cpu_last);
   // One Init ran through the whole tick (its epoch did not move): its time
-  // is the new process's.
-  if (w.init_depth() != 0 && init_epoch == watch.init_epoch && !watch.interrupted) {
-    watch.since += now - watch.last;
+  // is the new process's. (Not for the handoff: work queued behind the
+  // step waits all the same.)
+  if (w.init_depth() != 0 && init_epoch == watch.init_epoch && !watch.interrupted)
     watch.cpu_start += cpu - watch.cpu_last;
-  }
-  watch.last = now;
   watch.cpu_last = cpu;
   watch.init_epoch = init_epoch;
   // A long step with work waiting behind it: hand the work to another thread.
@@ -169,13 +168,14 @@ bool RunawayMonitor::check(std::size_t i, Clock::time_point now) {
     // the flag is checked again below, for the step that holds it.
     const ProcessSlot* seen = w.running();
     const bool terminated = seen && seen->terminate_requested.load(std::memory_order_acquire);
-    if (!terminated && std::chrono::nanoseconds(cpu - watch.cpu_start) < limit_) return long_step;
-    // Closing (a new watch began with it: the close has a limit of its own):
-    // no hook runs in its finalizers, and the state is being freed.
-    if (e & Worker::kClosing) {
-      if (!terminated)
-        log::logger().warn("process {} has run its finalizers for {} ms of CPU time as it closed: stopping it (limit: time)",
-                           seen->pid().to_string(), limit_.count());
+    const bool closing = e & Worker::kClosing;
+    if ((closing || !terminated) && std::chrono::nanoseconds(cpu - watch.cpu_start) < limit_) return long_step;
+    // Closing (a new watch began with it: the close has a limit of its own,
+    // terminated or not): no hook runs in its finalizers, and the state is
+    // being freed.
+    if (closing) {
+      log::logger().warn("process {} has run its finalizers for {} ms of CPU time as it closed: stopping it (limit: time)",
+                         seen->pid().to_string(), limit_.count());
       return !stop_step(i, e, terminated);
     }
     std::uint64_t expect = e;
@@ -191,7 +191,7 @@ bool RunawayMonitor::check(std::size_t i, Clock::time_point now) {
     watch.interrupted_at = now;
     return true;
   }
-  if (now - watch.interrupted_at >= kStopGrace) return !stop_step(i, e, watch.terminated);
+  if (now - watch.interrupted_at >= stop_grace_) return !stop_step(i, e, watch.terminated);
   return true;
 }
 
@@ -213,10 +213,11 @@ void RunawayMonitor::hand_off() {
 
 bool RunawayMonitor::signal_park(pthread_t handle, int tid, std::chrono::milliseconds wait) {
   g_parked.store(false, std::memory_order_release);
+  g_answered.store(false, std::memory_order_release);
   g_target_tid.store(tid, std::memory_order_release);
   pthread_kill(handle, SIGUSR2);
   const auto until = Clock::now() + wait;
-  while (!g_parked.load(std::memory_order_acquire) && Clock::now() < until)
+  while (!g_answered.load(std::memory_order_acquire) && Clock::now() < until)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   g_target_tid.store(0, std::memory_order_release);
   return g_parked.load(std::memory_order_acquire);

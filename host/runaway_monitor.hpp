@@ -72,7 +72,6 @@ class RunawayMonitor {
   struct Watch {
     std::uint64_t epoch = 0;
     Clock::time_point since;  // wall clock: the handoff's
-    Clock::time_point last;   // this watch's last check
     std::int64_t cpu_start = 0;  // the step's thread's CPU time (ns) at its start, moved by Inits
     std::int64_t cpu_last = 0;
     std::uint64_t init_epoch = 0;
@@ -101,6 +100,9 @@ class RunawayMonitor {
   const std::uintptr_t vm_code_;
   const std::chrono::milliseconds limit_;
   const std::chrono::milliseconds tick_;
+  // How long after its interrupt a step that has not ended is stopped by
+  // parking or giving up its thread.
+  const std::chrono::milliseconds stop_grace_;
   std::vector<Watch> watches_;  // monitor thread only
   std::vector<Adrift> adrift_;  // monitor thread only
   std::mutex mu_;

@@ -108,7 +108,8 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
   // finish its process while we would close the same one. Then nothing is
   // closed: the caller exits the program (ShutdownReport::threads_given_up).
   if (report_.threads_given_up > 0) {
-    log::logger().warn("shutdown: {} worker thread(s) stuck past the grace period; processes left as they are",
+    log::logger().warn("shutdown: {} thread(s) still inside processes (stuck in a step past the grace period, "
+                       "or given up in a C call); the processes are left as they are",
                        report_.threads_given_up);
     report_.timers_dropped = timers_.stop();
     report_.blocking_jobs_dropped = pool_.stop();

@@ -42,7 +42,6 @@ bool Worker::start_helper() {
   std::lock_guard lock(thread_mu_);
   if (given_up_ || !thread_left_) return false;  // a helper thread still runs its loop
   if (thread_.joinable()) thread_.join();  // it has left its loop and only returns now
-  active_.store(true, std::memory_order_release);
   start_locked();
   return true;
 }
@@ -58,15 +57,9 @@ void Worker::replace_thread(bool parked) {
   }
   std::uint64_t e = epoch_.load(std::memory_order_relaxed) & ~(kBusy | kClosing);
   activity_.store((activity_.load(std::memory_order_relaxed) | 1) + 1, std::memory_order_release);  // nor in execute
-  if (given_up_) {
-    // Shutdown no longer waits for this worker: it gets no thread.
-    thread_left_ = true;
-    epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
-    thread_cv_.notify_all();
-    return;
-  }
-  epoch_.store((e | 1) + 1, std::memory_order_release);
-  start_locked();
+  epoch_.store((e | 1) + 1, std::memory_order_release);  // even: not in a step
+  // Shutdown no longer waits for this worker (join_until gave up): no thread.
+  if (!given_up_) start_locked();
 }
 
 bool Worker::join_until(std::chrono::steady_clock::time_point deadline) {
@@ -195,7 +188,6 @@ void Worker::run(std::uint64_t generation) {
   if (waking) idle.end_waking();
   if (spinning) (void)idle.end_spinning();
   tls_worker = nullptr;
-  active_.store(false, std::memory_order_release);
   std::lock_guard lock(thread_mu_);
   if (generation == thread_gen_) {
     thread_left_ = true;
@@ -252,13 +244,13 @@ void Worker::execute(ProcessSlot* slot) {
     return;
   }
   log::set_current_pid(slot->pid(), process);
-  if (slot->terminate_requested.load(std::memory_order_acquire)) {
-    s.finish(slot, true, {}, "terminated");
-    log::clear_current_pid();
-    return;
+  // Terminated while it waited: not stepped, only closed, below (under the
+  // runaway monitor's watch, as any close).
+  const bool terminated = slot->terminate_requested.load(std::memory_order_acquire);
+  if (!terminated) {
+    process->Prefetch();
+    bump(steps_);
   }
-  process->Prefetch();
-  bump(steps_);
   std::uint32_t taken_mark;
   {
     std::lock_guard lock(slot->mu);
@@ -271,7 +263,8 @@ void Worker::execute(ProcessSlot* slot) {
   running_.store(slot, std::memory_order_relaxed);
   epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {
-    process->Step(events_, out_);
+    if (terminated) out_.status = Status::Failed;  // "terminated", below
+    else process->Step(events_, out_);
   } catch (const std::exception& e) {
     out_.status = Status::Failed;
     out_.error = std::string("step raised an exception: ") + e.what();

@@ -147,7 +147,6 @@ class Worker {
   Scheduler& scheduler_;
   const unsigned id_;
   const bool helper_;
-  std::atomic<bool> active_{false};  // helpers: a thread runs the loop
   WorkDeque<ProcessSlot*> deque_;
   // The worker's thread, and the handshake between the runaway monitor
   // (replace_thread, start_helper) and shutdown (join_until), all under
