@@ -29,16 +29,27 @@ struct RunOptions {
   std::chrono::milliseconds timeout{30000};
   int signal = 0;  // sent once `signal_when` returns true (checked as output arrives) ...
   std::function<bool(const std::string& out, const std::string& err)> signal_when;
+  int second_signal = 0;  // ... and this one after it, once `second_signal_when` returns true
+  std::function<bool(const std::string& out, const std::string& err)> second_signal_when;
+  // The child's stdin: a pipe nobody writes to, open until the child ends
+  // (else it inherits this program's).
+  bool quiet_stdin = false;
   // ... and called on each poll, e.g. to edit files while it runs.
   std::function<void(const std::string& out, const std::string& err)> on_output;
   std::vector<std::pair<std::string, std::string>> env;  // set in the child only
 };
 
 inline RunResult run_program(const std::vector<std::string>& argv, RunOptions opts = {}) {
-  int out_pipe[2], err_pipe[2];
+  int out_pipe[2], err_pipe[2], in_pipe[2] = {-1, -1};
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) std::abort();
+  if (opts.quiet_stdin && pipe(in_pipe) != 0) std::abort();
   pid_t pid = fork();
   if (pid == 0) {
+    if (opts.quiet_stdin) {
+      dup2(in_pipe[0], 0);
+      close(in_pipe[0]);
+      close(in_pipe[1]);
+    }
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
@@ -52,6 +63,7 @@ inline RunResult run_program(const std::vector<std::string>& argv, RunOptions op
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
+  if (opts.quiet_stdin) close(in_pipe[0]);
   RunResult r;
   auto deadline = std::chrono::steady_clock::now() + opts.timeout;
   bool signalled = false;
@@ -80,12 +92,16 @@ inline RunResult run_program(const std::vector<std::string>& argv, RunOptions op
     if (opts.signal && !signalled && opts.signal_when && opts.signal_when(r.out, r.err)) {
       kill(pid, opts.signal);
       signalled = true;
+    } else if (signalled && opts.second_signal && opts.second_signal_when && opts.second_signal_when(r.out, r.err)) {
+      kill(pid, opts.second_signal);
+      opts.second_signal = 0;
     }
   }
   for (auto& f : fds)
     if (f.fd >= 0) close(f.fd);
   int status = 0;
   waitpid(pid, &status, 0);
+  if (opts.quiet_stdin) close(in_pipe[1]);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }

@@ -11,6 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include "host/config.hpp"
 #include "host/scheduler.hpp"
 #include "tests/native_processes.hpp"
 #include "tests/watchdog.hpp"
@@ -335,4 +338,80 @@ TEST_CASE("shutdown waits out a chain of monitors that unwinds during its polls"
     REQUIRE(unwound == length - 1);
     s.reset();
   }
+}
+
+// The runaway monitor gives a stuck worker a new thread
+// (Worker::replace_thread) while shutdown waits for the workers
+// (Worker::join_until): the two agree under the worker's thread lock. Each
+// round, processes blocked in a system call (a read of a pipe nobody writes
+// to) are terminated, so the monitor gives their threads up, while spinning
+// processes keep the other workers busy and threads beside them hog the
+// CPUs; shutdown starts at a random moment of that, with a short grace.
+// Shutdown must always return within its bound (never a join without a
+// deadline) and agree with the monitor on every thread (TSan checks the
+// handshake). A scheduler with threads still inside steps is kept, never
+// destroyed, as the host program exits instead (ShutdownReport).
+TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they race") {
+  Watchdog dog("shutdown race", std::chrono::seconds(240));
+  int quiet[2];
+  REQUIRE(pipe(quiet) == 0);  // never written to nor closed: reads block for good
+  std::atomic<bool> stop_hogs{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < 2; ++i)
+    hogs.emplace_back([&] {
+      std::uint64_t x = 0;
+      while (!stop_hogs.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
+      CHECK(x != 42);  // (keeps the loop)
+    });
+  std::mt19937 rng(42);
+  std::vector<std::unique_ptr<Scheduler>> kept;
+  const int rounds = 200;
+  int gave_up = 0;
+  for (int round = 0; round < rounds; ++round) {
+    CAPTURE(round);
+    auto s = std::make_unique<Scheduler>(SchedulerOptions{.workers = 2});
+    s->watch_for_runaways(20ms);
+    std::atomic<int> blocked_in{0};
+    std::vector<Pid> blocked;
+    for (int i = 0; i < 2; ++i) {
+      auto r = s->spawn(make_fn([&blocked_in, fd = quiet[0]](FnProcess&, std::span<Event>, StepOutput& out) {
+                          blocked_in.fetch_add(1);
+                          char c;
+                          (void)!read(fd, &c, 1);
+                          done(out, "read");
+                        }),
+                        "main", "");
+      REQUIRE(r);
+      blocked.push_back(r.pid);
+    }
+    for (int i = 0; i < 2; ++i) {
+      auto r = s->spawn(make_fn([](FnProcess&, std::span<Event>, StepOutput& out) {
+                          const auto until = std::chrono::steady_clock::now() + 50us;
+                          while (std::chrono::steady_clock::now() < until) {
+                          }
+                          out.status = Status::Continue;
+                        }),
+                        "main", "");
+      REQUIRE(r);
+    }
+    const auto started_by = std::chrono::steady_clock::now() + 5s;
+    while (blocked_in.load() < 2 && std::chrono::steady_clock::now() < started_by) std::this_thread::sleep_for(100us);
+    REQUIRE(blocked_in.load() == 2);
+    for (const Pid& pid : blocked) s->terminate(pid);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));
+    const auto grace = std::chrono::milliseconds(rng() % 20);
+    const auto t0 = std::chrono::steady_clock::now();
+    ShutdownReport report = s->shutdown(grace);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    // The grace, the joins' allowance, and the monitor's stop (a tick and
+    // a signal's answer) at most, with room for a loaded machine.
+    CHECK(took < grace + config::kJoinAllowance + 1500ms);
+    if (report.threads_given_up > 0) {
+      ++gave_up;
+      kept.push_back(std::move(s));
+    }
+  }
+  stop_hogs = true;
+  for (auto& h : hogs) h.join();
+  MESSAGE(gave_up << " of " << rounds << " rounds left threads inside steps");
 }
