@@ -2202,12 +2202,12 @@ void LuaProcess::Abandon() {
   static std::vector<lua_State*> parked_states;
   std::lock_guard lock(mu);
   parked_states.push_back(L_);
-  abandoned_ = true;
+  abandoned_.store(true, std::memory_order_relaxed);
 }
 
 void LuaProcess::Close() {
   if (!L_) return;
-  if (abandoned_) {
+  if (abandoned_.load(std::memory_order_relaxed)) {
     // A thread may still run inside the state until it parks: its arena,
     // L_ and the rest stay as they are (this object is never destroyed).
     if (counted_) {

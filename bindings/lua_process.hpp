@@ -195,7 +195,9 @@ class LuaProcess final : public Process {
   std::size_t limit_;
   bool mem_exceeded_ = false;
   std::atomic<bool> interrupted_{false};  // set by the runaway monitor
-  bool abandoned_ = false;
+  // Set by the runaway monitor (Abandon) while a worker thread may be in
+  // Close; read by Close, where the monitor calls it again after.
+  std::atomic<bool> abandoned_{false};
   bool counted_ = false;  // in LuaRuntime::processes_ (from Init on)
   // Set once the state may hold userdata with finalizers (io, ffi,
   // newproxy, native modules) or machine code (jit): Close then runs

@@ -51,6 +51,9 @@ void Worker::replace_thread(bool parked) {
   // Parked or abandoned inside a step: it never touches the worker again.
   if (thread_.joinable()) thread_.detach();
   running_.store(nullptr, std::memory_order_relaxed);
+  // The old thread may still read its step's buffers: they are its for good.
+  (void)step_.release();
+  step_ = std::make_unique<StepBuffers>();
   if (!parked) {
     if (std::atomic<bool>* flag = abandoned_flag_.load(std::memory_order_acquire))
       flag->store(true, std::memory_order_release);  // before the epoch below: partner in execute
@@ -225,6 +228,8 @@ void Worker::wake_for_fed() { scheduler_.idle_.notify_work_available(); }
 
 void Worker::execute(ProcessSlot* slot) {
   Scheduler& s = scheduler_;
+  std::vector<Event>& events = step_->events;
+  StepOutput& out = step_->out;
   // Two steps, each overlapping what the worker does meanwhile: the process
   // object's first line now, then (through it) what its step reads first,
   // before the slot's lock and the events' swap.
@@ -254,30 +259,30 @@ void Worker::execute(ProcessSlot* slot) {
   std::uint32_t taken_mark;
   {
     std::lock_guard lock(slot->mu);
-    events_.swap(slot->pending);
+    events.swap(slot->pending);
     taken_mark = slot->arrivals.load(std::memory_order_relaxed);
   }
-  out_.reset();
+  out.reset();
   fed_ = 0;
   own_posts_ = 0;
   running_.store(slot, std::memory_order_relaxed);
   epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // odd: in a step
   try {
-    if (terminated) out_.status = Status::Failed;  // "terminated", below
-    else process->Step(events_, out_);
+    if (terminated) out.status = Status::Failed;  // "terminated", below
+    else process->Step(events, out);
   } catch (const std::exception& e) {
-    out_.status = Status::Failed;
-    out_.error = std::string("step raised an exception: ") + e.what();
+    out.status = Status::Failed;
+    out.error = std::string("step raised an exception: ") + e.what();
   } catch (...) {
-    out_.status = Status::Failed;
-    out_.error = "step raised an unknown exception";
+    out.status = Status::Failed;
+    out.error = "step raised an unknown exception";
   }
-  const bool ended = out_.status == Status::Done || out_.status == Status::Failed;
+  const bool ended = out.status == Status::Done || out.status == Status::Failed;
   // A terminate that came during the step (the runaway monitor interrupted
   // it for that) ends it so, whatever the step itself said.
   if (ended && slot->terminate_requested.load(std::memory_order_acquire)) {
-    out_.status = Status::Failed;
-    out_.error = "terminated";
+    out.status = Status::Failed;
+    out.error = "terminated";
   }
   // A process that ended closes within its step, under the runaway
   // monitor's watch: its finalizers count against the time limit, and a
@@ -303,26 +308,26 @@ void Worker::execute(ProcessSlot* slot) {
     process->Close();
   }
   set_epoch([](std::uint64_t e) { return (e & ~kClosing) + 1; });  // even again
-  const std::size_t taken = events_.size();
-  events_.clear();
-  switch (out_.status) {
+  const std::size_t taken = events.size();
+  events.clear();
+  switch (out.status) {
     case Status::Done:
     case Status::Failed:
-      if (!out_.cancels().empty()) s.cancel_yields(slot, out_);  // no new yields: it has ended
-      if (out_.status == Status::Done) s.finish(slot, false, std::move(out_.result), {}, Scheduler::Ending::Closed);
-      else s.finish(slot, true, {}, std::move(out_.error), Scheduler::Ending::Closed);
+      if (!out.cancels().empty()) s.cancel_yields(slot, out);  // no new yields: it has ended
+      if (out.status == Status::Done) s.finish(slot, false, std::move(out.result), {}, Scheduler::Ending::Closed);
+      else s.finish(slot, true, {}, std::move(out.error), Scheduler::Ending::Closed);
       break;
     case Status::Continue:
       // One task yielded while others started commands (a timer): those
       // must start too.
-      if (out_.has_commands()) s.dispatch(slot, out_);
+      if (out.has_commands()) s.dispatch(slot, out);
       slot->state.end_step_runnable();
       s.push_global(slot);  // behind the others: a voluntary yield is a fair one
       break;
     case Status::Blocked:
     case Status::Idle: {
-      if (out_.has_commands()) s.dispatch(slot, out_);
-      RunState waiting = out_.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
+      if (out.has_commands()) s.dispatch(slot, out);
+      RunState waiting = out.status == Status::Blocked ? RunState::Blocked : RunState::Idle;
       if (slot->state.end_step_waiting(waiting) == ProcessState::AfterStep::Requeue) {
         // Only for events from elsewhere: those the process sent itself
         // (or its commands' inline completions) are all there already.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -192,8 +193,15 @@ class Worker {
   std::uint32_t own_posts_ = 0;  // posted_to_running calls in this step
   PidTable::LocalFree free_slots_;
   std::uint64_t rng_;
-  std::vector<Event> events_;  // swapped with a slot's pending queue each step
-  StepOutput out_;
+  // The step's buffers: events, swapped with a slot's pending queue each
+  // step, and the step's output. Behind a pointer: a thread given up inside
+  // a step keeps its own (it may still read them), and the thread that
+  // replaces it gets new ones (replace_thread).
+  struct StepBuffers {
+    std::vector<Event> events;
+    StepOutput out;
+  };
+  std::unique_ptr<StepBuffers> step_ = std::make_unique<StepBuffers>();
 };
 
 }  // namespace host

@@ -365,7 +365,13 @@ TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they
     });
   std::mt19937 rng(42);
   std::vector<std::unique_ptr<Scheduler>> kept;
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  const int rounds = 100;
+  const auto slack = 6000ms;  // a sanitizer's slower threads, on a loaded machine
+#else
   const int rounds = 200;
+  const auto slack = 1500ms;
+#endif
   int gave_up = 0;
   for (int round = 0; round < rounds; ++round) {
     CAPTURE(round);
@@ -405,7 +411,7 @@ TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they
     const auto took = std::chrono::steady_clock::now() - t0;
     // The grace, the joins' allowance, and the monitor's stop (a tick and
     // a signal's answer) at most, with room for a loaded machine.
-    CHECK(took < grace + config::kJoinAllowance + 1500ms);
+    CHECK(took < grace + config::kJoinAllowance + slack);
     if (report.threads_given_up > 0) {
       ++gave_up;
       kept.push_back(std::move(s));
@@ -414,4 +420,5 @@ TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they
   stop_hogs = true;
   for (auto& h : hogs) h.join();
   MESSAGE(gave_up << " of " << rounds << " rounds left threads inside steps");
+  for (auto& s : kept) (void)s.release();  // their threads still block in the read
 }
