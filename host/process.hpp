@@ -5,7 +5,9 @@
 // with the events that arrived since the last step; Step writes its status
 // and the commands it is now waiting on ("yields", each with a fresh tag) to
 // a StepOutput the worker reuses, so the common step allocates nothing.
-// Close is called exactly once, after the last Step, on the thread that ran it.
+// Close is called once, after the last Step, on the thread that ran it; or,
+// for a process whose thread the runaway monitor gave up (Abandon), from
+// the monitor, maybe while that thread is still inside its first Close.
 #pragma once
 
 #include <array>

@@ -149,15 +149,23 @@ bool RunawayMonitor::check(std::size_t i, Clock::time_point now) {
   const std::uint64_t init_epoch = w.init_epoch();
   if (!(e & 1) || e != watch.epoch) {  // idle, or a new step since the last look
     const std::int64_t cpu = (e & 1) ? cpu_time_ns(w.cpu_clock(), 0) : 0;
-    watch = Watch{e, now, cpu, cpu, init_epoch, false, false, {}};
+    watch = Watch{e, now, cpu, cpu, 0, init_epoch, false, false, {}};
     return false;
   }
   const std::int64_t cpu = cpu_time_ns(w.cpu_clock(), watch.cpu_last);
   // One Init ran through the whole tick (its epoch did not move): its time
-  // is the new process's. (Not for the handoff: work queued behind the
+  // is the new process's, up to the limit, past which the Init failed to
+  // stop itself (compiled code: a module that called jit.on()) and the
+  // step is stopped with it. (Not for the handoff: work queued behind the
   // step waits all the same.)
-  if (w.init_depth() != 0 && init_epoch == watch.init_epoch && !watch.interrupted)
-    watch.cpu_start += cpu - watch.cpu_last;
+  if (w.init_depth() != 0 && init_epoch == watch.init_epoch && !watch.interrupted) {
+    if (std::chrono::nanoseconds(watch.init_cpu) < limit_) {
+      watch.cpu_start += cpu - watch.cpu_last;
+      watch.init_cpu += cpu - watch.cpu_last;
+    }
+  } else {
+    watch.init_cpu = 0;
+  }
   watch.cpu_last = cpu;
   watch.init_epoch = init_epoch;
   // A long step with work waiting behind it: hand the work to another thread.

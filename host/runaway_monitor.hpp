@@ -30,7 +30,9 @@
 //   A spawn's Init inside the step (the new module's top-level code) is
 //   the new process's time, not the step's: it stops itself at the limit
 //   (LuaProcess::Init). The monitor leaves out of the step's time each
-//   tick through which one Init ran; a loop of short spawns is the step's.
+//   tick through which one Init ran, up to the limit (an Init that did not
+//   stop itself by then is the step's again); a loop of short spawns is
+//   the step's.
 //   3. Handoff: once a step has run for kHandoffAfter (wall time) with work
 //      queued behind it, the monitor wakes a parked worker, or, if none is
 //      parked, starts a helper worker thread, so the stuck worker's queue is
@@ -74,6 +76,7 @@ class RunawayMonitor {
     Clock::time_point since;  // wall clock: the handoff's
     std::int64_t cpu_start = 0;  // the step's thread's CPU time (ns) at its start, moved by Inits
     std::int64_t cpu_last = 0;
+    std::int64_t init_cpu = 0;  // CPU time left out for the Init running now
     std::uint64_t init_epoch = 0;
     bool interrupted = false;
     bool terminated = false;  // interrupted because the process was terminated

@@ -284,14 +284,14 @@ void Worker::execute(ProcessSlot* slot) {
     out.status = Status::Failed;
     out.error = "terminated";
   }
-  // A process that ended closes within its step, under the runaway
-  // monitor's watch: its finalizers count against the time limit, and a
-  // Close that never ends is stopped like a step (its thread parked or
-  // given up; the monitor then finishes the process).
-  // Both marks wait while the runaway monitor holds kBusy on this step. If
-  // it gave up on this thread meanwhile (the step outlived a terminate or
-  // the time limit in a C call), the worker has another thread and the
-  // process is finished: this one stops there, touching nothing.
+  // A process that ended closes within its step (kClosing), under the
+  // runaway monitor's watch: its finalizers count against the time limit,
+  // and a Close that never ends is stopped like a step (its thread parked
+  // or given up; the monitor then finishes the process). Each change of
+  // the epoch waits while the monitor holds kBusy on this step. If it gave
+  // up on this thread meanwhile (the step outlived a terminate or the time
+  // limit in a C call), the worker has another thread and the process is
+  // finished: this one stops there, touching nothing.
   auto set_epoch = [this](auto next) {
     for (std::uint64_t e = epoch_.load(std::memory_order_acquire);;) {
       park_if_abandoned();  // partner: the release store in replace_thread

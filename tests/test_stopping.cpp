@@ -66,8 +66,8 @@ TEST_CASE("terminate ends a process stuck in a C call, a finalizer or a module's
   }
 }
 
-TEST_CASE("the time limit stops a finalizer loop in a step or as the state closes, a loop of spawns, and a top-level loop that names jit") {
-  for (std::string kind : {"finalizer", "closing", "spawn_loop", "jit_at_load"}) {
+TEST_CASE("the time limit stops a finalizer loop in a step or as the state closes, a loop of spawns, and a top-level loop that names jit or turns it on") {
+  for (std::string kind : {"finalizer", "closing", "spawn_loop", "jit_at_load", "jit_on_at_load"}) {
     CAPTURE(kind);
     auto [r, took] = run_fixture("limit", {"--time-limit", "0.5", "--max-processes", "5000"}, {kind});
     CHECK_FALSE(r.timed_out);
