@@ -18,7 +18,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 
 namespace host::lua {
 
@@ -158,11 +158,11 @@ inline Varint read_varint(const char*& p, const char* end, std::uint64_t& v) {
 inline std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1)); }
 
 // Reads the boolean or number at p (its tag first) as the TValue LuaJIT
-// holds for it (luajit_layout's), moving p past it; false, p unchanged,
+// holds for it (luajit_private's), moving p past it; false, p unchanged,
 // for any other tag or bytes that end too soon. The decoder's array items
 // and the shape cache's values (shape_cache.hpp) are read this way.
 inline bool read_scalar_tvalue(const char*& p, const char* end, std::uint64_t& tv) {
-  namespace LL = luajit_layout;
+  namespace LL = luajit_private;
   if (p >= end) return false;
   const char* next = p + 1;  // past the tag, then past the value
   switch (static_cast<std::uint8_t>(*p)) {

@@ -177,7 +177,7 @@ struct Primitives {
   static int ok_or_fail(lua_State* L, const std::string& err) {
     if (!err.empty()) return push_fail(L, err);
     // (A send's true, pushed as a value: the C API's call was about 20.)
-    const std::uint64_t yes = luajit_layout::primitive(luajit_layout::kTagTrue);
+    const std::uint64_t yes = luajit_private::primitive(luajit_private::kTagTrue);
     if (!stack_args::push_tvalues(L, &yes, 1)) lua_pushboolean(L, 1);
     return 1;
   }
@@ -1477,7 +1477,7 @@ bool LuaProcess::Prepare() {
   // script's module): everything it allocates stays alive, so a collection
   // would only cost time (about 10% of a spawn).
   lua_gc(L_, LUA_GCSTOP, 0);
-  lua_gc(L_, LUA_GCSETPAUSE, config::kLuaGcPause);
+  lua_gc(L_, LUA_GCSETPAUSE, gc_pressure::available() ? config::kLuaGcPause : config::kLuaGcPauseUnpressed);
   // Protected: a memory error must not panic.
   int rc = lua_cpcall(L_, [](lua_State* S) -> int {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
@@ -1938,7 +1938,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
     if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
     switch (shapes_->fill(payload, received_strings_, from, topic)) {
       case ShapeCache::Match::kFilled: {
-        namespace LL = luajit_layout;
+        namespace LL = luajit_private;
         if (!raw) {
           stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
           return hand_over_made(co, 0);
@@ -1988,7 +1988,7 @@ bool LuaProcess::push_shaped_payload(lua_State* L, const std::string& payload) {
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   switch (shapes_->fill_payload(payload, received_strings_)) {
     case ShapeCache::Match::kFilled:
-      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_layout::kTagFunc,
+      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_private::kTagFunc,
                             shapes_->payload_constructor_ref());
       lua_call(L, 0, 1);
       return true;
@@ -2128,7 +2128,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   } else if (handed == HandOver::kFailed) {
     rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
-    stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
+    stack_args::push_kept(L, step_fn_, luajit_private::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);
   }
   if (interrupted_.load(std::memory_order_acquire)) {

@@ -365,8 +365,8 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   // process with kernel_ext loaded asks each time (inbox_recvq_empty),
   // and the C API's reads were about 120 instructions of it.
   std::uint64_t tail;
-  if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_layout::is_number(tail))
-    return luajit_layout::number(tail) == kFirst - 1;
+  if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_private::is_number(tail))
+    return luajit_private::number(tail) == kFirst - 1;
   push_inbox_queue(L, which);
   lua_rawgeti(L, -1, kTail);
   // An emptied queue always starts again at kFirst (QueueRef::shift and
@@ -1231,7 +1231,7 @@ int TaskKernel::l_current(lua_State* L) {
   // The running task's coroutine is alive (it runs, and the tasks table
   // holds it): pushed as the object it is, without the table's lookup
   // (about 200 instructions; every blocking channel call asks).
-  if (!stack_args::push_object(L, k.current_, luajit_layout::kTagThread)) k.push_task(L, k.current_);
+  if (!stack_args::push_object(L, k.current_, luajit_private::kTagThread)) k.push_task(L, k.current_);
   return 1;
 }
 

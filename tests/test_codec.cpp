@@ -314,7 +314,9 @@ TEST_CASE("a payload of tables decodes with the cache's kept strings alone, or d
     lua_settop(s.L, 0);
     REQUIRE(decode_values(s.L, bytes, nullptr, &cache) == 1);  // keeps its strings
     lua_pushinteger(s.L, 7);  // something below, left alone
-    REQUIRE(host::lua::push_value_of_kept_strings(s.L, bytes, cache));
+    const bool pushed = host::lua::push_value_of_kept_strings(s.L, bytes, cache);
+    if (!pushed && !host::lua::luajit_private::available()) continue;  // kept strings are pushed by the seam
+    REQUIRE(pushed);
     REQUIRE(lua_gettop(s.L) == 3);
     // The two decodes made the same value (their tables built alike, so
     // that they encode alike; the chunk's own may order its keys apart).
@@ -475,8 +477,10 @@ TEST_CASE("random and corrupted bytes never crash the decoder") {
 
 TEST_CASE("tables read straight from LuaJIT's memory give the C API walk's bytes, for tables of every shape") {
   // On this LuaJIT the layout check passes: were it to fail silently, every
-  // table would take the slower walk and this would say so.
-  CHECK(host::lua::reads_tables_raw());
+  // table would take the slower walk and this would say so. (Built without
+  // the seam, every table takes it, and the comparison below is of the C
+  // API's walk with itself.)
+  CHECK(host::lua::reads_tables_raw() == host::lua::luajit_private::kBuilt);
   State s;
   // Random tables: arrays with holes and a key 0, keys of every sendable
   // type, strings from empty to past 256 bytes (with NUL bytes), numbers of
