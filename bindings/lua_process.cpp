@@ -20,6 +20,7 @@
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
+#include "host/getrandom_batch.hpp"
 #include "host/log.hpp"
 
 namespace host::lua {
@@ -845,7 +846,24 @@ struct Primitives {
       raw_global(L, "debug");
       wrap_metatable_calls(L, -1);
       lua_pop(L, 1);
+    } else if (!std::strcmp(name, "math")) {
+      seed_random(L);
     }
+  }
+
+  // LuaJIT starts every state's math.random from the same seed, so every
+  // process drew the same numbers. Each process's starts from kernel
+  // randomness instead (a batch per thread: no system call per process),
+  // once, as its math library opens; math.randomseed(n) still makes a
+  // sequence reproducible.
+  static void seed_random(lua_State* L) {
+    std::uint64_t bits = 0;
+    if (!take_batched_random(&bits, sizeof bits)) return;  // the kernel gave too little: LuaJIT's seed stays
+    raw_global(L, "math");
+    lua_getfield(L, -1, "randomseed");
+    lua_remove(L, -2);
+    lua_pushnumber(L, static_cast<lua_Number>(bits >> 11));  // 53 bits: every one a distinct double
+    lua_call(L, 1, 0);
   }
 
   // The globals and the libraries a process has not named yet come from

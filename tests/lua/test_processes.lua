@@ -461,6 +461,22 @@ return { main = function()
       kb = T.next_event("exit", 30).result
       T.ok(kb > 12 * 1024, "a stopped collector stays stopped: " .. tostring(kb) .. " KB")
     end },
+    { "each process draws its own math.random sequence; math.randomseed makes one reproducible", function()
+      local seen = {}
+      for _ = 1, 5 do
+        local pid = assert(process.spawn_monitored("fixtures.random_draws"))
+        local ev = T.next_event("exit")
+        T.eq(ev.from, pid)
+        T.ok(not seen[ev.result], "two processes drew " .. tostring(ev.result))
+        seen[ev.result] = true
+      end
+      local draws = {}
+      for i = 1, 2 do
+        assert(process.spawn_monitored("fixtures.random_draws", 42))
+        draws[i] = T.next_event("exit").result
+      end
+      T.eq(draws[1], draws[2], "seeded draws")
+    end },
     { "the memory limit caps what a process keeps alive, not its garbage", function()
       -- CTest runs this file with --mem-limit 64M. About 30 MB alive (47%)
       -- and 130 MB of garbage made beside it: LuaJIT's own pacing, at a
