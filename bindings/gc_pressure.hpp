@@ -32,10 +32,6 @@ namespace host::lua::gc_pressure {
 
 // Whether the collector's fields may be used (luajit_private::available()).
 inline bool available() { return luajit_private::available(); }
-// The allocator's userdata of L's state (lua_getallocf's): a load where
-// the C API's call was about 10 instructions. Only when available().
-inline void* allocator_data(lua_State* L) { return luajit_private::allocator_data(L); }
-
 // The collector of L's state starts its next cycle by the time the heap
 // is halfway from its live estimate to `limit` bytes (see above). No
 // effect during a cycle, or while a script has stopped the collector

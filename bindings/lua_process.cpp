@@ -19,6 +19,7 @@
 #include "bindings/socket_object.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
+#include "host/assert.hpp"
 #include "host/error.hpp"
 #include "host/getrandom_batch.hpp"
 #include "host/log.hpp"
@@ -31,6 +32,26 @@ namespace {
 // when that code has run as long as a step may (jit_probe_hook); min until
 // the hook first fires there. max otherwise.
 thread_local std::chrono::steady_clock::time_point t_load_deadline = std::chrono::steady_clock::time_point::max();
+
+// The process whose state this thread runs (a step, its start, its close,
+// a spare's preparation), for Primitives::of. Nested: a spawn runs the
+// child's start inside the parent's step, and gives the parent back after.
+thread_local LuaProcess* t_running = nullptr;
+
+struct RunningHere {
+  LuaProcess* outer;
+  explicit RunningHere(LuaProcess* p) : outer(t_running) { t_running = p; }
+  ~RunningHere() { t_running = outer; }  // also when LuaJIT unwinds through it
+  RunningHere(const RunningHere&) = delete;
+  RunningHere& operator=(const RunningHere&) = delete;
+};
+
+// The process whose state L is, by the public API (its allocator's data).
+LuaProcess* owner_by_api(lua_State* L) {
+  void* ud = nullptr;
+  lua_getallocf(L, &ud);
+  return static_cast<LuaProcess*>(ud);
+}
 
 // Globals are read raw here: _G's __index is lazy_global itself.
 void raw_global(lua_State* L, const char* name) {
@@ -111,14 +132,15 @@ void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
 // the table of primitives kernel_ext.lua gets. Each finds its LuaProcess
 // with of(L).
 struct Primitives {
-  // The process whose state L is (the allocator's userdata), from anywhere:
-  // a field read, cheaper than an upvalue holding it as a light userdata.
+  // The process whose state L is: the one this thread runs (one load,
+  // where the C API's lua_getallocf was about 10 instructions), else the
+  // allocator's data. Debug builds check that L is that process's: a
+  // state is touched only by the thread running it.
   static LuaProcess& of(lua_State* L) {
-    if (gc_pressure::available()) [[likely]]
-      return *static_cast<LuaProcess*>(gc_pressure::allocator_data(L));
-    void* ud = nullptr;
-    lua_getallocf(L, &ud);
-    return *static_cast<LuaProcess*>(ud);
+    LuaProcess* p = t_running;
+    if (!p) [[unlikely]] p = owner_by_api(L);
+    HOST_ASSERT(p == owner_by_api(L), "a process's state is used only on the thread running it");
+    return *p;
   }
   static TaskKernel& kernel(lua_State* L) { return of(L).kernel_; }
 
@@ -1487,6 +1509,7 @@ void LuaProcess::install_globals() {
 constexpr const char* kTablesUnexpected = "LuaJIT's tables are not as small_globals expects";
 
 bool LuaProcess::Prepare() {
+  const RunningHere running(this);
   L_ = lua_newstate(&LuaProcess::allocate_global, this);
   if (!L_) return false;
   if (globals_scratch_ && !small_globals::holds_globals(L_, globals_scratch_)) return prepare_without_small_globals();
@@ -1553,6 +1576,7 @@ void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYIN
 constexpr const char* kPreloadedKey = "host.preloaded";
 
 void LuaProcess::Preload(const std::string& module) {
+  const RunningHere running(this);
   std::string err;
   auto mod = rt_.modules().get(module, &err);
   if (!mod) return;
@@ -1585,6 +1609,7 @@ bool LuaProcess::take_preloaded(lua_State* L, const Module& mod) {
 }
 
 std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {
+  const RunningHere running(this);
   // Counted from here (a spare made ahead of time is not a process yet).
   rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
   counted_ = true;
@@ -1825,6 +1850,10 @@ bool LuaProcess::may_hand_over(const std::string& payload) { return payload.empt
 LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
   if (!co) return hand_over_plain(ev);
+  // What every push below relies on: the task is suspended in receive,
+  // with nothing on its stack, and is not the main thread the step runs.
+  HOST_ASSERT(co != L_ && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
+              "a message is handed over only to a task waiting in receive");
   // Three slots, so the pushes below never grow the stack (an allocation).
   if (!stack_args::has_room(co, 3)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
@@ -2119,6 +2148,7 @@ void LuaProcess::Prefetch() const {
 }
 
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
+  const RunningHere running(this);
   lua_State* L = L_;
   // Most steps take one message or a few: their senders' cache entries
   // load while the step sets up.
@@ -2203,6 +2233,7 @@ void LuaProcess::Abandon() {
 
 void LuaProcess::Close() {
   if (!L_) return;
+  const RunningHere running(this);
   if (abandoned_) {
     arena_.abandon();
   } else {

@@ -12,6 +12,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
+#include "host/assert.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/error.hpp"
 
@@ -47,23 +48,29 @@ class QueueRef {
     head_ = static_cast<int>(lua_tointeger(L, -2));
     tail_ = static_cast<int>(lua_tointeger(L, -1));
     lua_pop(L, 2);
+    HOST_ASSERT(head_ >= kFirst && tail_ >= head_ - 1, "a queue's bounds: items from kFirst, tail at most one before head");
   }
   int size() const { return tail_ - head_ + 1; }
   int head() const { return head_; }
   int tail() const { return tail_; }
   // Pushes the first value (the queue must not be empty).
-  void peek() { lua_rawgeti(L_, idx_, head_); }
+  void peek() {
+    HOST_ASSERT(size() > 0, "peek at an empty queue");
+    lua_rawgeti(L_, idx_, head_);
+  }
   // Pushes the first value and removes it (the queue must not be empty).
   void shift() { shift_values(1); }
   // Pushes the first n values, in order, and removes them (the queue must
   // hold n or more).
   void shift_values(int n) {
+    HOST_ASSERT(n >= 0 && n <= size(), "a queue gives up no more values than it holds");
     for (int i = 0; i < n; ++i) lua_rawgeti(L_, idx_, head_ + i);
     drop(n);
   }
   // Removes the first n values (the queue must hold n or more); the bounds
   // are written once.
   void drop(int n) {
+    HOST_ASSERT(n >= 0 && n <= size(), "a queue gives up no more values than it holds");
     for (int i = 0; i < n; ++i) {
       lua_pushnil(L_);
       lua_rawseti(L_, idx_, head_ + i);
@@ -89,6 +96,7 @@ class QueueRef {
   void clear() { truncate(head_ - 1); }
   // Removes the values after index last (head - 1 for all of them).
   void truncate(int last) {
+    HOST_ASSERT(last >= head_ - 1 && last <= tail_, "a queue is cut within its bounds");
     for (int i = last + 1; i <= tail_; ++i) {
       lua_pushnil(L_);
       lua_rawseti(L_, idx_, i);
