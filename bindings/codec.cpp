@@ -784,4 +784,26 @@ bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const Stri
   return false;
 }
 
+std::string encode_strings(std::span<const std::string> values) {
+  std::string out;
+  put_varint(out, values.size());
+  for (const std::string& v : values) {
+    out.push_back(kString);
+    put_varint(out, v.size());
+    out.append(v);
+  }
+  return out;
+}
+
+std::optional<std::string> decode_first_string(std::string_view bytes) {
+  const char* p = bytes.data();
+  const char* end = p + bytes.size();
+  std::uint64_t count = 0, n = 0;
+  if (read_varint(p, end, count) != Varint::kOk || count == 0 || p >= end || static_cast<std::uint8_t>(*p) != kString)
+    return std::nullopt;
+  ++p;
+  if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return std::nullopt;
+  return std::string(p, n);
+}
+
 }  // namespace host::lua

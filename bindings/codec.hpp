@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -29,6 +31,13 @@ inline constexpr int kMaxDepth = 256;
 // of the path is `root`, or `root<i>` for the i-th of several values) and
 // leaves out unchanged.
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root = "value");
+// The encoding of the strings given, as values (what encode_values makes
+// of them, with no Lua state): a process's arguments from C++ (the script
+// arguments, the reloader's check).
+std::string encode_strings(std::span<const std::string> values);
+// The first value of bytes when it is a string (encode_values' bytes, or
+// encode_strings'); nullopt for anything else.
+std::optional<std::string> decode_first_string(std::string_view bytes);
 // The same for the one value at idx, or nil where the stack ends before idx
 // (a call's missing argument): what send encodes, without a lua_settop.
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root = "value");

@@ -52,16 +52,6 @@ fs::path find_stdlib() {
   return {};
 }
 
-// The script arguments, encoded as strings for the root's entry method.
-std::string encode_args(const std::vector<std::string>& args) {
-  lua_State* L = luaL_newstate();
-  for (const auto& a : args) lua_pushlstring(L, a.data(), a.size());
-  std::string out;
-  lua::encode_values(L, 1, static_cast<int>(args.size()), out, "arg");
-  lua_close(L);
-  return out;
-}
-
 struct RootWatch {
   std::mutex mu;
   std::condition_variable cv;
@@ -119,7 +109,7 @@ int run(const cli::RunOptions& o) {
   SpawnResult root;
   {
     std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
-    root = runtime.spawn(o.entry, encode_args(o.args));
+    root = runtime.spawn(o.entry, lua::encode_strings(o.args));
     watch.root = root.pid;
   }
   if (!root) {

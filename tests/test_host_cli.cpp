@@ -414,6 +414,63 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
+TEST_CASE("--watch: a module that compiles but raises as it loads is reported once, and the last good version stays") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local pid = process.spawn('main:holder')\n"
+          "  log.info('READY')\n"
+          "  local ev = process.events():receive()\n"
+          "  return ev.kind\n"
+          "end\n"
+          "function M.holder()\n"
+          "  require('value')  -- so that it gets the reload events\n"
+          "  local n = 0\n"
+          "  while true do\n"
+          "    local ev = process.events():receive()\n"
+          "    if ev.kind == 'reload' then\n"
+          "      n = n + 1\n"
+          "      log.info('RELOAD %d %s spawn=%s', n, table.concat(ev.modules, ','), tostring(process.spawn('main:probe')))\n"
+          "    end\n"
+          "  end\n"
+          "end\n"
+          "function M.probe() log.info('PROBE sees %s', require('value').get()) end\n"
+          "return M\n");
+  d.write("value.lua", "return { get = function() return 'v1' end }\n");
+  int step = 0;
+  auto t_step = std::chrono::steady_clock::now();
+  RunOptions o;
+  o.timeout = 40s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    auto now = std::chrono::steady_clock::now();
+    if (step == 0 && contains(err, "READY")) {
+      std::this_thread::sleep_for(200ms);
+      // Compiles, raises at load; written twice, reported once.
+      d.write("value.lua", "local t = {}\nerror('boom at load')\nreturn { get = function() return 'broken' end }\n");
+      std::this_thread::sleep_for(300ms);
+      d.write("value.lua", "local t = {}\nerror('boom at load')\nreturn { get = function() return 'broken' end }\n");
+      step = 1;
+      t_step = now;
+    } else if (step == 1 && now - t_step > 1500ms) {
+      d.write("value.lua", "return { get = function() return 'v2' end }\n");
+      step = 2;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "PROBE sees v2"); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  std::size_t first = r.err.find("value.lua:2: boom at load");
+  REQUIRE_MESSAGE(first != std::string::npos, r.err);
+  CHECK(r.err.find("value.lua:2: boom at load", first + 1) == std::string::npos);
+  CHECK(contains(r.err, "the last good version of 'value' stays in use"));
+  // The broken version never reached a process: one reload event, for v2.
+  CHECK(contains(r.err, "RELOAD 1 value"));
+  CHECK_FALSE(contains(r.err, "RELOAD 2"));
+  CHECK_FALSE(contains(r.err, "PROBE sees broken"));
+}
+
 TEST_CASE("--watch: a changed module reloads within a second though another file is rewritten every 25 ms") {
   ScriptDir d;
   d.write("main.lua",
