@@ -36,9 +36,9 @@ local getmetatable, setmetatable, rawset, rawget = getmetatable, setmetatable, r
 local strict = cjson.new()
 strict.decode_invalid_numbers(false)
 strict.encode_number_precision(14)
--- Decodes our own marked text (below): its placeholders are NaN literals.
-local marking = cjson.new()
-marking.decode_invalid_numbers(true)
+-- Decodes our own marked text (below), whose placeholders are NaN
+-- literals: made by the first text with an empty array.
+local marking = nil
 
 local M = {}
 
@@ -171,6 +171,10 @@ function M.decode(text)
   if type(value) ~= "table" or not find(text, "%[[ \t\n\r]*%]") then return value end
   local marked = mark_empty_arrays(text)
   if not marked then return value end
+  if not marking then
+    marking = cjson.new()
+    marking.decode_invalid_numbers(true)
+  end
   return unmark(marking.decode(marked))
 end
 
