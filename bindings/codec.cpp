@@ -130,10 +130,16 @@ template <typename Out>
 }
 
 // Encodes the value at idx if it is of a type with no parts (nil, boolean,
-// number, string: `type` is its lua_type); false, writing nothing, for any
-// other.
+// number, string, the NULL light userdata: `type` is its lua_type); false,
+// writing nothing, for any other.
 inline bool put_scalar(lua_State* L, int idx, int type, std::string& out) {
   switch (type) {
+    case LUA_TLIGHTUSERDATA:
+      // Any other pointer means nothing in another process: refused, as
+      // userdata (Encoder::value names it).
+      if (lua_touserdata(L, idx) != nullptr) return false;
+      out.push_back(kNullPointer);
+      return true;
     case LUA_TNIL: out.push_back(kNil); return true;
     case LUA_TBOOLEAN: out.push_back(lua_toboolean(L, idx) ? kTrue : kFalse); return true;
     case LUA_TNUMBER: put_number(out, lua_tonumber(L, idx)); return true;
@@ -321,6 +327,9 @@ class Encoder {
       out.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
       return true;
     }
+    // A light userdata (JSON's null among them) declines too: in GC64 its
+    // TValue holds the pointer's segment in the state's own map, not the
+    // pointer, so only the C API (lua_touserdata) tells NULL from others.
     return tag == LL::kTagTab && raw_table(out, LL::object(v), depth + 1);
   }
 
@@ -485,6 +494,13 @@ class Decoder {
         bad_key_ = false;  // a table is a valid key, whatever it holds
         return true;
       }
+      case kNullPointer:
+        // Not in the hand-over's mode: the state's first light userdata
+        // allocates its segment map. Its caller then decodes the message
+        // in a protected call.
+        if (kept_) return fail("a light userdata cannot be pushed here");
+        lua_pushlightuserdata(L_, nullptr);
+        return true;
       case kMoved: {
         std::uint64_t id, n;
         if (!varint(id) || !varint(n)) return false;

@@ -4,9 +4,11 @@
 //
 // Allowed: nil, booleans, numbers (integers as zigzag varints, every other
 // number as its 8 IEEE bytes, so NaN, +-inf and -0.0 are exact), strings of
-// any bytes, and tables of these (a table referenced twice arrives as two
-// copies). Refused, naming the path of the offending value: functions,
-// userdata, coroutines, tables with cycles, nesting deeper than kMaxDepth.
+// any bytes, the NULL light userdata (JSON's null: cjson.null, json.null;
+// SPEC section 9), and tables of these (a table referenced twice arrives as
+// two copies; a metatable stays behind). Refused, naming the path of the
+// offending value: functions, other userdata, coroutines, tables with
+// cycles, nesting deeper than kMaxDepth.
 // The decoder treats its input as untrusted: bad bytes give an error.
 #pragma once
 
@@ -88,7 +90,11 @@ bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const Stri
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
 // The encoding's tags: a value is its tag, then what the tag needs.
-enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable, kMoved };
+// kNullPointer is the NULL light userdata, nothing after it: lua-cjson's
+// null is that value, and each process's json.null compares equal to it,
+// so a decoded JSON document with nulls can be sent as it is. (Its
+// pointer is the only one that means the same in another process.)
+enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable, kMoved, kNullPointer };
 
 // Values that move between processes instead of being copied (SPEC
 // section 7: a socket in a message or spawn arguments): the encoder meets
