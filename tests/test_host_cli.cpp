@@ -195,7 +195,7 @@ TEST_CASE("log lines carry time, level, PID and module; print logs at info; --lo
   d.write("child.lua", "print('child loading') return function() end\n");
   auto r = run_host({"run", d.str()});
   CHECK(r.code == 0);
-  CHECK(contains(r.err, "[info] <0.0.1> main:main printed\t1\tnil"));
+  CHECK(contains(r.err, "[info] <0.0.1> main:main printed\\t1\\tnil"));  // print's tabs, escaped
   const auto at = r.err.find("child loading");
   REQUIRE(at != std::string::npos);
   const std::string line = r.err.substr(r.err.rfind('\n', at) + 1, at - r.err.rfind('\n', at) - 1);
@@ -632,4 +632,53 @@ TEST_CASE("--watch: deleting a module in use keeps the running copy; new spawns 
   CHECK_MESSAGE(r.code == 0, r.err);
   CHECK(contains(r.err, "HOLDER SAYS v1"));
   CHECK(contains(r.err, "module 'gone' was deleted"));
+}
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// A text log line: "2026-11-28 22:20:40.251 [info] ...".
+bool looks_like_log_line(const std::string& line) {
+  if (line.size() < 26) return false;
+  for (std::size_t i : {0u, 1u, 2u, 3u, 5u, 6u, 8u, 9u, 11u, 12u, 14u, 15u, 17u, 18u, 20u, 21u, 22u})
+    if (!std::isdigit(static_cast<unsigned char>(line[i]))) return false;
+  return line[4] == '-' && line[7] == '-' && line[10] == ' ' && line[13] == ':' && line[16] == ':' && line[19] == '.' &&
+         line[23] == ' ' && line[24] == '[';
+}
+
+}  // namespace
+
+TEST_CASE("text logs: a logged newline cannot forge a line; control characters are escaped") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('before\\n2026-01-01 00:00:00.000 [error] - fake')\n"
+          "  log.warn('cr\\rtab\\tbell\\a back\\\\slash esc\\27[31m')\n"
+          "  print('one\\ntwo')\n"
+          "  log.info('utf8 \\u{e9}\\u{2028}line sep')\n"
+          "  error('multi\\nline')\n"
+          "end\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  const std::string log = r.err.substr(0, r.err.find("host: root process"));
+  for (const auto& line : lines_of(log)) {
+    CAPTURE(line);
+    CHECK(looks_like_log_line(line));
+  }
+  CHECK(contains(log, "[info] <0.0.1> main:main before\\n2026-01-01 00:00:00.000 [error] - fake\n"));
+  CHECK(contains(log, "[warning] <0.0.1> main:main cr\\rtab\\tbell\\x07 back\\\\slash esc\\x1b[31m\n"));
+  CHECK(contains(log, "main:main one\\ntwo\n"));
+  CHECK(contains(log, "utf8 \xc3\xa9\\u2028line sep\n"));  // other UTF-8 text as it is
+  CHECK_FALSE(contains(log, "\n2026-01-01 00:00:00.000 [error] - fake"));  // no line of its own
 }
