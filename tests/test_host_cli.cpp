@@ -682,3 +682,31 @@ TEST_CASE("text logs: a logged newline cannot forge a line; control characters a
   CHECK(contains(log, "utf8 \xc3\xa9\\u2028line sep\n"));  // other UTF-8 text as it is
   CHECK_FALSE(contains(log, "\n2026-01-01 00:00:00.000 [error] - fake"));  // no line of its own
 }
+
+TEST_CASE("log fields: key=value in the text format; a value that cannot be encoded is its tostring; bad keys raise") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('saved', { user = 42, name = 'Ada Lovelace', ok = true, tags = { 'a', 'b' }, at = { x = 1.5 },\n"
+          "                      fn = print, nan = 0/0, empty = '', quote = 'say \"hi\"\\n' })\n"
+          "  log.warn('%d items in %s', 3, 'box', { batch = 'b1' })\n"
+          "  log.info('%s', { 'a table the format takes' })\n"
+          "  log.info('100%% done', { k = 'v' })\n"
+          "  log.info('cyclic', (function() local t = {} t.self = t return { t = t } end)())\n"
+          "  for _, f in ipairs { { pid = 1 }, { [true] = 1 }, { [1] = 'x', ['1'] = 'y' } } do\n"
+          "    local ok, err = pcall(log.info, 'bad', f)\n"
+          "    print('RAISED', ok, err)\n"
+          "  end\n"
+          "end\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "main:main saved at={\"x\":1.5} empty=\"\" fn=\"function: "));
+  CHECK(contains(r.err, "\" name=\"Ada Lovelace\" nan=nan ok=true quote=\"say \\\"hi\\\"\\n\" tags=[\"a\",\"b\"] user=42\n"));
+  CHECK(contains(r.err, "[warning] <0.0.1> main:main 3 items in box batch=b1\n"));
+  CHECK(contains(r.err, "main:main table: 0x"));
+  CHECK(contains(r.err, "main:main 100% done k=v\n"));
+  CHECK(contains(r.err, "main:main cyclic t=\"table: 0x"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field 'pid' is the entry's own: use another name)"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field keys must be strings or numbers, got boolean)"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field '1' given twice"));
+}
