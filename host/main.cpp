@@ -15,6 +15,7 @@
 #include "bindings/lua_runtime.hpp"
 #include "host/cli_options.hpp"
 #include "host/config.hpp"
+#include "host/crash_report.hpp"
 #include "host/log.hpp"
 #include "host/reloader.hpp"
 #include "host/scheduler.hpp"
@@ -104,6 +105,16 @@ int run(const cli::RunOptions& o) {
   Scheduler scheduler({.workers = o.workers});
   lua::LuaRuntime runtime(scheduler, lo);
   RootWatch watch;
+  // A process that fails with nobody to tell is reported (SPEC section 10),
+  // but for the root, whose failure the host reports as it exits.
+  scheduler.set_unwatched_failure_hook([&watch](const ExitInfo& info) {
+    Pid root;
+    {
+      std::lock_guard lock(watch.mu);
+      root = watch.root;
+    }
+    if (crash_report::wanted(info, root)) log::crash_report(info.pid, info.entry, info.error);
+  });
   scheduler.add_exit_hook([&watch](const ExitInfo& info) {
     std::lock_guard lock(watch.mu);
     if (info.pid == watch.root) {

@@ -648,6 +648,13 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+std::vector<std::string> lines_with(const std::string& text, const std::string& what) {
+  std::vector<std::string> found;
+  for (auto& line : lines_of(text))
+    if (contains(line, what)) found.push_back(line);
+  return found;
+}
+
 // A text log line: "2026-11-28 22:20:40.251 [info] ...".
 bool looks_like_log_line(const std::string& line) {
   if (line.size() < 26) return false;
@@ -657,7 +664,109 @@ bool looks_like_log_line(const std::string& line) {
          line[23] == ' ' && line[24] == '[';
 }
 
+// Processes that fail: one that nobody watches, and one each under a
+// monitor, a trapped link and process.watch, whose failures are told.
+// The root waits until each is gone (a send to it answers not_found).
+const char* const kCrashers =
+    "local M = {}\n"
+    "local function gone(pid) while process.send(pid, 'ping', 1) do time.sleep(0.01) end end\n"
+    "function M.main()\n"
+    "  process.set_options { trap_links = true }\n"
+    "  local lone = process.spawn('main:crash', 'lone boom')\n"
+    "  log.info('lone is %s', lone)\n"
+    "  local m = process.spawn_monitored('main:crash', 'monitored boom')\n"
+    "  local l = process.spawn_linked('main:crash', 'linked boom')\n"
+    "  local w = process.spawn('main:crash_later', 'watched boom')\n"
+    "  local ch = process.watch(w)\n"
+    "  for _, pid in ipairs { lone, m, l } do gone(pid) end\n"
+    "  ch:receive()\n"
+    "  log.info('all gone')\n"
+    "  log.critical('CRIT all gone')\n"
+    "end\n"
+    "function M.crash(why) error(why) end\n"
+    "function M.crash_later(why) time.sleep(0.05) error(why) end\n"
+    "return M\n";
+
 }  // namespace
+
+TEST_CASE("a process that fails with nobody linked or monitoring is reported once, on one line, with PID, entry, error and traceback") {
+  ScriptDir d;
+  d.write("main.lua", kCrashers);
+  auto r = run_host({"run", d.str()});
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.err, "all gone"));
+  const auto named = lines_with(r.err, "lone is <");
+  REQUIRE(named.size() == 1);
+  const std::string pid = named[0].substr(named[0].find("lone is ") + 8);
+  const auto reports = lines_with(r.err, "process crashed");
+  REQUIRE(reports.size() == 1);
+  const std::string& line = reports[0];
+  CAPTURE(line);
+  CHECK(looks_like_log_line(line));
+  CHECK(contains(line, "[error] " + pid + " main:crash process crashed: "));
+  CHECK(contains(line, "main.lua:16: lone boom\\nstack traceback:\\n\\t"));
+  CHECK(contains(line, "main.lua:16: in function"));
+  // Those told to a monitor, a linked process or a watch are not reported.
+  CHECK_FALSE(contains(r.err, "monitored boom"));
+  CHECK_FALSE(contains(r.err, "linked boom"));
+  CHECK_FALSE(contains(r.err, "watched boom"));
+}
+
+TEST_CASE("the root's failure is reported by the host alone, also through the processes linked to it") {
+  ScriptDir d;
+  // The root fails; the process linked to it fails with it, of the root's
+  // failure; a third, linked to that one, the same way.
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn_linked('main:middle') time.sleep(0.1) error('root broke') end\n"
+          "function M.middle() process.spawn_linked('main:leaf') process.receive() end\n"
+          "function M.leaf() process.receive() end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(lines_with(r.err, "root broke").size() == 1);
+  CHECK(contains(r.err, "host: root process <0.0.1> failed: "));
+  CHECK_FALSE(contains(r.err, "process crashed"));
+
+  // A child's failure that ends the root over their link is the root's.
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn_linked('main:child') process.receive() end\n"
+          "function M.child() error('child broke') end\n"
+          "return M\n");
+  r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "host: root process <0.0.1> failed: linked process <0."));
+  CHECK_FALSE(contains(r.err, "process crashed"));
+}
+
+TEST_CASE("a failure that ends an unwatched process over a link is reported once, with the first error; a terminate is not") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "local function gone(pid) while process.send(pid, 'ping', 1) do time.sleep(0.01) end end\n"
+          "function M.main()\n"
+          "  gone(process.spawn('main:holder'))\n"
+          "  local victim = process.spawn('main:holder_of_waiter')\n"
+          "  time.sleep(0.05)\n"
+          "  process.terminate(victim)\n"
+          "  gone(victim)\n"
+          "  log.info('done')\n"
+          "end\n"
+          "function M.holder() process.spawn_linked('main:crash') while true do process.receive() end end\n"
+          "function M.holder_of_waiter() process.spawn_linked('main:waiter') while true do process.receive() end end\n"
+          "function M.waiter() while true do process.receive() end end\n"
+          "function M.crash() time.sleep(0.02) error('deep boom') end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "done"));
+  const auto reports = lines_with(r.err, "process crashed");
+  REQUIRE(reports.size() == 1);
+  CHECK(contains(reports[0], "main:holder process crashed: linked process <0."));
+  CHECK(contains(reports[0], "main.lua:14: deep boom\\nstack traceback:"));
+  CHECK_FALSE(contains(r.err, "terminated"));
+}
 
 TEST_CASE("text logs: a logged newline cannot forge a line; control characters are escaped") {
   ScriptDir d;
