@@ -89,6 +89,7 @@ int run(const cli::RunOptions& o) {
                          (lo.dir / (module + ".lua")).string() + ")");
   }
   log::set_level(o.log_level);
+  log::set_format(o.log_format);
 
   // Signals are taken by sigtimedwait below, never by a handler: block them
   // before any thread starts so every thread inherits the mask.
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
   cli::Parsed p = cli::parse(argc, argv);
   switch (p.action) {
     case cli::Parsed::Action::Help:
-      std::fputs(cli::kUsage, stdout);
+      std::fputs(cli::help().c_str(), stdout);
       return 0;
     case cli::Parsed::Action::Version:
       std::printf("host %s (%s)\n", HOST_VERSION, LUAJIT_VERSION);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "host/cli_options.hpp"
 #include "tests/subprocess.hpp"
 
 using namespace host::testing;
@@ -89,6 +90,9 @@ TEST_CASE("bad usage prints one clear line and the usage, and exits 2") {
       {{"run", ok.str(), "--workers"}, "host: --workers needs a number"},
       {{"run", ok.str(), "--mem-limit", "12Q"}, "host: --mem-limit needs a size"},
       {{"run", ok.str(), "--log-level", "loud"}, "host: --log-level needs one of"},
+      {{"run", ok.str(), "--log-format", "xml"}, "host: --log-format needs text or json"},
+      {{"run", ok.str(), "--log-format"}, "host: --log-format needs text or json"},
+      {{"run", ok.str(), "--watch=yes"}, "host: --watch takes no value"},
       {{"run", ok.str(), "--time-limit", "-1"}, "host: --time-limit needs a positive number"},
       {{"run", ok.str(), "--time-limit", "1e10"}, "host: --time-limit needs a positive number of seconds (at most 1e9)"},
       {{"run", ok.str(), "--io-threads", "0"}, "host: --io-threads needs a number from 1 to 64"},
@@ -710,6 +714,17 @@ TEST_CASE("a process that fails with nobody linked or monitoring is reported onc
   CHECK_FALSE(contains(r.err, "monitored boom"));
   CHECK_FALSE(contains(r.err, "linked boom"));
   CHECK_FALSE(contains(r.err, "watched boom"));
+
+  // A crash report is an error-level entry: --log-level critical hides it.
+  r = run_host({"run", d.str(), "--log-level", "error"});
+  CHECK(r.code == 0);
+  CHECK(lines_with(r.err, "process crashed").size() == 1);
+  CHECK_FALSE(contains(r.err, "main:main all gone"));  // info: filtered
+  r = run_host({"run", d.str(), "--log-level=critical"});
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.err, "process crashed"));
+  REQUIRE(lines_of(r.err).size() == 1);  // nothing below critical
+  CHECK(contains(r.err, "[critical] <0.0.1> main:main CRIT all gone\n"));
 }
 
 TEST_CASE("the root's failure is reported by the host alone, also through the processes linked to it") {
@@ -818,4 +833,82 @@ TEST_CASE("log fields: key=value in the text format; a value that cannot be enco
   CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field 'pid' is the entry's own: use another name)"));
   CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field keys must be strings or numbers, got boolean)"));
   CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field '1' given twice"));
+}
+
+TEST_CASE("--log-format json writes one JSON object a line: time, level, pid, module, message, fields; a crash's error and traceback") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  log.info('saved\\n[error] fake', { user = 42, name = 'Ada', tags = { 'a' }, fn = print, bytes = '\\255' })\n"
+          "  local pid = process.spawn('main:crash')\n"
+          "  while process.send(pid, 'ping', 1) do time.sleep(0.01) end\n"
+          "end\n"
+          "function M.crash() error('json boom') end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str(), "--log-format", "json", "--log-level", "debug"});
+  CHECK(r.code == 0);
+  d.write("log.jsonl", r.err);
+  // Each line must parse on its own, as a log shipper reads it; the script
+  // prints what the test checks, one line an entry.
+  const std::string check =
+      "import json, sys\n"
+      "for line in open(sys.argv[1], encoding='utf-8'):\n"
+      "    o = json.loads(line)\n"
+      "    assert isinstance(o, dict), line\n"
+      "    for k in ('time', 'level', 'pid', 'module', 'message'): assert k in o, (k, line)\n"
+      "    assert o['time'].endswith('Z') and 'T' in o['time'], line\n"
+      "    rest = {k: v for k, v in o.items() if k not in ('time', 'level', 'pid', 'module', 'message')}\n"
+      "    print(o['level'], o['pid'], o['module'], json.dumps(o['message']), json.dumps(rest, sort_keys=True))\n";
+  auto py = run_program({"/usr/bin/env", "python3", "-c", check, (d.path() / "log.jsonl").string()});
+  CAPTURE(r.err);
+  CAPTURE(py.err);
+  REQUIRE(py.code == 0);
+  CHECK(lines_of(py.out).size() == lines_of(r.err).size());
+  CHECK(contains(py.out, "info <0.0.1> main:main \"saved\\n[error] fake\" {\"bytes\": \"\\ufffd\", \"fn\": \"function: "));
+  CHECK(contains(py.out, "\", \"name\": \"Ada\", \"tags\": [\"a\"], \"user\": 42}\n"));
+  const auto crash = lines_with(py.out, "\"process crashed: ");
+  REQUIRE(crash.size() == 1);
+  CHECK(contains(crash[0], "error <0."));
+  CHECK(contains(crash[0], "> main:crash \"process crashed: "));
+  CHECK(contains(crash[0], "{\"error\": \""));
+  CHECK(contains(crash[0], "main.lua:7: json boom\", \"traceback\": \"stack traceback:\\n\\t"));
+  // The host's own entries have no PID or module: the scheduler's counters.
+  CHECK(contains(py.out, "debug None None \"scheduler: "));
+}
+
+TEST_CASE("--help lists every flag of the parser's table with its meaning and default") {
+  auto r = run_host({"--help"});
+  REQUIRE(r.code == 0);
+  const auto lines = lines_of(r.out);
+  host::cli::RunOptions defaults;
+  defaults.dir = "d";
+  for (const auto& f : host::cli::flags()) {
+    const std::string name(f.name);
+    CAPTURE(name);
+    CHECK(!f.meaning.empty());
+    CHECK(!f.fallback.empty());
+    CHECK(contains(host::cli::kUsage, "[" + name));
+    std::string row;
+    for (const auto& line : lines)
+      if (line.rfind("  " + name + " ", 0) == 0) row = line;
+    REQUIRE(!row.empty());
+    CHECK(contains(row, std::string(f.meaning)));
+    CHECK(contains(row, "(default: " + std::string(f.fallback) + ")"));
+    // The parser knows it: alone it is not an unknown option.
+    const char* alone[] = {"host", "run", "d", f.name.data()};
+    const auto p = host::cli::parse(4, alone);
+    CHECK_FALSE(contains(p.error, "unknown option"));
+    // A default that is a value is the one the options start with.
+    if (f.value.empty() || name == "--workers") continue;  // a switch; "one per core"
+    const std::string fallback(f.fallback);
+    const char* given[] = {"host", "run", "d", f.name.data(), fallback.c_str()};
+    const auto q = host::cli::parse(5, given);
+    CHECK(q.action == host::cli::Parsed::Action::Run);
+    CHECK(q.run == defaults);
+  }
+  CHECK(contains(r.out, "  --help, -h "));
+  CHECK(contains(r.out, "  --version "));
+  CHECK(contains(r.out, "stderr"));
+  CHECK(contains(r.out, "io.write writes to stdout"));
 }
