@@ -83,13 +83,13 @@ std::string io_threads_flag(RunOptions& o, const std::string& v) {
 // The defaults shown here are RunOptions' (tests/test_host_cli.cpp parses
 // each one that is a value and compares).
 constexpr Flag kFlags[] = {
-    {"--entry", "MODULE[:METHOD]", "main:main", "the root process's entry: module MODULE (DIR/MODULE.lua), method METHOD (main)", entry_flag},
+    {"--entry", "MODULE[:METHOD]", "main:main", "the root process: METHOD (main if none) of DIR/MODULE.lua", entry_flag},
     {"--workers", "N", "one per core", "scheduler threads, 1 to 1024", workers_flag},
-    {"--watch", "", "off", "hot reload: changed modules are recompiled and new spawns use them", watch_flag},
-    {"--log-level", "LEVEL", "info", "the least level logged: trace, debug, info, warn, error or critical", log_level_flag},
-    {"--log-format", "FORMAT", "text", "text (one line an entry, newlines escaped) or json (one object a line)", log_format_flag},
+    {"--watch", "", "off", "hot reload: new spawns run changed modules", watch_flag},
+    {"--log-level", "LEVEL", "info", "the least level logged: trace, debug, info, warn, error, critical", log_level_flag},
+    {"--log-format", "FORMAT", "text", "text, or json: one JSON object a line", log_format_flag},
     {"--mem-limit", "BYTES", "256M", "each process's Lua heap at most; K, M, G suffixes", mem_limit_flag},
-    {"--time-limit", "SECONDS", "10", "Lua run without yielding before the process is stopped; at most 1e9", time_limit_flag},
+    {"--time-limit", "SECONDS", "10", "Lua run without yielding before a process stops; at most 1e9", time_limit_flag},
     {"--max-processes", "N", "1000000", "live processes at most", max_processes_flag},
     {"--io-threads", "N", "1", "I/O threads serving sockets, 1 to 64", io_threads_flag},
 };
