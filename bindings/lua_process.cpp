@@ -16,6 +16,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
+#include "bindings/log_fields.hpp"
 #include "bindings/socket_object.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
@@ -1094,12 +1095,30 @@ struct Primitives {
     lua_remove(L, -2);
   }
 
-  // log.trace/debug/info/warn/error(fmt, ...): string.format's rules, or
-  // tostring of a lone argument. Upvalues: the spdlog level, the name.
+  // log.trace/debug/info/warn/error/critical(fmt, ...[, fields]):
+  // string.format's rules, or tostring of a lone argument. A table after
+  // the values the format takes is the entry's fields (log_fields.hpp):
+  // log.info("saved", { user = id }). A table the format takes stays its
+  // value ("%s" logs its tostring, as before fields). Upvalues: the spdlog
+  // level, the name.
   static int log_at(lua_State* L) {
     auto level = static_cast<spdlog::level::level_enum>(lua_tointeger(L, lua_upvalueindex(1)));
-    const int n = lua_gettop(L);
-    if (n > 1) {
+    int n = lua_gettop(L);
+    const bool format = n > 1;
+    std::vector<log::Field> fields;
+    if (format && lua_type(L, n) == LUA_TTABLE && (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER)) {
+      std::size_t flen = 0;
+      lua_pushvalue(L, 1);  // a copy: lua_tolstring makes a number a string in place
+      const char* f = lua_tolstring(L, -1, &flen);
+      const bool beyond = n - 2 >= format_arguments(std::string_view(f, flen));
+      lua_pop(L, 1);
+      if (beyond) {
+        const std::string call = std::string("'log.") + lua_tostring(L, lua_upvalueindex(2)) + "'";
+        read_log_fields(L, n, n, call.c_str(), fields);
+        lua_settop(L, --n);
+      }
+    }
+    if (format) {
       push_string_lib(L);
       lua_getfield(L, -1, "format");
       lua_replace(L, -2);
@@ -1124,15 +1143,15 @@ struct Primitives {
     }
     std::size_t len = 0;
     const char* msg = lua_tolstring(L, -1, &len);
-    log::logger().log(level, "{}", std::string_view(msg ? msg : "", msg ? len : 0));
+    log::write(level, std::string_view(msg ? msg : "", msg ? len : 0), fields);
     return 0;
   }
 
   static void push_log_api(lua_State* L) {
     static const std::pair<const char*, spdlog::level::level_enum> levels[] = {
         {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
-        {"warn", spdlog::level::warn},   {"error", spdlog::level::err}};
-    lua_createtable(L, 0, 5);
+        {"warn", spdlog::level::warn},   {"error", spdlog::level::err},   {"critical", spdlog::level::critical}};
+    lua_createtable(L, 0, 6);
     for (auto& [name, level] : levels) {
       lua_pushinteger(L, level);
       lua_pushstring(L, name);

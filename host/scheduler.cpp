@@ -392,13 +392,19 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     monitors.swap(slot->monitors);
     slot->pending.clear();
   }
+  // Its entry, for a crash report: the process is gone by then.
+  std::string entry = failed && slot->process ? slot->process->Name() : "";
   if (auto proc = std::move(slot->process)) {
     proc->Close();
     log::forget_process(proc.get());
   }
 
   ExitInfo info{pid, failed, failed ? std::string() : std::move(result), failed ? std::move(error) : std::string()};
+  info.entry = std::move(entry);
   for (auto& hook : exit_hooks_) hook(info);
+  // Whether some live process learnt of a failure: a watcher or linked
+  // process that is gone already misses its event (deliver fails).
+  bool told = false;
   for (const Monitor& m : monitors) {
     Event ev;
     ev.kind = EventKind::Exit;
@@ -406,7 +412,7 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     ev.from = pid;
     ev.failed = info.failed;
     ev.payload = info.failed ? info.error : info.result;
-    deliver(m.watcher, std::move(ev));  // a watcher that is gone simply misses it
+    told |= deliver(m.watcher, std::move(ev)).empty();  // a watcher that is gone simply misses it
   }
   for (const Pid& other : links) {
     ProcessSlot* os;
@@ -417,9 +423,10 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
       ev.from = pid;
       ev.failed = true;
       ev.payload = info.error;
-      deliver(other, std::move(ev));
+      told |= deliver(other, std::move(ev)).empty();
     }
   }
+  if (failed && !told && unwatched_failure_hook_) unwatched_failure_hook_(info);
   table_.release(slot, local_free_slots());
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard lock(live_mu_);  // orders the notify after a waiter's predicate check

@@ -103,6 +103,7 @@ struct ExitInfo {
   bool failed = false;
   std::string result;  // when !failed
   std::string error;   // when failed
+  std::string entry;   // when failed: the process's Name(), for a crash report
 };
 
 struct ShutdownReport {
@@ -186,6 +187,14 @@ class Scheduler {
   // Hooks also run during shutdown (from the destructor too), so whatever a
   // hook uses must outlive the scheduler or be owned by the hook.
   void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }
+  // Called for a process that failed with nobody to tell: none of its
+  // monitors and links named a live process when it ended, so no exit or
+  // link_down event of it reached anyone (SPEC section 10's crash report).
+  // On the thread that finished it, after the exit hooks. Set before
+  // spawning; the same lifetime rule as the exit hooks'.
+  void set_unwatched_failure_hook(std::function<void(const ExitInfo&)> hook) {
+    unwatched_failure_hook_ = std::move(hook);
+  }
 
   ShutdownReport shutdown(std::chrono::milliseconds grace = config::kDefaultShutdownGrace);
 
@@ -254,6 +263,7 @@ class Scheduler {
   TimerService timers_;
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
+  std::function<void(const ExitInfo&)> unwatched_failure_hook_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;
   std::shared_mutex idle_job_mu_;     // shared while a worker runs the job
   std::function<bool()> idle_job_;    // guarded by idle_job_mu_
