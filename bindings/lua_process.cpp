@@ -206,6 +206,64 @@ struct Primitives {
     return 1;
   }
 
+  static void push_pids(lua_State* L, const std::vector<Pid>& pids) {
+    lua_createtable(L, static_cast<int>(pids.size()), 0);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      push_pid(L, pids[i]);
+      lua_rawseti(L, -2, static_cast<int>(i + 1));
+    }
+  }
+
+  // process.list(): the PIDs of the live processes.
+  static int list(lua_State* L) {
+    push_pids(L, of(L).rt_.scheduler().live_pids());
+    return 1;
+  }
+
+  // process.info(pid or name): what SPEC section 10 lists, or nil,
+  // "not_found: ..." for a process that is not alive.
+  static int info(lua_State* L) {
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      const bool self = to == p.ctx_.self;
+      auto in = p.rt_.scheduler().inspect(to, self);
+      if (!in) return push_fail(L, make_error(ErrorKind::NotFound, "no process " + to.to_string()));
+      // Its own inbox, read here (Describe does not, for a running process).
+      if (self) in->facts.inbox = p.kernel_.queued_messages(L);
+      const std::vector<std::string> names = p.rt_.names().names_of(to);
+      // Idle: waiting for messages, with none queued and no command (a
+      // timer included) outstanding; waiting: any other wait.
+      const std::size_t mailbox = in->queued + in->facts.inbox;
+      const bool waits = in->state == RunState::Blocked || in->state == RunState::Idle;
+      const char* status = !waits ? "running" : in->outstanding > 0 || mailbox > 0 ? "waiting" : "idle";
+      lua_createtable(L, 0, 10);
+      lua_pushstring(L, in->facts.entry.c_str());
+      lua_setfield(L, -2, "entry");
+      lua_pushstring(L, status);
+      lua_setfield(L, -2, "status");
+      lua_pushnumber(L, static_cast<lua_Number>(mailbox));
+      lua_setfield(L, -2, "mailbox");
+      lua_pushnumber(L, static_cast<lua_Number>(in->facts.memory));
+      lua_setfield(L, -2, "memory");
+      lua_pushnumber(L, static_cast<lua_Number>(in->facts.steps));
+      lua_setfield(L, -2, "steps");
+      push_pids(L, in->links);
+      lua_setfield(L, -2, "links");
+      push_pids(L, in->facts.monitors);
+      lua_setfield(L, -2, "monitors");
+      push_pids(L, in->monitored_by);
+      lua_setfield(L, -2, "monitored_by");
+      lua_createtable(L, static_cast<int>(names.size()), 0);
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        lua_pushlstring(L, names[i].data(), names[i].size());
+        lua_rawseti(L, -2, static_cast<int>(i + 1));
+      }
+      lua_setfield(L, -2, "names");
+      lua_pushnumber(L, in->facts.started);
+      lua_setfield(L, -2, "started");
+      return 1;
+    });
+  }
+
   static int pid(lua_State* L) {
     auto& p = of(L);
     lua_pushlstring(L, p.self_.data(), p.self_.size());
@@ -271,7 +329,7 @@ struct Primitives {
     }
     SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
     if (!r) return push_fail(L, r.error);
-    if (mode == 2) p.monitors()[r.pid].push_back(opts.monitor_ref);
+    if (mode == 2) p.add_monitor(r.pid, opts.monitor_ref);
     push_pid(L, r.pid);
     return 1;
   }
@@ -295,7 +353,7 @@ struct Primitives {
       std::uint64_t ref = ++p.next_monitor_ref_;
       std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
       if (!err.empty()) return push_fail(L, err);
-      p.monitors()[to].push_back(ref);
+      p.add_monitor(to, ref);
       lua_pushboolean(L, 1);
       if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
       p.kernel_.note_watch();
@@ -317,11 +375,17 @@ struct Primitives {
 
   static int unmonitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      auto it = p.monitors().find(to);
-      if (it == p.monitors_->end())
-        return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
-      for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
-      p.monitors_->erase(it);
+      std::vector<std::uint64_t> refs;
+      {
+        std::lock_guard lock(p.monitors_lock());
+        if (p.monitors_)
+          if (auto it = p.monitors_->find(to); it != p.monitors_->end()) {
+            refs = std::move(it->second);
+            p.monitors_->erase(it);
+          }
+      }
+      if (refs.empty()) return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
+      for (std::uint64_t ref : refs) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
       lua_pushboolean(L, 1);
       return 1;
     });
@@ -646,6 +710,7 @@ struct Primitives {
         {"monitor", monitor, -1}, {"unmonitor", unmonitor, -1},
         {"cancel", cancel, -1},   {"terminate", terminate, -1},
         {"memory", memory, -1},  // bytes of Lua heap (an extension)
+        {"list", list, -1},       {"info", info, -1},
     };
     static const luaL_Reg registry[] = {
         {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};
@@ -1334,14 +1399,14 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   // saved on their way (a message makes and frees about eight blocks).
   if (nsize == 0) {
     if (ptr) {
-      self->used_ -= osize;
+      self->set_used(self->used_ - osize);
       self->arena_.free(ptr, osize);
     }
     return nullptr;
   }
   if (!ptr && self->used_ + nsize <= self->limit_) [[likely]] {
     if (void* p = self->arena_.try_allocate_small(nsize)) [[likely]] {
-      self->used_ += nsize;
+      self->set_used(self->used_ + nsize);
       return p;
     }
   }
@@ -1363,7 +1428,7 @@ void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize)
     if (L_) gc_pressure::collect_sooner(L_, hard);
   }
   void* out = arena_.reallocate(ptr, old, nsize);
-  if (out) used_ = used_ - old + nsize;
+  if (out) set_used(used_ - old + nsize);
   return out;
 }
 
@@ -1384,7 +1449,7 @@ void* LuaProcess::allocate_newstate_special(void* ptr, std::size_t osize, std::s
     void* g = arena_.allocate_for_life(nsize);
     if (g) {
       global_state_ = g;
-      used_ += nsize;
+      set_used(used_ + nsize);
     }
     return g;
   }
@@ -1395,7 +1460,7 @@ void* LuaProcess::allocate_newstate_special(void* ptr, std::size_t osize, std::s
   // Freed last (by lua_close, or by a lua_newstate that failed): it goes
   // with the arena. LuaJIT never resizes it.
   if (ptr && nsize == 0) {
-    used_ -= osize;
+    set_used(used_ - osize);
     return nullptr;
   }
   return allocate(this, ptr, osize, nsize);
@@ -1583,7 +1648,7 @@ bool LuaProcess::prepare_without_small_globals() {
   log::logger().debug("{}; the globals tables stay as LuaJIT makes them", kTablesUnexpected);
   small_globals::disable();
   arena_.release();
-  used_ = 0;
+  set_used(0);
   L_ = nullptr;
   global_state_ = globals_scratch_ = nullptr;
   return Prepare();
@@ -1634,6 +1699,7 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   counted_ = true;
   ctx_ = ctx;
   self_ = ctx.self.to_string();
+  started_ = monotonic_seconds();
   entry_ = entry;
   if (!L_ && !Prepare()) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
   // The module's top-level code may run no longer than a step may: the
@@ -1680,7 +1746,21 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
+std::mutex& LuaProcess::monitors_lock() const {
+  // Striped: a mutex per process would not fit its 1 KB (and most hold no
+  // monitor); changes and process.info's reads are rare.
+  static std::mutex stripes[64];
+  return stripes[(reinterpret_cast<std::uintptr_t>(this) >> 10) % 64];
+}
+
+void LuaProcess::add_monitor(const Pid& target, std::uint64_t ref) {
+  std::lock_guard lock(monitors_lock());
+  if (!monitors_) monitors_ = std::make_unique<Monitors>();
+  (*monitors_)[target].push_back(ref);
+}
+
 bool LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
+  std::lock_guard lock(monitors_lock());
   if (!monitors_) return false;
   auto it = monitors_->find(target);
   if (it == monitors_->end()) return false;
@@ -2133,7 +2213,8 @@ std::atomic<std::uint8_t> thread_tags{0};
 // process is hot (config::kJitHotShare): then the hook is armed to fire at
 // the step's first bytecode, and compiles.
 void LuaProcess::probe_jit(std::uint32_t steps_here) {
-  const std::uint32_t step = steps_++;
+  const std::uint32_t step = steps_;
+  count_step();
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
   int hook_count = config::kJitHookInterval;
   if (arm) jit_long_history_ = static_cast<std::uint8_t>(jit_long_history_ << 1);
@@ -2176,6 +2257,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   stack_args::drop_to(L, 0);  // only Init's leftovers: a step leaves it empty
   const std::uint32_t steps_here = ++this_thread_steps.count;
   if (!jit_on_) probe_jit(steps_here);
+  else count_step();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step
@@ -2270,6 +2352,20 @@ void LuaProcess::Close() {
   global_state_ = nullptr;
   globals_scratch_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
+}
+
+void LuaProcess::Describe(ProcessFacts& facts) const {
+  facts.entry = entry_;
+  facts.started = started_;
+  facts.memory = std::atomic_ref<std::size_t>(const_cast<std::size_t&>(used_)).load(std::memory_order_relaxed);
+  facts.steps = std::atomic_ref<std::uint32_t>(const_cast<std::uint32_t&>(steps_)).load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(monitors_lock());
+    if (monitors_)
+      for (const auto& [target, refs] : *monitors_) facts.monitors.push_back(target);
+  }
+  // Its inbox is in its Lua state: read only while it does not run.
+  if (facts.quiet && L_) facts.inbox = const_cast<TaskKernel&>(kernel_).queued_messages(L_);
 }
 
 }  // namespace host::lua

@@ -384,6 +384,24 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   return empty;
 }
 
+std::size_t TaskKernel::queued_messages(lua_State* L) {
+  if (inbox_queue_refs_[kBuf - 1] == -2) return 0;
+  std::uint64_t head, tail;
+  int n;
+  if (stack_args::array_slot(inbox_queues_[kBuf - 1], kHead, head) &&
+      stack_args::array_slot(inbox_queues_[kBuf - 1], kTail, tail) && luajit_private::is_number(head) &&
+      luajit_private::is_number(tail)) {
+    n = static_cast<int>(luajit_private::number(tail) - luajit_private::number(head)) + 1;
+  } else {
+    push_inbox_queue(L, kBuf);
+    n = QueueRef(L, -1).size();
+    lua_pop(L, 1);
+  }
+  // A message is three values (from, topic, payload) until the buffer
+  // holds message tables (flat_inbox_).
+  return static_cast<std::size_t>(n < 0 ? 0 : flat_inbox_ ? n / 3 : n);
+}
+
 bool TaskKernel::inbox_recvq_empty(lua_State* L) {
   // Only kernel_ext's receives (and the ones queued behind them) wait there.
   return !ext_loaded() || inbox_queue_empty(L, kRecvq);

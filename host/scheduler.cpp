@@ -434,4 +434,45 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
   }
 }
 
+std::vector<Pid> Scheduler::live_pids() {
+  std::vector<Pid> out;
+  out.reserve(live_count());
+  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
+    ProcessSlot* slot = table_.slot_at(i);
+    if (!slot) continue;
+    std::lock_guard lock(slot->mu);
+    if (slot->alive) out.push_back(slot->pid());
+  }
+  return out;
+}
+
+std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool self) {
+  // A step is usually microseconds long: wait for one to end rather than
+  // answer without what only a quiet process can tell; a process stuck in
+  // a long computation or a C call is answered as it is.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  for (;;) {
+    ProcessSlot* slot;
+    auto lock = lock_live(pid, slot);
+    if (!lock) return std::nullopt;
+    Inspection in;
+    in.state = slot->state.state();
+    if (in.state == RunState::Running && !self && std::chrono::steady_clock::now() < give_up) {
+      lock.unlock();
+      std::this_thread::yield();
+      continue;
+    }
+    in.queued = slot->pending.size();
+    in.outstanding = slot->outstanding_yields.load(std::memory_order_acquire);
+    in.links = slot->links;
+    in.monitored_by.reserve(slot->monitors.size());
+    for (const Monitor& m : slot->monitors)
+      if (std::find(in.monitored_by.begin(), in.monitored_by.end(), m.watcher) == in.monitored_by.end())
+        in.monitored_by.push_back(m.watcher);
+    in.facts.quiet = in.state != RunState::Running && !self;
+    if (slot->process) slot->process->Describe(in.facts);
+    return in;
+  }
+}
+
 }  // namespace host

@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -171,6 +172,24 @@ class Scheduler {
 
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
+
+  // process.list and process.info (SPEC section 10). live_pids: every live
+  // process, each slot locked in turn (a snapshot that may miss a process
+  // spawned meanwhile). inspect: nullopt when pid is not alive; a process
+  // that is running is waited for a few milliseconds, so that most answers
+  // are read while it is quiet (ProcessFacts).
+  std::vector<Pid> live_pids();
+  struct Inspection {
+    RunState state = RunState::Ready;
+    std::size_t queued = 0;  // events not yet taken by a step
+    std::int32_t outstanding = 0;  // commands it waits on (timers included)
+    std::vector<Pid> links;
+    std::vector<Pid> monitored_by;
+    ProcessFacts facts;
+  };
+  // self: the caller is that process, in its own step (nothing to wait
+  // for; it reads its own state).
+  std::optional<Inspection> inspect(const Pid& pid, bool self = false);
   // What the workers did (the sums of Worker::Counters) and the wakes the
   // idle protocol issued; logged at debug level when the workers stop.
   struct Counters {
