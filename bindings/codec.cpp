@@ -11,7 +11,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 #include "bindings/stack_args.hpp"
 #include "bindings/string_cache.hpp"
 #include "host/error.hpp"
@@ -130,10 +130,16 @@ template <typename Out>
 }
 
 // Encodes the value at idx if it is of a type with no parts (nil, boolean,
-// number, string: `type` is its lua_type); false, writing nothing, for any
-// other.
+// number, string, the NULL light userdata: `type` is its lua_type); false,
+// writing nothing, for any other.
 inline bool put_scalar(lua_State* L, int idx, int type, std::string& out) {
   switch (type) {
+    case LUA_TLIGHTUSERDATA:
+      // Any other pointer means nothing in another process: refused, as
+      // userdata (Encoder::value names it).
+      if (lua_touserdata(L, idx) != nullptr) return false;
+      out.push_back(kNullPointer);
+      return true;
     case LUA_TNIL: out.push_back(kNil); return true;
     case LUA_TBOOLEAN: out.push_back(lua_toboolean(L, idx) ? kTrue : kFalse); return true;
     case LUA_TNUMBER: put_number(out, lua_tonumber(L, idx)); return true;
@@ -261,7 +267,7 @@ class Encoder {
   // value that cannot be sent, a cycle, nesting too deep), and table() then
   // walks it again through the C API, which names what was wrong.
   bool raw_table(RawOut& out, const unsigned char* t, std::size_t depth) {
-    namespace LL = luajit_layout;
+    namespace LL = luajit_private;
     if (depth >= ancestors_.size()) return false;
     for (std::size_t i = 0; i < depth; ++i)
       if (ancestors_[i] == t) return false;
@@ -270,10 +276,9 @@ class Encoder {
     std::size_t n = 0;
     std::size_t m = 0;
     bool in_array = true;  // as in table(): keys 1, 2, ... while they come first
-    const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
-    const std::uint32_t asize = LL::load32(t + LL::kAsizeOffset);
-    for (std::uint32_t i = 0; i < asize; ++i) {
-      const std::uint64_t v = LL::load64(array + 8 * std::size_t{i});
+    const LL::TableParts parts = LL::table_parts(t);
+    for (std::uint32_t i = 0; i < parts.asize; ++i) {
+      const std::uint64_t v = LL::array_value(parts, i);
       if (LL::is_nil(v)) continue;
       if (in_array && i == n + 1) {
         ++n;
@@ -284,13 +289,10 @@ class Encoder {
       }
       if (!raw_value(out, v, depth)) return false;
     }
-    const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
-    const std::uint32_t hmask = LL::load32(t + LL::kHmaskOffset);
-    for (std::uint32_t i = 0; i <= hmask; ++i) {
-      const unsigned char* slot = node + LL::kNodeBytes * std::size_t{i};
-      const std::uint64_t v = LL::load64(slot);
+    for (std::uint32_t i = 0; i <= parts.hmask; ++i) {
+      const std::uint64_t v = LL::node_value(parts, i);
       if (LL::is_nil(v)) continue;
-      const std::uint64_t k = LL::load64(slot + LL::kNodeKeyOffset);
+      const std::uint64_t k = LL::node_key(parts, i);
       if (in_array && LL::is_number(k) && LL::number(k) == static_cast<double>(n + 1)) {
         ++n;
       } else {
@@ -307,24 +309,27 @@ class Encoder {
   // One TValue of a table at depth `depth`: a scalar inline (most are), a
   // table through raw_table.
   [[gnu::always_inline]] bool raw_value(RawOut& out, std::uint64_t v, std::size_t depth) {
-    namespace LL = luajit_layout;
+    namespace LL = luajit_private;
     if (LL::is_number(v)) {
       put_number(out, LL::number(v));
       return true;
     }
     const std::uint32_t tag = LL::tag(v);
     if (tag == LL::kTagStr) {
-      const unsigned char* s = LL::object(v);
-      const std::uint32_t n = LL::load32(s + LL::kStrLenOffset);
+      std::size_t n = 0;
+      const char* bytes = LL::string_bytes(LL::object(v), &n);
       out.push_back(kString);
       put_varint(out, n);
-      out.append(reinterpret_cast<const char*>(s + LL::kStrBytes), n);
+      out.append(bytes, n);
       return true;
     }
     if (tag == LL::kTagFalse || tag == LL::kTagTrue) {
       out.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
       return true;
     }
+    // A light userdata (JSON's null among them) declines too: in GC64 its
+    // TValue holds the pointer's segment in the state's own map, not the
+    // pointer, so only the C API (lua_touserdata) tells NULL from others.
     return tag == LL::kTagTab && raw_table(out, LL::object(v), depth + 1);
   }
 
@@ -489,6 +494,13 @@ class Decoder {
         bad_key_ = false;  // a table is a valid key, whatever it holds
         return true;
       }
+      case kNullPointer:
+        // Not in the hand-over's mode: the state's first light userdata
+        // allocates its segment map. Its caller then decodes the message
+        // in a protected call.
+        if (kept_) return fail("a light userdata cannot be pushed here");
+        lua_pushlightuserdata(L_, nullptr);
+        return true;
       case kMoved: {
         std::uint64_t id, n;
         if (!varint(id) || !varint(n)) return false;
@@ -572,57 +584,15 @@ t[11] = holes
 return t, { 1, function() end }, { x = { y = {} } }
 )lua";
 
-// Whether LuaJIT lays out tables and strings as luajit_layout.hpp says,
-// checked once on a state of its own. First what needs no pointer read
-// from the layout followed (a string's bytes and length; a new table's
-// sizes, its array in place, values set through the C API found where
-// expected); then raw_table's bytes against table()'s for tables of every
-// shape, and its refusal of a function and of a cycle.
+// Whether raw_table, on luajit_private's reads, gives table()'s bytes:
+// checked once on a state of its own, for tables of every shape, with its
+// refusal of a function and of a cycle. False where the seam is
+// unavailable.
 bool check_raw_tables() {
-  namespace LL = luajit_layout;
+  if (!luajit_private::checked()) return false;
   const std::unique_ptr<lua_State, decltype(&lua_close)> state(luaL_newstate(), &lua_close);
   lua_State* L = state.get();
   if (!L) return false;
-  for (std::size_t len : {0, 1, 5, 40, 300}) {
-    std::string text(len, 'a');
-    for (std::size_t i = 0; i < len; ++i) text[i] = static_cast<char>('a' + i % 26);
-    lua_pushlstring(L, text.data(), len);
-    const auto* g = static_cast<const unsigned char*>(lua_topointer(L, -1));
-    const char* bytes = lua_tostring(L, -1);
-    if (!g || bytes != reinterpret_cast<const char*>(g + LL::kStrBytes) || LL::load32(g + LL::kStrLenOffset) != len)
-      return false;
-    lua_pop(L, 1);
-  }
-  lua_createtable(L, 5, 3);
-  const auto* t = static_cast<const unsigned char*>(lua_topointer(L, -1));
-  const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
-  const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
-  if (LL::load32(t + LL::kAsizeOffset) != 6 || LL::load32(t + LL::kHmaskOffset) != 3 ||
-      array != t + LL::kTableBytes || LL::load_ptr(t + LL::kFreetopOffset) != node + 4 * LL::kNodeBytes)
-    return false;
-  lua_pushnumber(L, 42.5);
-  lua_rawseti(L, -2, 1);
-  lua_pushboolean(L, 1);
-  lua_rawseti(L, -2, 2);
-  lua_pushliteral(L, "key");
-  lua_pushliteral(L, "value");
-  const void* key = lua_topointer(L, -2);
-  const void* val = lua_topointer(L, -1);
-  lua_rawset(L, -3);
-  if (!LL::is_number(LL::load64(array + 8)) || LL::number(LL::load64(array + 8)) != 42.5 ||
-      LL::tag(LL::load64(array + 16)) != LL::kTagTrue || !LL::is_nil(LL::load64(array + 24)))
-    return false;
-  int found = 0;
-  for (std::size_t i = 0; i < 4; ++i) {
-    const std::uint64_t v = LL::load64(node + i * LL::kNodeBytes);
-    const std::uint64_t k = LL::load64(node + i * LL::kNodeBytes + LL::kNodeKeyOffset);
-    if (LL::is_nil(v)) continue;
-    if (LL::tag(v) != LL::kTagStr || LL::object(v) != val || LL::tag(k) != LL::kTagStr || LL::object(k) != key)
-      return false;
-    ++found;
-  }
-  if (found != 1) return false;
-  lua_pop(L, 1);
   if (luaL_loadstring(L, kRawCheckTables) != 0 || lua_pcall(L, 0, 3, 0) != 0) return false;
   // The tables: the same bytes both ways.
   for (int i = 1; i <= static_cast<int>(lua_objlen(L, 1)); ++i) {
@@ -669,14 +639,14 @@ inline void put_varint(PtrOut& out, std::uint64_t v) { out.put_varint(v); }
 // bytes; false for any other value.
 constexpr std::uint32_t kSmallString = 15;
 inline bool put_small_string(PtrOut& out, std::uint64_t tv) {
-  namespace LL = luajit_layout;
+  namespace LL = luajit_private;
   if (LL::tag(tv) != LL::kTagStr) return false;
-  const unsigned char* s = LL::object(tv);
-  const std::uint32_t n = LL::load32(s + LL::kStrLenOffset);
+  std::size_t n = 0;
+  const char* bytes = LL::string_bytes(LL::object(tv), &n);
   if (n > kSmallString) return false;
   out.push_back(kString);
   out.push_back(static_cast<char>(n));
-  for (std::uint32_t i = 0; i < n; ++i) out.p[i] = static_cast<char>(s[LL::kStrBytes + i]);
+  for (std::size_t i = 0; i < n; ++i) out.p[i] = bytes[i];
   out.p += n;
   return true;
 }
@@ -690,14 +660,12 @@ inline bool put_small_string(PtrOut& out, std::uint64_t tv) {
 // length; 0 for any other table.
 constexpr std::uint32_t kSmallEntries = 8;
 std::size_t put_small_table(const unsigned char* t, char* buf) {
-  namespace LL = luajit_layout;
-  const std::uint32_t asize = LL::load32(t + LL::kAsizeOffset);
-  if (asize > 4) return 0;
-  const unsigned char* array = LL::load_ptr(t + LL::kArrayOffset);
-  for (std::uint32_t i = 0; i < asize; ++i)
-    if (!LL::is_nil(LL::load64(array + 8 * std::size_t{i}))) return 0;
-  const std::uint32_t hmask = LL::load32(t + LL::kHmaskOffset);
-  if (hmask >= kSmallEntries) return 0;
+  namespace LL = luajit_private;
+  const LL::TableParts parts = LL::table_parts(t);
+  if (parts.asize > 4) return 0;
+  for (std::uint32_t i = 0; i < parts.asize; ++i)
+    if (!LL::is_nil(LL::array_value(parts, i))) return 0;
+  if (parts.hmask >= kSmallEntries) return 0;
   // Each entry at most 17 bytes of key and 17 of value (a string's, or a
   // number's tag and 10-byte varint), after the count and the header.
   static_assert(kSmallPayloadBytes >= 4 + kSmallEntries * 2 * (2 + kSmallString));
@@ -706,13 +674,11 @@ std::size_t put_small_table(const unsigned char* t, char* buf) {
   o.push_back(kTable);
   o.push_back(0);       // no array section
   char* m_at = o.p++;   // the hash section's count, at most kSmallEntries
-  const unsigned char* node = LL::load_ptr(t + LL::kNodeOffset);
   char m = 0;
-  for (std::uint32_t i = 0; i <= hmask; ++i) {
-    const unsigned char* slot = node + LL::kNodeBytes * std::size_t{i};
-    const std::uint64_t v = LL::load64(slot);
+  for (std::uint32_t i = 0; i <= parts.hmask; ++i) {
+    const std::uint64_t v = LL::node_value(parts, i);
     if (LL::is_nil(v)) continue;
-    if (!put_small_string(o, LL::load64(slot + LL::kNodeKeyOffset))) return 0;
+    if (!put_small_string(o, LL::node_key(parts, i))) return 0;
     if (LL::is_number(v)) {
       put_number(o, LL::number(v));
     } else if (LL::tag(v) == LL::kTagTrue || LL::tag(v) == LL::kTagFalse) {
@@ -832,6 +798,28 @@ bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const Stri
   if (dec.value(0) && dec.at_end()) return true;
   stack_args::drop_to(L, top);
   return false;
+}
+
+std::string encode_strings(std::span<const std::string> values) {
+  std::string out;
+  put_varint(out, values.size());
+  for (const std::string& v : values) {
+    out.push_back(kString);
+    put_varint(out, v.size());
+    out.append(v);
+  }
+  return out;
+}
+
+std::optional<std::string> decode_first_string(std::string_view bytes) {
+  const char* p = bytes.data();
+  const char* end = p + bytes.size();
+  std::uint64_t count = 0, n = 0;
+  if (read_varint(p, end, count) != Varint::kOk || count == 0 || p >= end || static_cast<std::uint8_t>(*p) != kString)
+    return std::nullopt;
+  ++p;
+  if (read_varint(p, end, n) != Varint::kOk || n > static_cast<std::uint64_t>(end - p)) return std::nullopt;
+  return std::string(p, n);
 }
 
 }  // namespace host::lua

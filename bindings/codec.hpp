@@ -4,21 +4,25 @@
 //
 // Allowed: nil, booleans, numbers (integers as zigzag varints, every other
 // number as its 8 IEEE bytes, so NaN, +-inf and -0.0 are exact), strings of
-// any bytes, and tables of these (a table referenced twice arrives as two
-// copies). Refused, naming the path of the offending value: functions,
-// userdata, coroutines, tables with cycles, nesting deeper than kMaxDepth.
+// any bytes, the NULL light userdata (JSON's null: cjson.null, json.null;
+// SPEC section 9), and tables of these (a table referenced twice arrives as
+// two copies; a metatable stays behind). Refused, naming the path of the
+// offending value: functions, other userdata, coroutines, tables with
+// cycles, nesting deeper than kMaxDepth.
 // The decoder treats its input as untrusted: bad bytes give an error.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include <lua.hpp>
 
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 
 namespace host::lua {
 
@@ -29,6 +33,13 @@ inline constexpr int kMaxDepth = 256;
 // of the path is `root`, or `root<i>` for the i-th of several values) and
 // leaves out unchanged.
 std::string encode_values(lua_State* L, int first, int n, std::string& out, const char* root = "value");
+// The encoding of the strings given, as values (what encode_values makes
+// of them, with no Lua state): a process's arguments from C++ (the script
+// arguments, the reloader's check).
+std::string encode_strings(std::span<const std::string> values);
+// The first value of bytes when it is a string (encode_values' bytes, or
+// encode_strings'); nullopt for anything else.
+std::optional<std::string> decode_first_string(std::string_view bytes);
 // The same for the one value at idx, or nil where the stack ends before idx
 // (a call's missing argument): what send encodes, without a lua_settop.
 std::string encode_value(lua_State* L, int idx, std::string& out, const char* root = "value");
@@ -79,7 +90,11 @@ bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const Stri
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
 // The encoding's tags: a value is its tag, then what the tag needs.
-enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable, kMoved };
+// kNullPointer is the NULL light userdata, nothing after it: lua-cjson's
+// null is that value, and each process's json.null compares equal to it,
+// so a decoded JSON document with nulls can be sent as it is. (Its
+// pointer is the only one that means the same in another process.)
+enum CodecTag : std::uint8_t { kNil = 0, kFalse, kTrue, kInt, kDouble, kString, kTable, kMoved, kNullPointer };
 
 // Values that move between processes instead of being copied (SPEC
 // section 7: a socket in a message or spawn arguments): the encoder meets
@@ -158,11 +173,11 @@ inline Varint read_varint(const char*& p, const char* end, std::uint64_t& v) {
 inline std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1)); }
 
 // Reads the boolean or number at p (its tag first) as the TValue LuaJIT
-// holds for it (luajit_layout's), moving p past it; false, p unchanged,
+// holds for it (luajit_private's), moving p past it; false, p unchanged,
 // for any other tag or bytes that end too soon. The decoder's array items
 // and the shape cache's values (shape_cache.hpp) are read this way.
 inline bool read_scalar_tvalue(const char*& p, const char* end, std::uint64_t& tv) {
-  namespace LL = luajit_layout;
+  namespace LL = luajit_private;
   if (p >= end) return false;
   const char* next = p + 1;  // past the tag, then past the value
   switch (static_cast<std::uint8_t>(*p)) {

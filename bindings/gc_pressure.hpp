@@ -18,34 +18,20 @@
 // already), so that the cycle starts at the next allocation check of the
 // interpreter or the C API and has the other half of the gap to finish in.
 // It only writes a threshold; the collector itself runs where LuaJIT runs
-// it. The fields are read through luajit_layout, checked against the C API
-// once; where the check fails, processes keep LuaJIT's own pacing.
+// it. The fields are luajit_private's; where that seam is unavailable,
+// processes keep LuaJIT's own pacing.
 #pragma once
 
 #include <cstddef>
 
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 
 struct lua_State;
 
 namespace host::lua::gc_pressure {
 
-namespace detail {
-extern const bool fields_ok;
-}
-// Whether the collector's fields are where luajit_layout says (checked
-// once, on a state of its own, at startup).
-inline bool available() { return detail::fields_ok; }
-// The allocator's userdata of L's state (lua_getallocf's), read from its
-// global state: a load where the C API's call was about 10 instructions,
-// and every primitive finds its process this way. Only when available(),
-// whose check reads this very field.
-inline void* allocator_data(lua_State* L) {
-  namespace LL = luajit_layout;
-  const unsigned char* g = LL::load_ptr(reinterpret_cast<const unsigned char*>(L) + LL::kStateGlobalOffset);
-  return const_cast<unsigned char*>(LL::load_ptr(g + LL::kGlobalAllocdOffset));
-}
-
+// Whether the collector's fields may be used (luajit_private::available()).
+inline bool available() { return luajit_private::available(); }
 // The collector of L's state starts its next cycle by the time the heap
 // is halfway from its live estimate to `limit` bytes (see above). No
 // effect during a cycle, or while a script has stopped the collector

@@ -16,10 +16,13 @@
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
+#include "bindings/log_fields.hpp"
 #include "bindings/socket_object.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/config.hpp"
+#include "host/assert.hpp"
 #include "host/error.hpp"
+#include "host/getrandom_batch.hpp"
 #include "host/log.hpp"
 #include "host/worker.hpp"
 
@@ -31,6 +34,26 @@ namespace {
 // when that code has run as long as a step may (jit_probe_hook); min until
 // the hook first fires there. max otherwise.
 thread_local std::chrono::steady_clock::time_point t_load_deadline = std::chrono::steady_clock::time_point::max();
+
+// The process whose state this thread runs (a step, its start, its close,
+// a spare's preparation), for Primitives::of. Nested: a spawn runs the
+// child's start inside the parent's step, and gives the parent back after.
+thread_local LuaProcess* t_running = nullptr;
+
+struct RunningHere {
+  LuaProcess* outer;
+  explicit RunningHere(LuaProcess* p) : outer(t_running) { t_running = p; }
+  ~RunningHere() { t_running = outer; }  // also when LuaJIT unwinds through it
+  RunningHere(const RunningHere&) = delete;
+  RunningHere& operator=(const RunningHere&) = delete;
+};
+
+// The process whose state L is, by the public API (its allocator's data).
+LuaProcess* owner_by_api(lua_State* L) {
+  void* ud = nullptr;
+  lua_getallocf(L, &ud);
+  return static_cast<LuaProcess*>(ud);
+}
 
 // Globals are read raw here: _G's __index is lazy_global itself.
 void raw_global(lua_State* L, const char* name) {
@@ -111,14 +134,15 @@ void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
 // the table of primitives kernel_ext.lua gets. Each finds its LuaProcess
 // with of(L).
 struct Primitives {
-  // The process whose state L is (the allocator's userdata), from anywhere:
-  // a field read, cheaper than an upvalue holding it as a light userdata.
+  // The process whose state L is: the one this thread runs (one load,
+  // where the C API's lua_getallocf was about 10 instructions), else the
+  // allocator's data. Debug builds check that L is that process's: a
+  // state is touched only by the thread running it.
   static LuaProcess& of(lua_State* L) {
-    if (gc_pressure::available()) [[likely]]
-      return *static_cast<LuaProcess*>(gc_pressure::allocator_data(L));
-    void* ud = nullptr;
-    lua_getallocf(L, &ud);
-    return *static_cast<LuaProcess*>(ud);
+    LuaProcess* p = t_running;
+    if (!p) [[unlikely]] p = owner_by_api(L);
+    HOST_ASSERT(p == owner_by_api(L), "a process's state is used only on the thread running it");
+    return *p;
   }
   static TaskKernel& kernel(lua_State* L) { return of(L).kernel_; }
 
@@ -178,9 +202,67 @@ struct Primitives {
   static int ok_or_fail(lua_State* L, const std::string& err) {
     if (!err.empty()) return push_fail(L, err);
     // (A send's true, pushed as a value: the C API's call was about 20.)
-    const std::uint64_t yes = luajit_layout::primitive(luajit_layout::kTagTrue);
+    const std::uint64_t yes = luajit_private::primitive(luajit_private::kTagTrue);
     if (!stack_args::push_tvalues(L, &yes, 1)) lua_pushboolean(L, 1);
     return 1;
+  }
+
+  static void push_pids(lua_State* L, const std::vector<Pid>& pids) {
+    lua_createtable(L, static_cast<int>(pids.size()), 0);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      push_pid(L, pids[i]);
+      lua_rawseti(L, -2, static_cast<int>(i + 1));
+    }
+  }
+
+  // process.list(): the PIDs of the live processes.
+  static int list(lua_State* L) {
+    push_pids(L, of(L).rt_.scheduler().live_pids());
+    return 1;
+  }
+
+  // process.info(pid or name): what SPEC section 10 lists, or nil,
+  // "not_found: ..." for a process that is not alive.
+  static int info(lua_State* L) {
+    return on_target(L, [L](LuaProcess& p, const Pid& to) {
+      const bool self = to == p.ctx_.self;
+      auto in = p.rt_.scheduler().inspect(to, self);
+      if (!in) return push_fail(L, make_error(ErrorKind::NotFound, "no process " + to.to_string()));
+      // Its own inbox, read here (Describe does not, for a running process).
+      if (self) in->facts.inbox = p.kernel_.queued_messages(L);
+      const std::vector<std::string> names = p.rt_.names().names_of(to);
+      // Idle: waiting for messages, with none queued and no command (a
+      // timer included) outstanding; waiting: any other wait.
+      const std::size_t mailbox = in->queued + in->facts.inbox;
+      const bool waits = in->state == RunState::Blocked || in->state == RunState::Idle;
+      const char* status = !waits ? "running" : in->outstanding > 0 || mailbox > 0 ? "waiting" : "idle";
+      lua_createtable(L, 0, 10);
+      lua_pushstring(L, in->facts.entry.c_str());
+      lua_setfield(L, -2, "entry");
+      lua_pushstring(L, status);
+      lua_setfield(L, -2, "status");
+      lua_pushnumber(L, static_cast<lua_Number>(mailbox));
+      lua_setfield(L, -2, "mailbox");
+      lua_pushnumber(L, static_cast<lua_Number>(in->facts.memory));
+      lua_setfield(L, -2, "memory");
+      lua_pushnumber(L, static_cast<lua_Number>(in->facts.steps));
+      lua_setfield(L, -2, "steps");
+      push_pids(L, in->links);
+      lua_setfield(L, -2, "links");
+      push_pids(L, in->facts.monitors);
+      lua_setfield(L, -2, "monitors");
+      push_pids(L, in->monitored_by);
+      lua_setfield(L, -2, "monitored_by");
+      lua_createtable(L, static_cast<int>(names.size()), 0);
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        lua_pushlstring(L, names[i].data(), names[i].size());
+        lua_rawseti(L, -2, static_cast<int>(i + 1));
+      }
+      lua_setfield(L, -2, "names");
+      lua_pushnumber(L, in->facts.started);
+      lua_setfield(L, -2, "started");
+      return 1;
+    });
   }
 
   static int pid(lua_State* L) {
@@ -248,7 +330,7 @@ struct Primitives {
     }
     SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
     if (!r) return push_fail(L, r.error);
-    if (mode == 2) p.monitors()[r.pid].push_back(opts.monitor_ref);
+    if (mode == 2) p.add_monitor(r.pid, opts.monitor_ref);
     push_pid(L, r.pid);
     return 1;
   }
@@ -272,7 +354,7 @@ struct Primitives {
       std::uint64_t ref = ++p.next_monitor_ref_;
       std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
       if (!err.empty()) return push_fail(L, err);
-      p.monitors()[to].push_back(ref);
+      p.add_monitor(to, ref);
       lua_pushboolean(L, 1);
       if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
       p.kernel_.note_watch();
@@ -294,11 +376,17 @@ struct Primitives {
 
   static int unmonitor(lua_State* L) {
     return on_target(L, [L](LuaProcess& p, const Pid& to) {
-      auto it = p.monitors().find(to);
-      if (it == p.monitors_->end())
-        return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
-      for (std::uint64_t ref : it->second) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
-      p.monitors_->erase(it);
+      std::vector<std::uint64_t> refs;
+      {
+        std::lock_guard lock(p.monitors_lock());
+        if (p.monitors_)
+          if (auto it = p.monitors_->find(to); it != p.monitors_->end()) {
+            refs = std::move(it->second);
+            p.monitors_->erase(it);
+          }
+      }
+      if (refs.empty()) return push_fail(L, make_error(ErrorKind::NotFound, "not monitoring " + to.to_string()));
+      for (std::uint64_t ref : refs) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, to, ref);
       lua_pushboolean(L, 1);
       return 1;
     });
@@ -624,6 +712,7 @@ struct Primitives {
         {"monitor", monitor, -1}, {"unmonitor", unmonitor, -1},
         {"cancel", cancel, -1},   {"terminate", terminate, -1},
         {"memory", memory, -1},  // bytes of Lua heap (an extension)
+        {"list", list, -1},       {"info", info, -1},
     };
     static const luaL_Reg registry[] = {
         {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};
@@ -857,7 +946,24 @@ struct Primitives {
       raw_global(L, "debug");
       wrap_metatable_calls(L, -1);
       lua_pop(L, 1);
+    } else if (!std::strcmp(name, "math")) {
+      seed_random(L);
     }
+  }
+
+  // LuaJIT starts every state's math.random from the same seed, so every
+  // process drew the same numbers. Each process's starts from kernel
+  // randomness instead (a batch per thread: no system call per process),
+  // once, as its math library opens; math.randomseed(n) still makes a
+  // sequence reproducible.
+  static void seed_random(lua_State* L) {
+    std::uint64_t bits = 0;
+    if (!take_batched_random(&bits, sizeof bits)) return;  // the kernel gave too little: LuaJIT's seed stays
+    raw_global(L, "math");
+    lua_getfield(L, -1, "randomseed");
+    lua_remove(L, -2);
+    lua_pushnumber(L, static_cast<lua_Number>(bits >> 11));  // 53 bits: every one a distinct double
+    lua_call(L, 1, 0);
   }
 
   // The globals and the libraries a process has not named yet come from
@@ -1066,12 +1172,30 @@ struct Primitives {
     lua_remove(L, -2);
   }
 
-  // log.trace/debug/info/warn/error(fmt, ...): string.format's rules, or
-  // tostring of a lone argument. Upvalues: the spdlog level, the name.
+  // log.trace/debug/info/warn/error/critical(fmt, ...[, fields]):
+  // string.format's rules, or tostring of a lone argument. A table after
+  // the values the format takes is the entry's fields (log_fields.hpp):
+  // log.info("saved", { user = id }). A table the format takes stays its
+  // value ("%s" logs its tostring, as before fields). Upvalues: the spdlog
+  // level, the name.
   static int log_at(lua_State* L) {
     auto level = static_cast<spdlog::level::level_enum>(lua_tointeger(L, lua_upvalueindex(1)));
-    const int n = lua_gettop(L);
-    if (n > 1) {
+    int n = lua_gettop(L);
+    const bool format = n > 1;
+    std::vector<log::Field> fields;
+    if (format && lua_type(L, n) == LUA_TTABLE && (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER)) {
+      std::size_t flen = 0;
+      lua_pushvalue(L, 1);  // a copy: lua_tolstring makes a number a string in place
+      const char* f = lua_tolstring(L, -1, &flen);
+      const bool beyond = n - 2 >= format_arguments(std::string_view(f, flen));
+      lua_pop(L, 1);
+      if (beyond) {
+        const std::string call = std::string("'log.") + lua_tostring(L, lua_upvalueindex(2)) + "'";
+        read_log_fields(L, n, n, call.c_str(), fields);
+        lua_settop(L, --n);
+      }
+    }
+    if (format) {
       push_string_lib(L);
       lua_getfield(L, -1, "format");
       lua_replace(L, -2);
@@ -1096,15 +1220,15 @@ struct Primitives {
     }
     std::size_t len = 0;
     const char* msg = lua_tolstring(L, -1, &len);
-    log::logger().log(level, "{}", std::string_view(msg ? msg : "", msg ? len : 0));
+    log::write(level, std::string_view(msg ? msg : "", msg ? len : 0), fields);
     return 0;
   }
 
   static void push_log_api(lua_State* L) {
     static const std::pair<const char*, spdlog::level::level_enum> levels[] = {
         {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
-        {"warn", spdlog::level::warn},   {"error", spdlog::level::err}};
-    lua_createtable(L, 0, 5);
+        {"warn", spdlog::level::warn},   {"error", spdlog::level::err},   {"critical", spdlog::level::critical}};
+    lua_createtable(L, 0, 6);
     for (auto& [name, level] : levels) {
       lua_pushinteger(L, level);
       lua_pushstring(L, name);
@@ -1287,14 +1411,14 @@ void* LuaProcess::allocate(void* ud, void* ptr, std::size_t osize, std::size_t n
   // saved on their way (a message makes and frees about eight blocks).
   if (nsize == 0) {
     if (ptr) {
-      self->used_ -= osize;
+      self->set_used(self->used_ - osize);
       self->arena_.free(ptr, osize);
     }
     return nullptr;
   }
   if (!ptr && self->used_ + nsize <= self->limit_) [[likely]] {
     if (void* p = self->arena_.try_allocate_small(nsize)) [[likely]] {
-      self->used_ += nsize;
+      self->set_used(self->used_ + nsize);
       return p;
     }
   }
@@ -1316,7 +1440,7 @@ void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize)
     if (L_) gc_pressure::collect_sooner(L_, hard);
   }
   void* out = arena_.reallocate(ptr, old, nsize);
-  if (out) used_ = used_ - old + nsize;
+  if (out) set_used(used_ - old + nsize);
   return out;
 }
 
@@ -1337,7 +1461,7 @@ void* LuaProcess::allocate_newstate_special(void* ptr, std::size_t osize, std::s
     void* g = arena_.allocate_for_life(nsize);
     if (g) {
       global_state_ = g;
-      used_ += nsize;
+      set_used(used_ + nsize);
     }
     return g;
   }
@@ -1348,7 +1472,7 @@ void* LuaProcess::allocate_newstate_special(void* ptr, std::size_t osize, std::s
   // Freed last (by lua_close, or by a lua_newstate that failed): it goes
   // with the arena. LuaJIT never resizes it.
   if (ptr && nsize == 0) {
-    used_ -= osize;
+    set_used(used_ - osize);
     return nullptr;
   }
   return allocate(this, ptr, osize, nsize);
@@ -1481,6 +1605,7 @@ void LuaProcess::install_globals() {
 constexpr const char* kTablesUnexpected = "LuaJIT's tables are not as small_globals expects";
 
 bool LuaProcess::Prepare() {
+  const RunningHere running(this);
   L_ = lua_newstate(&LuaProcess::allocate_global, this);
   if (!L_) return false;
   if (globals_scratch_ && !small_globals::holds_globals(L_, globals_scratch_)) return prepare_without_small_globals();
@@ -1489,7 +1614,7 @@ bool LuaProcess::Prepare() {
   // script's module): everything it allocates stays alive, so a collection
   // would only cost time (about 10% of a spawn).
   lua_gc(L_, LUA_GCSTOP, 0);
-  lua_gc(L_, LUA_GCSETPAUSE, config::kLuaGcPause);
+  lua_gc(L_, LUA_GCSETPAUSE, gc_pressure::available() ? config::kLuaGcPause : config::kLuaGcPauseUnpressed);
   // Protected: a memory error must not panic.
   int rc = lua_cpcall(L_, [](lua_State* S) -> int {
     LuaProcess& p = *static_cast<LuaProcess*>(lua_touserdata(S, 1));
@@ -1535,7 +1660,7 @@ bool LuaProcess::prepare_without_small_globals() {
   log::logger().debug("{}; the globals tables stay as LuaJIT makes them", kTablesUnexpected);
   small_globals::disable();
   arena_.release();
-  used_ = 0;
+  set_used(0);
   L_ = nullptr;
   global_state_ = globals_scratch_ = nullptr;
   return Prepare();
@@ -1547,6 +1672,7 @@ void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYIN
 constexpr const char* kPreloadedKey = "host.preloaded";
 
 void LuaProcess::Preload(const std::string& module) {
+  const RunningHere running(this);
   std::string err;
   auto mod = rt_.modules().get(module, &err);
   if (!mod) return;
@@ -1579,11 +1705,13 @@ bool LuaProcess::take_preloaded(lua_State* L, const Module& mod) {
 }
 
 std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry, std::string input) {
+  const RunningHere running(this);
   // Counted from here (a spare made ahead of time is not a process yet).
   rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
   counted_ = true;
   ctx_ = ctx;
   self_ = ctx.self.to_string();
+  started_ = monotonic_seconds();
   entry_ = entry;
   if (!L_ && !Prepare()) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");
   // The module's top-level code may run no longer than a step may: the
@@ -1635,7 +1763,21 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   return setup.err;
 }
 
+std::mutex& LuaProcess::monitors_lock() const {
+  // Striped: a mutex per process would not fit its 1 KB (and most hold no
+  // monitor); changes and process.info's reads are rare.
+  static std::mutex stripes[64];
+  return stripes[(reinterpret_cast<std::uintptr_t>(this) >> 10) % 64];
+}
+
+void LuaProcess::add_monitor(const Pid& target, std::uint64_t ref) {
+  std::lock_guard lock(monitors_lock());
+  if (!monitors_) monitors_ = std::make_unique<Monitors>();
+  (*monitors_)[target].push_back(ref);
+}
+
 bool LuaProcess::forget_monitor(const Pid& target, std::uint64_t ref) {
+  std::lock_guard lock(monitors_lock());
   if (!monitors_) return false;
   auto it = monitors_->find(target);
   if (it == monitors_->end()) return false;
@@ -1824,6 +1966,10 @@ bool LuaProcess::may_hand_over(const std::string& payload) { return payload.empt
 LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
   lua_State* co = kernel_.raw_receiver();
   if (!co) return hand_over_plain(ev);
+  // What every push below relies on: the task is suspended in receive,
+  // with nothing on its stack, and is not the main thread the step runs.
+  HOST_ASSERT(co != L_ && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
+              "a message is handed over only to a task waiting in receive");
   // Three slots, so the pushes below never grow the stack (an allocation).
   if (!stack_args::has_room(co, 3)) return HandOver::kDeclined;
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
@@ -1955,7 +2101,7 @@ LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from
     if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
     switch (shapes_->fill(payload, received_strings_, from, topic)) {
       case ShapeCache::Match::kFilled: {
-        namespace LL = luajit_layout;
+        namespace LL = luajit_private;
         if (!raw) {
           stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
           return hand_over_made(co, 0);
@@ -2005,7 +2151,7 @@ bool LuaProcess::push_shaped_payload(lua_State* L, const std::string& payload) {
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   switch (shapes_->fill_payload(payload, received_strings_)) {
     case ShapeCache::Match::kFilled:
-      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_layout::kTagFunc,
+      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_private::kTagFunc,
                             shapes_->payload_constructor_ref());
       lua_call(L, 0, 1);
       return true;
@@ -2084,7 +2230,8 @@ std::atomic<std::uint8_t> thread_tags{0};
 // process is hot (config::kJitHotShare): then the hook is armed to fire at
 // the step's first bytecode, and compiles.
 void LuaProcess::probe_jit(std::uint32_t steps_here) {
-  const std::uint32_t step = steps_++;
+  const std::uint32_t step = steps_;
+  count_step();
   const bool arm = step < config::kJitProbeSteps || step % config::kJitSampleSteps == 0;
   int hook_count = config::kJitHookInterval;
   if (arm) jit_long_history_ = static_cast<std::uint8_t>(jit_long_history_ << 1);
@@ -2118,6 +2265,7 @@ void LuaProcess::Prefetch() const {
 }
 
 void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
+  const RunningHere running(this);
   lua_State* L = L_;
   // Most steps take one message or a few: their senders' cache entries
   // load while the step sets up.
@@ -2126,6 +2274,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   stack_args::drop_to(L, 0);  // only Init's leftovers: a step leaves it empty
   const std::uint32_t steps_here = ++this_thread_steps.count;
   if (!jit_on_) probe_jit(steps_here);
+  else count_step();
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step
@@ -2145,7 +2294,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   } else if (handed == HandOver::kFailed) {
     rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
-    stack_args::push_kept(L, step_fn_, luajit_layout::kTagFunc, step_fn_ref_);
+    stack_args::push_kept(L, step_fn_, luajit_private::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);
   }
   // A thread the runaway monitor gave up on (the step outlived a terminate
@@ -2217,6 +2366,7 @@ void LuaProcess::Close() {
     }
     return;
   }
+  const RunningHere running(this);
   // lua_close would only free memory, one object at a time (a sixth of a
   // spawn's instructions), unless finalizers or machine code may exist;
   // the arena frees it all at once.
@@ -2233,6 +2383,20 @@ void LuaProcess::Close() {
   global_state_ = nullptr;
   globals_scratch_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
+}
+
+void LuaProcess::Describe(ProcessFacts& facts) const {
+  facts.entry = entry_;
+  facts.started = started_;
+  facts.memory = std::atomic_ref<std::size_t>(const_cast<std::size_t&>(used_)).load(std::memory_order_relaxed);
+  facts.steps = std::atomic_ref<std::uint32_t>(const_cast<std::uint32_t&>(steps_)).load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(monitors_lock());
+    if (monitors_)
+      for (const auto& [target, refs] : *monitors_) facts.monitors.push_back(target);
+  }
+  // Its inbox is in its Lua state: read only while it does not run.
+  if (facts.quiet && L_) facts.inbox = const_cast<TaskKernel&>(kernel_).queued_messages(L_);
 }
 
 }  // namespace host::lua

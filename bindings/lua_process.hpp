@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -55,9 +56,13 @@ class LuaProcess final : public Process {
   void Close() override;
   void Interrupt() override;
   const char* Name() const override { return entry_.c_str(); }
+  void Describe(ProcessFacts& facts) const override;
   void Abandon() override;
 
   std::size_t memory_used() const { return used_; }
+  // used_'s writes, by the state's own thread (its allocator); atomic, as
+  // process.info reads it from another (a plain store on x86-64).
+  void set_used(std::size_t bytes) { std::atomic_ref<std::size_t>(used_).store(bytes, std::memory_order_relaxed); }
 
  private:
   friend struct Primitives;
@@ -206,7 +211,8 @@ class LuaProcess final : public Process {
   bool base_open_ = false;  // the base library (Primitives::open_base)
   bool jit_on_ = false;     // the JIT compiler (Primitives::jit_opened)
   bool jit_probe_armed_ = true;  // the JIT probe's count hook (probe_jit)
-  std::uint32_t steps_ = 0;      // steps taken, while the compiler is off
+  std::uint32_t steps_ = 0;      // steps taken (process.info reads it from another thread)
+  void count_step() { std::atomic_ref<std::uint32_t>(steps_).store(steps_ + 1, std::memory_order_relaxed); }
   int step_fn_ref_ = -2;
   const void* step_fn_ = nullptr;  // the function in that slot (pushed without reading it)
   // Declared before the members that hold the state's values (it outlives
@@ -238,31 +244,24 @@ class LuaProcess final : public Process {
   std::string self_;    // this PID as a string
   std::string entry_;   // "module:method" it runs
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
-  std::uint64_t next_monitor_ref_ = 0;
-  // Monitors this process holds: target -> refs, until the target's exit
-  // event arrives or it is unmonitored. Made at its first monitor: most
-  // processes hold none, and the map's 56 bytes kept the process object
-  // from growing within its 1 KB class.
-  using Monitors = std::unordered_map<Pid, std::vector<std::uint64_t>>;
-  std::unique_ptr<Monitors> monitors_;
-  Monitors& monitors() {
-    if (!monitors_) monitors_ = std::make_unique<Monitors>();
-    return *monitors_;
-  }
-  int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
+  // Monitor references are unique within the process (32 bits: four
+  // billion monitors in one process's life).
+  std::uint32_t next_monitor_ref_ = 0;
   // What the JIT probe's hook saw of the latest armed steps (probe_jit,
   // jit_probe_hook): the step it last fired in and how often it fired
   // there, and one bit an armed step, newest lowest, set where it fired
   // (a step of kJitHookInterval bytecodes or more).
   std::uint32_t jit_fired_step_ = ~std::uint32_t{0};
-  std::uint8_t jit_step_firings_ = 0;
-  std::uint8_t jit_long_history_ = 0;
-  // Sampled steps in a row that found the process hot (probe_jit), and
-  // the tag of the thread of the last sample.
-  std::uint8_t jit_hot_samples_ = 0;
-  std::uint8_t jit_hot_thread_ = 0;
-  bool select_timer_idle_ = false;  // see select_timer_ (here, where it costs no padding)
-  bool jit_after_load_ = false;  // jit named in Init: the compiler comes on when it ends (Primitives::open_lib)
+  // Monitors this process holds: target -> refs, until the target's exit
+  // event arrives or it is unmonitored. Made at its first monitor: most
+  // processes hold none, and the map's 56 bytes kept the process object
+  // from growing within its 1 KB class. Changed by the process's own
+  // thread, read by process.info's from any (under monitors_lock).
+  using Monitors = std::unordered_map<Pid, std::vector<std::uint64_t>>;
+  std::unique_ptr<Monitors> monitors_;
+  std::mutex& monitors_lock() const;
+  void add_monitor(const Pid& target, std::uint64_t ref);
+  int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   // TaskKernel's C timers started (Primitives::start_timer: their tags),
   // and its waiting calls (TaskKernel::kCallTagMark and this count).
   std::uint32_t c_timers_ = 0;
@@ -273,6 +272,15 @@ class LuaProcess final : public Process {
   // leaves it idle (settle_select_timer), so that shutdown does not wait
   // for it (Scheduler::nothing_can_run). When it fires, kernel_ext knows.
   std::uint64_t select_timer_ = 0;
+  std::uint8_t jit_step_firings_ = 0;
+  std::uint8_t jit_long_history_ = 0;
+  // Sampled steps in a row that found the process hot (probe_jit), and
+  // the tag of the thread of the last sample.
+  std::uint8_t jit_hot_samples_ = 0;
+  std::uint8_t jit_hot_thread_ = 0;
+  bool select_timer_idle_ = false;  // see select_timer_
+  bool jit_after_load_ = false;  // jit named in Init: the compiler comes on when it ends (Primitives::open_lib)
+  double started_ = 0;  // when Init ran, in time.now() seconds (process.info)
   void settle_select_timer();
 };
 

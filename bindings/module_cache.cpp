@@ -129,15 +129,15 @@ std::shared_ptr<const Module> ModuleCache::get(const std::string& name, std::str
   return it->second;
 }
 
-std::string ModuleCache::refresh(const std::string& name) {
-  std::string error;
-  auto mod = load(name, &error);
-  if (!mod) return error;
+std::shared_ptr<const Module> ModuleCache::compile_latest(const std::string& name, std::string* error) {
+  return load(name, error);
+}
+
+void ModuleCache::install(std::shared_ptr<const Module> mod) {
   std::lock_guard lock(mu_);
-  auto m = std::const_pointer_cast<Module>(mod);
+  auto m = std::const_pointer_cast<Module>(std::move(mod));
   m->version = next_version_++;
-  modules_[name] = std::move(m);
-  return {};
+  modules_[m->name] = std::move(m);
 }
 
 void ModuleCache::forget(const std::string& name) {

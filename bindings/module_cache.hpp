@@ -30,9 +30,13 @@ class ModuleCache {
   // DIR/x.lua)" or "invalid: DIR/x.lua:3: '=' expected near 'y'".
   std::shared_ptr<const Module> get(const std::string& name, std::string* error);
 
-  // Recompiles `name` from disk if it is cached. Returns "" when the new
-  // version is in use, else the compile error (the old version stays).
-  std::string refresh(const std::string& name);
+  // `name` compiled afresh from disk, not yet in use (install makes it
+  // so); null with *error set as get's when it is missing or does not
+  // compile.
+  std::shared_ptr<const Module> compile_latest(const std::string& name, std::string* error);
+  // From now on `get` gives mod (from compile_latest) as its name's newest
+  // version; processes that loaded an older one keep it.
+  void install(std::shared_ptr<const Module> mod);
   // Forgets a module whose file is gone; running processes keep their copy.
   void forget(const std::string& name);
 

@@ -38,6 +38,12 @@ std::string NameRegistry::unregister(const std::string& name) {
   return {};
 }
 
+std::vector<std::string> NameRegistry::names_of(const Pid& pid) {
+  std::lock_guard lock(mu_);
+  auto it = by_pid_.find(pid);
+  return it == by_pid_.end() ? std::vector<std::string>{} : it->second;
+}
+
 void NameRegistry::release_all(const Pid& pid) {
   std::lock_guard lock(mu_);
   auto it = by_pid_.find(pid);

@@ -26,6 +26,8 @@ class NameRegistry {
   std::optional<Pid> lookup(const std::string& name);
   // "" on success, else "not_found: no process registered as 'x'".
   std::string unregister(const std::string& name);
+  // The names pid holds (process.info).
+  std::vector<std::string> names_of(const Pid& pid);
   // Releases every name of a process that exited.
   void release_all(const Pid& pid);
   // Read before a lookup, it is older than what the lookup saw: a PID kept

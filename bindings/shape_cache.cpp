@@ -3,14 +3,14 @@
 #include <cstring>
 
 #include "bindings/codec.hpp"
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 #include "bindings/stack_args.hpp"
 #include "bindings/string_cache.hpp"
 
 namespace host::lua {
 
 namespace {
-namespace LL = luajit_layout;
+namespace LP = luajit_private;
 
 // The scratch table's slots: [1] from, [2] topic, [3..] the values.
 constexpr std::size_t kFirstValue = 3;
@@ -24,9 +24,6 @@ std::uint8_t flat_table_keys(std::string_view b) {
   const auto m = static_cast<std::uint8_t>(b[3]);
   return m >= 1 && m <= ShapeCache::kMaxKeys ? m : 0;
 }
-
-// The TValue of the string whose bytes start at text (a Lua string's).
-std::uint64_t string_tvalue(const char* text) { return LL::tvalue(text - LL::kStrBytes, LL::kTagStr); }
 
 // The string value at p (its tag, a varint length, its bytes) as its
 // bytes, advancing p past it; false, p unchanged, for anything else.
@@ -51,7 +48,7 @@ bool read_string(const char*& p, const char* end, std::string_view& bytes) {
   const char* text = kept.find(bytes);
   if (!text) return false;
   p = q;
-  tv = string_tvalue(text);
+  tv = LP::string_tvalue(text);
   return true;
 }
 
@@ -133,7 +130,7 @@ ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& 
                                    const char* topic) {
   const Match m = fill_values(payload, kept);
   if (m == Match::kFilled) {
-    const std::uint64_t head[2] = {string_tvalue(from), string_tvalue(topic)};
+    const std::uint64_t head[2] = {LP::string_tvalue(from), LP::string_tvalue(topic)};
     std::memcpy(scratch_ + 8, head, sizeof head);
   }
   return m;

@@ -16,15 +16,15 @@
 //
 // Which allocation is the hash part is known only from LuaJIT's order
 // (the first of that size in lua_newstate), so holds_globals checks it
-// after lua_newstate against the table itself (its layout in LuaJIT 2.1's
-// GC64 mode, luajit_layout.hpp). Where the check fails (another LuaJIT
-// build), the state is dropped unused and the scratch is switched off for
+// after lua_newstate against the table itself (read and written through
+// luajit_private, and only while that seam is available). Where the check
+// fails, the state is dropped unused and the scratch is switched off for
 // good (disable): the states keep LuaJIT's own table.
 #pragma once
 
 #include <cstddef>
 
-#include "bindings/luajit_layout.hpp"
+#include "bindings/luajit_private.hpp"
 
 struct lua_State;
 
@@ -32,7 +32,7 @@ namespace host::lua::small_globals {
 
 // The size of lua_newstate's globals hash part: 64 nodes.
 inline constexpr std::size_t kHashNodes = 64;
-inline constexpr std::size_t kHashBytes = kHashNodes * luajit_layout::kNodeBytes;
+inline constexpr std::size_t kHashBytes = luajit_private::hash_part_bytes(kHashNodes);
 
 // While enabled: this thread's scratch block for a new state's globals
 // hash part; nullptr once disabled.

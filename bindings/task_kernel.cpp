@@ -12,6 +12,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
 #include "bindings/gc_pressure.hpp"
+#include "host/assert.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/error.hpp"
 
@@ -47,23 +48,29 @@ class QueueRef {
     head_ = static_cast<int>(lua_tointeger(L, -2));
     tail_ = static_cast<int>(lua_tointeger(L, -1));
     lua_pop(L, 2);
+    HOST_ASSERT(head_ >= kFirst && tail_ >= head_ - 1, "a queue's bounds: items from kFirst, tail at most one before head");
   }
   int size() const { return tail_ - head_ + 1; }
   int head() const { return head_; }
   int tail() const { return tail_; }
   // Pushes the first value (the queue must not be empty).
-  void peek() { lua_rawgeti(L_, idx_, head_); }
+  void peek() {
+    HOST_ASSERT(size() > 0, "peek at an empty queue");
+    lua_rawgeti(L_, idx_, head_);
+  }
   // Pushes the first value and removes it (the queue must not be empty).
   void shift() { shift_values(1); }
   // Pushes the first n values, in order, and removes them (the queue must
   // hold n or more).
   void shift_values(int n) {
+    HOST_ASSERT(n >= 0 && n <= size(), "a queue gives up no more values than it holds");
     for (int i = 0; i < n; ++i) lua_rawgeti(L_, idx_, head_ + i);
     drop(n);
   }
   // Removes the first n values (the queue must hold n or more); the bounds
   // are written once.
   void drop(int n) {
+    HOST_ASSERT(n >= 0 && n <= size(), "a queue gives up no more values than it holds");
     for (int i = 0; i < n; ++i) {
       lua_pushnil(L_);
       lua_rawseti(L_, idx_, head_ + i);
@@ -89,6 +96,7 @@ class QueueRef {
   void clear() { truncate(head_ - 1); }
   // Removes the values after index last (head - 1 for all of them).
   void truncate(int last) {
+    HOST_ASSERT(last >= head_ - 1 && last <= tail_, "a queue is cut within its bounds");
     for (int i = last + 1; i <= tail_; ++i) {
       lua_pushnil(L_);
       lua_rawseti(L_, idx_, i);
@@ -365,8 +373,8 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   // process with kernel_ext loaded asks each time (inbox_recvq_empty),
   // and the C API's reads were about 120 instructions of it.
   std::uint64_t tail;
-  if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_layout::is_number(tail))
-    return luajit_layout::number(tail) == kFirst - 1;
+  if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_private::is_number(tail))
+    return luajit_private::number(tail) == kFirst - 1;
   push_inbox_queue(L, which);
   lua_rawgeti(L, -1, kTail);
   // An emptied queue always starts again at kFirst (QueueRef::shift and
@@ -374,6 +382,24 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   const bool empty = lua_tointeger(L, -1) == kFirst - 1;
   lua_pop(L, 2);
   return empty;
+}
+
+std::size_t TaskKernel::queued_messages(lua_State* L) {
+  if (inbox_queue_refs_[kBuf - 1] == -2) return 0;
+  std::uint64_t head, tail;
+  int n;
+  if (stack_args::array_slot(inbox_queues_[kBuf - 1], kHead, head) &&
+      stack_args::array_slot(inbox_queues_[kBuf - 1], kTail, tail) && luajit_private::is_number(head) &&
+      luajit_private::is_number(tail)) {
+    n = static_cast<int>(luajit_private::number(tail) - luajit_private::number(head)) + 1;
+  } else {
+    push_inbox_queue(L, kBuf);
+    n = QueueRef(L, -1).size();
+    lua_pop(L, 1);
+  }
+  // A message is three values (from, topic, payload) until the buffer
+  // holds message tables (flat_inbox_).
+  return static_cast<std::size_t>(n < 0 ? 0 : flat_inbox_ ? n / 3 : n);
 }
 
 bool TaskKernel::inbox_recvq_empty(lua_State* L) {
@@ -1231,7 +1257,7 @@ int TaskKernel::l_current(lua_State* L) {
   // The running task's coroutine is alive (it runs, and the tasks table
   // holds it): pushed as the object it is, without the table's lookup
   // (about 200 instructions; every blocking channel call asks).
-  if (!stack_args::push_object(L, k.current_, luajit_layout::kTagThread)) k.push_task(L, k.current_);
+  if (!stack_args::push_object(L, k.current_, luajit_private::kTagThread)) k.push_task(L, k.current_);
   return 1;
 }
 

@@ -92,6 +92,9 @@ class TaskKernel {
   // Whether queue_pushed pops what was pushed (else the messages wait on
   // the stack for end_queue). Fixed from begin_queue to end_queue.
   bool queue_pops() const { return flat_inbox_; }
+  // Messages in the inbox not yet received (process.info's mailbox,
+  // besides those the scheduler still holds). Not while the process runs.
+  std::size_t queued_messages(lua_State* L);
   // The names in an event table: its keys and its kinds.
   enum class EventName : std::uint8_t { kind, from, result, error, reason, modules, exit, cancel, link_down, reload };
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }

@@ -101,6 +101,12 @@ inline constexpr int kJitHookInterval = 1000;
 // as many cycles for at most 1.5 times the heap (ThreadRing 100 -3.8%,
 // Big -2.2%, PingPong -1.4% instructions); an idle one is not affected.
 inline constexpr int kLuaGcPause = 300;
+// Where gc_pressure cannot lower the threshold near the memory limit
+// (built without the LuaJIT seam), cycles start at this pause instead, so
+// that a process keeping half its limit alive while it makes garbage still
+// collects in time: the public API has no way to move a cycle's start
+// within a step, and LuaJIT collects nothing when an allocation fails.
+inline constexpr int kLuaGcPauseUnpressed = 150;
 
 // A Lua process's step hands the kernel its events this many at a time and
 // runs its tasks after each batch (bindings/lua_process.cpp, step_body).

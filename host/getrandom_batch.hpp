@@ -1,12 +1,9 @@
 // Kernel randomness for small requests, from a per-thread batch.
 //
-// Why: LuaJIT seeds every new state's PRNG (its string hashes and its
-// allocator's randomisation) with a getrandom system call of 32 bytes. On
-// this project's VMs a system call costs about 0.5 us, a tenth of a whole
-// spawn (Fib, Fork-Join create). The bytes are the same kernel randomness
-// either way; taking them from one getrandom of 4 KB per thread makes it
-// one call per 128 states. host/getrandom_override.cpp routes LuaJIT's
-// call here.
+// Why: each process's math.random starts from its own seed
+// (bindings/lua_process.cpp, seed_random). A system call per process would
+// cost a noticeable part of a spawn (BENCHMARKS.md's ledger); one
+// getrandom of 4 KB per thread serves 512 seeds.
 #pragma once
 
 #include <cstddef>

@@ -16,6 +16,7 @@
 #include "bindings/lua_runtime.hpp"
 #include "host/cli_options.hpp"
 #include "host/config.hpp"
+#include "host/crash_report.hpp"
 #include "host/log.hpp"
 #include "host/reloader.hpp"
 #include "host/scheduler.hpp"
@@ -53,16 +54,6 @@ fs::path find_stdlib() {
   return {};
 }
 
-// The script arguments, encoded as strings for the root's entry method.
-std::string encode_args(const std::vector<std::string>& args) {
-  lua_State* L = luaL_newstate();
-  for (const auto& a : args) lua_pushlstring(L, a.data(), a.size());
-  std::string out;
-  lua::encode_values(L, 1, static_cast<int>(args.size()), out, "arg");
-  lua_close(L);
-  return out;
-}
-
 struct RootWatch {
   std::mutex mu;
   std::condition_variable cv;
@@ -89,6 +80,7 @@ int run(const cli::RunOptions& o) {
                          (lo.dir / (module + ".lua")).string() + ")");
   }
   log::set_level(o.log_level);
+  log::set_format(o.log_format);
 
   // Signals are taken by sigtimedwait below, never by a handler: block them
   // before any thread starts so every thread inherits the mask.
@@ -105,6 +97,16 @@ int run(const cli::RunOptions& o) {
   Scheduler scheduler({.workers = o.workers});
   lua::LuaRuntime runtime(scheduler, lo);
   RootWatch watch;
+  // A process that fails with nobody to tell is reported (SPEC section 10),
+  // but for the root, whose failure the host reports as it exits.
+  scheduler.set_unwatched_failure_hook([&watch](const ExitInfo& info) {
+    Pid root;
+    {
+      std::lock_guard lock(watch.mu);
+      root = watch.root;
+    }
+    if (crash_report::wanted(info, root)) log::crash_report(info.pid, info.entry, info.error);
+  });
   scheduler.add_exit_hook([&watch](const ExitInfo& info) {
     std::lock_guard lock(watch.mu);
     if (info.pid == watch.root) {
@@ -121,7 +123,7 @@ int run(const cli::RunOptions& o) {
   SpawnResult root;
   {
     std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
-    root = runtime.spawn(o.entry, encode_args(o.args));
+    root = runtime.spawn(o.entry, lua::encode_strings(o.args));
     watch.root = root.pid;
   }
   if (!root) {
@@ -217,7 +219,7 @@ int main(int argc, char** argv) {
   cli::Parsed p = cli::parse(argc, argv);
   switch (p.action) {
     case cli::Parsed::Action::Help:
-      std::fputs(cli::kUsage, stdout);
+      std::fputs(cli::help().c_str(), stdout);
       return 0;
     case cli::Parsed::Action::Version:
       std::printf("host %s (%s)\n", HOST_VERSION, LUAJIT_VERSION);

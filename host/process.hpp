@@ -148,6 +148,21 @@ struct ProcessContext {
   Pid self;
 };
 
+// What process.info reports of a process beyond what the scheduler knows:
+// Process::Describe fills it in for Scheduler::inspect. `quiet` says the
+// process is not running: its last step's writes are visible and its next
+// step waits for the lock inspect holds, so it may read its own state;
+// otherwise only what is safe to read beside a running step.
+struct ProcessFacts {
+  bool quiet = false;
+  std::string entry;
+  std::size_t memory = 0;      // its heap, in bytes
+  std::uint64_t steps = 0;     // times the scheduler has run it
+  std::size_t inbox = 0;       // messages taken in by its steps and not yet received (when quiet)
+  std::vector<Pid> monitors;   // the processes it monitors
+  double started = 0;          // when it started, in time.now() seconds
+};
+
 class Process {
  public:
   virtual ~Process() = default;
@@ -173,6 +188,9 @@ class Process {
   // What log lines written during its steps name as the module (a Lua
   // process: its entry, "main:main"). Must stay valid until Close.
   virtual const char* Name() const { return ""; }
+
+  // See ProcessFacts. Called by another thread, under the slot's lock.
+  virtual void Describe(ProcessFacts& facts) const { facts.entry = Name(); }
 
   // Starts loading what the next Step reads first, without waiting for it:
   // the worker calls it before its own bookkeeping for the step, which then

@@ -13,7 +13,9 @@
 #include <climits>
 #include <cstring>
 
+#include "bindings/codec.hpp"
 #include "bindings/lua_runtime.hpp"
+#include "bindings/module_cache.hpp"
 #include "host/log.hpp"
 
 namespace host {
@@ -28,9 +30,21 @@ constexpr std::uint32_t kFileEvents = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE |
 // anyway (SPEC: within a second).
 constexpr auto kQuiet = std::chrono::milliseconds(50);
 constexpr auto kMaxWait = std::chrono::milliseconds(500);
+// The process that runs a changed module's top-level code (stdlib).
+constexpr const char* kCheckEntry = "host.reload_check";
+// How long past the time limit a check may take before it is stopped and
+// the new version refused (its top-level code waits on something).
+constexpr double kCheckSlackSeconds = 2.0;
 }  // namespace
 
 Reloader::Reloader(lua::LuaRuntime& runtime) : runtime_(runtime), root_(runtime.options().dir) {
+  runtime.scheduler().add_exit_hook([wait = check_](const ExitInfo& info) {
+    std::lock_guard lock(wait->mu);
+    if (info.pid == wait->pid) {
+      wait->exit = info;
+      wait->cv.notify_all();
+    }
+  });
   inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (inotify_fd_ < 0 || stop_fd_ < 0) {
@@ -94,15 +108,14 @@ void Reloader::handle(const fs::path& file) {
     log::logger().warn("module '{}' was deleted ({}); running processes keep their copy", name, file.string());
     return;
   }
-  std::string err = modules.refresh(name);
+  std::string err;
+  auto mod = modules.compile_latest(name, &err);
+  if (mod) err = check_load(*mod);
   if (!err.empty()) {
-    std::string msg = err.rfind("invalid: ", 0) == 0 ? err.substr(9) : err;
-    if (reported_[file.string()] != msg) {
-      reported_[file.string()] = msg;
-      log::logger().error("reload: {} (the last good version of '{}' stays in use)", msg, name);
-    }
+    report(file, name, err);
     return;
   }
+  modules.install(std::move(mod));
   reported_.erase(file.string());
   std::vector<Pid> users = runtime_.users_of(name);
   log::logger().info("reloaded module '{}' ({} process(es) use it)", name, users.size());
@@ -112,6 +125,41 @@ void Reloader::handle(const fs::path& file) {
     ev.payload = name;
     (void)runtime_.scheduler().deliver(pid, std::move(ev));  // gone meanwhile: fine
   }
+}
+
+void Reloader::report(const fs::path& file, const std::string& name, const std::string& error) {
+  std::string msg = error.rfind("invalid: ", 0) == 0 ? error.substr(9) : error;
+  if (reported_[file.string()] == msg) return;
+  reported_[file.string()] = msg;
+  log::logger().error("reload: {} (the last good version of '{}' stays in use)", msg, name);
+}
+
+std::string Reloader::check_load(const lua::Module& mod) {
+  const std::string args[] = {mod.name, mod.bytecode};
+  SpawnResult r;
+  {
+    std::lock_guard lock(check_->mu);  // the hook cannot see the exit before the PID is known
+    check_->exit.reset();
+    r = runtime_.spawn(kCheckEntry, lua::encode_strings(args));
+    check_->pid = r ? r.pid : Pid{};
+  }
+  if (!r) {  // (the process limit, or shutting down): the new version goes unchecked
+    log::logger().warn("reload: cannot check how '{}' loads ({}); using the new version", mod.name, r.error);
+    return {};
+  }
+  const auto bound = std::chrono::duration<double>(runtime_.options().time_limit + kCheckSlackSeconds);
+  std::unique_lock lock(check_->mu);
+  if (!check_->cv.wait_for(lock, bound, [&] { return check_->exit.has_value(); })) {
+    check_->pid = Pid{};
+    lock.unlock();
+    runtime_.scheduler().terminate(r.pid);
+    return "module '" + mod.name + "' did not finish loading within " +
+           std::to_string(static_cast<long long>(bound.count())) + " s";
+  }
+  const ExitInfo exit = std::move(*check_->exit);
+  check_->pid = Pid{};
+  if (exit.failed) return "module '" + mod.name + "' failed to load: " + exit.error.substr(0, exit.error.find('\n'));
+  return lua::decode_first_string(exit.result).value_or(std::string());
 }
 
 void Reloader::run() {

@@ -1,18 +1,29 @@
 // Hot reload (`host run --watch`, SPEC section 5): watches the script
 // directory with inotify and, for each changed .lua file, recompiles its
-// module, keeps the last good version when the new one does not compile
-// (reporting that once), and sends a reload event to every process that
-// loaded it. Threads: its own watcher thread; start/stop from the main one.
+// module and runs the new top-level code once in a process of its own
+// (check_load); keeps the last good version when the new one does not
+// compile or raises as it loads (reporting that once), and sends a reload
+// event to every process that loaded it. Threads: its own watcher thread;
+// start/stop from the main one. Made before the first spawn (it adds a
+// scheduler exit hook).
 #pragma once
 
+#include <condition_variable>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "host/pid.hpp"
+#include "host/scheduler.hpp"
+
 namespace host::lua {
 class LuaRuntime;
+struct Module;
 }
 
 namespace host {
@@ -32,6 +43,21 @@ class Reloader {
   void read_events(char* buf, std::size_t size, OnChange&& on_change);
   void add_watches(const std::filesystem::path& dir);
   void handle(const std::filesystem::path& file);
+  // Runs mod's top-level code in a process of its own (stdlib's
+  // host/reload_check.lua); "" when it loaded, else its error.
+  std::string check_load(const lua::Module& mod);
+  // Reports a module's failed reload once per distinct error.
+  void report(const std::filesystem::path& file, const std::string& name, const std::string& error);
+
+  // The check process's end, told by a scheduler exit hook (which may run
+  // after this object is gone: it owns its share).
+  struct CheckWait {
+    std::mutex mu;
+    std::condition_variable cv;
+    Pid pid;
+    std::optional<ExitInfo> exit;
+  };
+  std::shared_ptr<CheckWait> check_ = std::make_shared<CheckWait>();
   std::string module_name(const std::filesystem::path& file) const;
 
   lua::LuaRuntime& runtime_;

@@ -390,6 +390,8 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     monitors.swap(slot->monitors);
     slot->pending.clear();
   }
+  // Its entry, for a crash report: the process is gone by then.
+  std::string entry = failed && slot->process ? slot->process->Name() : "";
   if (auto proc = std::move(slot->process)) {
     if (ending != Ending::Closed) proc->Close();
     if (ending == Ending::Abandon) {
@@ -402,7 +404,11 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
   }
 
   ExitInfo info{pid, failed, failed ? std::string() : std::move(result), failed ? std::move(error) : std::string()};
+  info.entry = std::move(entry);
   for (auto& hook : exit_hooks_) hook(info);
+  // Whether some live process learnt of a failure: a watcher or linked
+  // process that is gone already misses its event (deliver fails).
+  bool told = false;
   for (const Monitor& m : monitors) {
     Event ev;
     ev.kind = EventKind::Exit;
@@ -410,7 +416,7 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
     ev.from = pid;
     ev.failed = info.failed;
     ev.payload = info.failed ? info.error : info.result;
-    deliver(m.watcher, std::move(ev));  // a watcher that is gone simply misses it
+    told |= deliver(m.watcher, std::move(ev)).empty();  // a watcher that is gone simply misses it
   }
   for (const Pid& other : links) {
     ProcessSlot* os;
@@ -421,13 +427,55 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
       ev.from = pid;
       ev.failed = true;
       ev.payload = info.error;
-      deliver(other, std::move(ev));
+      told |= deliver(other, std::move(ev)).empty();
     }
   }
+  if (failed && !told && unwatched_failure_hook_) unwatched_failure_hook_(info);
   table_.release(slot, local_free_slots());
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard lock(live_mu_);  // orders the notify after a waiter's predicate check
     live_cv_.notify_all();
+  }
+}
+
+std::vector<Pid> Scheduler::live_pids() {
+  std::vector<Pid> out;
+  out.reserve(live_count());
+  for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
+    ProcessSlot* slot = table_.slot_at(i);
+    if (!slot) continue;
+    std::lock_guard lock(slot->mu);
+    if (slot->alive) out.push_back(slot->pid());
+  }
+  return out;
+}
+
+std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool self) {
+  // A step is usually microseconds long: wait for one to end rather than
+  // answer without what only a quiet process can tell; a process stuck in
+  // a long computation or a C call is answered as it is.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  for (;;) {
+    ProcessSlot* slot;
+    auto lock = lock_live(pid, slot);
+    if (!lock) return std::nullopt;
+    Inspection in;
+    in.state = slot->state.state();
+    if (in.state == RunState::Running && !self && std::chrono::steady_clock::now() < give_up) {
+      lock.unlock();
+      std::this_thread::yield();
+      continue;
+    }
+    in.queued = slot->pending.size();
+    in.outstanding = slot->outstanding_yields.load(std::memory_order_acquire);
+    in.links = slot->links;
+    in.monitored_by.reserve(slot->monitors.size());
+    for (const Monitor& m : slot->monitors)
+      if (std::find(in.monitored_by.begin(), in.monitored_by.end(), m.watcher) == in.monitored_by.end())
+        in.monitored_by.push_back(m.watcher);
+    in.facts.quiet = in.state != RunState::Running && !self;
+    if (slot->process) slot->process->Describe(in.facts);
+    return in;
   }
 }
 

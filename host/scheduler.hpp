@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -105,6 +106,7 @@ struct ExitInfo {
   bool failed = false;
   std::string result;  // when !failed
   std::string error;   // when failed
+  std::string entry;   // when failed: the process's Name(), for a crash report
 };
 
 struct ShutdownReport {
@@ -177,6 +179,24 @@ class Scheduler {
 
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
+
+  // process.list and process.info (SPEC section 10). live_pids: every live
+  // process, each slot locked in turn (a snapshot that may miss a process
+  // spawned meanwhile). inspect: nullopt when pid is not alive; a process
+  // that is running is waited for a few milliseconds, so that most answers
+  // are read while it is quiet (ProcessFacts).
+  std::vector<Pid> live_pids();
+  struct Inspection {
+    RunState state = RunState::Ready;
+    std::size_t queued = 0;  // events not yet taken by a step
+    std::int32_t outstanding = 0;  // commands it waits on (timers included)
+    std::vector<Pid> links;
+    std::vector<Pid> monitored_by;
+    ProcessFacts facts;
+  };
+  // self: the caller is that process, in its own step (nothing to wait
+  // for; it reads its own state).
+  std::optional<Inspection> inspect(const Pid& pid, bool self = false);
   // What the workers did (the sums of Worker::Counters) and the wakes the
   // idle protocol issued; logged at debug level when the workers stop.
   struct Counters {
@@ -193,6 +213,14 @@ class Scheduler {
   // Hooks also run during shutdown (from the destructor too), so whatever a
   // hook uses must outlive the scheduler or be owned by the hook.
   void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }
+  // Called for a process that failed with nobody to tell: none of its
+  // monitors and links named a live process when it ended, so no exit or
+  // link_down event of it reached anyone (SPEC section 10's crash report).
+  // On the thread that finished it, after the exit hooks. Set before
+  // spawning; the same lifetime rule as the exit hooks'.
+  void set_unwatched_failure_hook(std::function<void(const ExitInfo&)> hook) {
+    unwatched_failure_hook_ = std::move(hook);
+  }
 
   ShutdownReport shutdown(std::chrono::milliseconds grace = config::kDefaultShutdownGrace);
 
@@ -268,6 +296,7 @@ class Scheduler {
   TimerService timers_;
   BlockingPool pool_;
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
+  std::function<void(const ExitInfo&)> unwatched_failure_hook_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;
   std::mutex abandoned_mu_;
   std::vector<std::unique_ptr<Process>> abandoned_;  // guarded by abandoned_mu_; never freed (finish)

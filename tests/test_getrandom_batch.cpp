@@ -89,38 +89,3 @@ TEST_CASE("batched random: a forked child does not hand out its parent's next by
   REQUIRE(r == static_cast<ssize_t>(from_child.size()));
   CHECK(take() != from_child);
 }
-
-// The host program's syscall() (host/getrandom_override.cpp, linked into
-// this test program too): getrandom without flags from the batch, every
-// other call to the kernel as libc's syscall would make it.
-#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
-#include <sys/random.h>
-#include <sys/syscall.h>
-
-#include <cerrno>
-
-TEST_CASE("the host's syscall: getrandom from the batch, the rest to the kernel, errors in errno") {
-  Seed a{}, b{};
-  CHECK(syscall(SYS_getrandom, a.data(), a.size(), 0) == 32);
-  CHECK(syscall(SYS_getrandom, b.data(), b.size(), 0) == 32);
-  CHECK(a != b);
-  CHECK(syscall(SYS_getrandom, a.data(), a.size(), GRND_NONBLOCK) == 32);  // flags: the kernel's
-  std::vector<unsigned char> big(1000);
-  CHECK(syscall(SYS_getrandom, big.data(), big.size(), 0) == 1000);        // above a batch request
-  CHECK(syscall(SYS_gettid) == gettid());
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  CHECK(syscall(SYS_write, fds[1], "xyz", 3) == 3);  // three arguments through
-  char got[3] = {};
-  CHECK(read(fds[0], got, 3) == 3);
-  CHECK(std::memcmp(got, "xyz", 3) == 0);
-  close(fds[0]);
-  close(fds[1]);
-  errno = 0;
-  CHECK(syscall(SYS_close, -1) == -1);
-  CHECK(errno == EBADF);
-  errno = 0;
-  CHECK(syscall(100000) == -1);
-  CHECK(errno == ENOSYS);
-}
-#endif

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "host/cli_options.hpp"
 #include "tests/subprocess.hpp"
 
 using namespace host::testing;
@@ -89,6 +90,9 @@ TEST_CASE("bad usage prints one clear line and the usage, and exits 2") {
       {{"run", ok.str(), "--workers"}, "host: --workers needs a number"},
       {{"run", ok.str(), "--mem-limit", "12Q"}, "host: --mem-limit needs a size"},
       {{"run", ok.str(), "--log-level", "loud"}, "host: --log-level needs one of"},
+      {{"run", ok.str(), "--log-format", "xml"}, "host: --log-format needs text or json"},
+      {{"run", ok.str(), "--log-format"}, "host: --log-format needs text or json"},
+      {{"run", ok.str(), "--watch=yes"}, "host: --watch takes no value"},
       {{"run", ok.str(), "--time-limit", "-1"}, "host: --time-limit needs a positive number"},
       {{"run", ok.str(), "--time-limit", "1e10"}, "host: --time-limit needs a positive number of seconds (at most 1e9)"},
       {{"run", ok.str(), "--io-threads", "0"}, "host: --io-threads needs a number from 1 to 64"},
@@ -195,7 +199,7 @@ TEST_CASE("log lines carry time, level, PID and module; print logs at info; --lo
   d.write("child.lua", "print('child loading') return function() end\n");
   auto r = run_host({"run", d.str()});
   CHECK(r.code == 0);
-  CHECK(contains(r.err, "[info] <0.0.1> main:main printed\t1\tnil"));
+  CHECK(contains(r.err, "[info] <0.0.1> main:main printed\\t1\\tnil"));  // print's tabs, escaped
   const auto at = r.err.find("child loading");
   REQUIRE(at != std::string::npos);
   const std::string line = r.err.substr(r.err.rfind('\n', at) + 1, at - r.err.rfind('\n', at) - 1);
@@ -411,6 +415,63 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   std::size_t first = r.err.find("value.lua:2: '}' expected");
   REQUIRE_MESSAGE(first != std::string::npos, r.err);
   CHECK(r.err.find("value.lua:2: '}' expected", first + 1) == std::string::npos);
+  CHECK_FALSE(contains(r.err, "PROBE sees broken"));
+}
+
+TEST_CASE("--watch: a module that compiles but raises as it loads is reported once, and the last good version stays") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local pid = process.spawn('main:holder')\n"
+          "  log.info('READY')\n"
+          "  local ev = process.events():receive()\n"
+          "  return ev.kind\n"
+          "end\n"
+          "function M.holder()\n"
+          "  require('value')  -- so that it gets the reload events\n"
+          "  local n = 0\n"
+          "  while true do\n"
+          "    local ev = process.events():receive()\n"
+          "    if ev.kind == 'reload' then\n"
+          "      n = n + 1\n"
+          "      log.info('RELOAD %d %s spawn=%s', n, table.concat(ev.modules, ','), tostring(process.spawn('main:probe')))\n"
+          "    end\n"
+          "  end\n"
+          "end\n"
+          "function M.probe() log.info('PROBE sees %s', require('value').get()) end\n"
+          "return M\n");
+  d.write("value.lua", "return { get = function() return 'v1' end }\n");
+  int step = 0;
+  auto t_step = std::chrono::steady_clock::now();
+  RunOptions o;
+  o.timeout = 40s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    auto now = std::chrono::steady_clock::now();
+    if (step == 0 && contains(err, "READY")) {
+      std::this_thread::sleep_for(200ms);
+      // Compiles, raises at load; written twice, reported once.
+      d.write("value.lua", "local t = {}\nerror('boom at load')\nreturn { get = function() return 'broken' end }\n");
+      std::this_thread::sleep_for(300ms);
+      d.write("value.lua", "local t = {}\nerror('boom at load')\nreturn { get = function() return 'broken' end }\n");
+      step = 1;
+      t_step = now;
+    } else if (step == 1 && now - t_step > 1500ms) {
+      d.write("value.lua", "return { get = function() return 'v2' end }\n");
+      step = 2;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "PROBE sees v2"); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  std::size_t first = r.err.find("value.lua:2: boom at load");
+  REQUIRE_MESSAGE(first != std::string::npos, r.err);
+  CHECK(r.err.find("value.lua:2: boom at load", first + 1) == std::string::npos);
+  CHECK(contains(r.err, "the last good version of 'value' stays in use"));
+  // The broken version never reached a process: one reload event, for v2.
+  CHECK(contains(r.err, "RELOAD 1 value"));
+  CHECK_FALSE(contains(r.err, "RELOAD 2"));
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
@@ -632,4 +693,279 @@ TEST_CASE("--watch: deleting a module in use keeps the running copy; new spawns 
   CHECK_MESSAGE(r.code == 0, r.err);
   CHECK(contains(r.err, "HOLDER SAYS v1"));
   CHECK(contains(r.err, "module 'gone' was deleted"));
+}
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string> lines_with(const std::string& text, const std::string& what) {
+  std::vector<std::string> found;
+  for (auto& line : lines_of(text))
+    if (contains(line, what)) found.push_back(line);
+  return found;
+}
+
+// A text log line: "2026-11-28 22:20:40.251 [info] ...".
+bool looks_like_log_line(const std::string& line) {
+  if (line.size() < 26) return false;
+  for (std::size_t i : {0u, 1u, 2u, 3u, 5u, 6u, 8u, 9u, 11u, 12u, 14u, 15u, 17u, 18u, 20u, 21u, 22u})
+    if (!std::isdigit(static_cast<unsigned char>(line[i]))) return false;
+  return line[4] == '-' && line[7] == '-' && line[10] == ' ' && line[13] == ':' && line[16] == ':' && line[19] == '.' &&
+         line[23] == ' ' && line[24] == '[';
+}
+
+// Processes that fail: one that nobody watches, and one each under a
+// monitor, a trapped link and process.watch, whose failures are told.
+// The root waits until each is gone (a send to it answers not_found).
+const char* const kCrashers =
+    "local M = {}\n"
+    "local function gone(pid) while process.send(pid, 'ping', 1) do time.sleep(0.01) end end\n"
+    "function M.main()\n"
+    "  process.set_options { trap_links = true }\n"
+    "  local lone = process.spawn('main:crash', 'lone boom')\n"
+    "  log.info('lone is %s', lone)\n"
+    "  local m = process.spawn_monitored('main:crash', 'monitored boom')\n"
+    "  local l = process.spawn_linked('main:crash', 'linked boom')\n"
+    "  local w = process.spawn('main:crash_later', 'watched boom')\n"
+    "  local ch = process.watch(w)\n"
+    "  for _, pid in ipairs { lone, m, l } do gone(pid) end\n"
+    "  ch:receive()\n"
+    "  log.info('all gone')\n"
+    "  log.critical('CRIT all gone')\n"
+    "end\n"
+    "function M.crash(why) error(why) end\n"
+    "function M.crash_later(why) time.sleep(0.05) error(why) end\n"
+    "return M\n";
+
+}  // namespace
+
+TEST_CASE("a process that fails with nobody linked or monitoring is reported once, on one line, with PID, entry, error and traceback") {
+  ScriptDir d;
+  d.write("main.lua", kCrashers);
+  auto r = run_host({"run", d.str()});
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.err, "all gone"));
+  const auto named = lines_with(r.err, "lone is <");
+  REQUIRE(named.size() == 1);
+  const std::string pid = named[0].substr(named[0].find("lone is ") + 8);
+  const auto reports = lines_with(r.err, "process crashed");
+  REQUIRE(reports.size() == 1);
+  const std::string& line = reports[0];
+  CAPTURE(line);
+  CHECK(looks_like_log_line(line));
+  CHECK(contains(line, "[error] " + pid + " main:crash process crashed: "));
+  CHECK(contains(line, "main.lua:16: lone boom\\nstack traceback:\\n\\t"));
+  CHECK(contains(line, "main.lua:16: in function"));
+  // Those told to a monitor, a linked process or a watch are not reported.
+  CHECK_FALSE(contains(r.err, "monitored boom"));
+  CHECK_FALSE(contains(r.err, "linked boom"));
+  CHECK_FALSE(contains(r.err, "watched boom"));
+
+  // A crash report is an error-level entry: --log-level critical hides it.
+  r = run_host({"run", d.str(), "--log-level", "error"});
+  CHECK(r.code == 0);
+  CHECK(lines_with(r.err, "process crashed").size() == 1);
+  CHECK_FALSE(contains(r.err, "main:main all gone"));  // info: filtered
+  r = run_host({"run", d.str(), "--log-level=critical"});
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.err, "process crashed"));
+  REQUIRE(lines_of(r.err).size() == 1);  // nothing below critical
+  CHECK(contains(r.err, "[critical] <0.0.1> main:main CRIT all gone\n"));
+}
+
+TEST_CASE("the root's failure is reported by the host alone, also through the processes linked to it") {
+  ScriptDir d;
+  // The root fails; the process linked to it fails with it, of the root's
+  // failure; a third, linked to that one, the same way.
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn_linked('main:middle') time.sleep(0.1) error('root broke') end\n"
+          "function M.middle() process.spawn_linked('main:leaf') process.receive() end\n"
+          "function M.leaf() process.receive() end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(lines_with(r.err, "root broke").size() == 1);
+  CHECK(contains(r.err, "host: root process <0.0.1> failed: "));
+  CHECK_FALSE(contains(r.err, "process crashed"));
+
+  // A child's failure that ends the root over their link is the root's.
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main() process.spawn_linked('main:child') process.receive() end\n"
+          "function M.child() error('child broke') end\n"
+          "return M\n");
+  r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "host: root process <0.0.1> failed: linked process <0."));
+  CHECK_FALSE(contains(r.err, "process crashed"));
+}
+
+TEST_CASE("a failure that ends an unwatched process over a link is reported once, with the first error; a terminate is not") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "local function gone(pid) while process.send(pid, 'ping', 1) do time.sleep(0.01) end end\n"
+          "function M.main()\n"
+          "  gone(process.spawn('main:holder'))\n"
+          "  local victim = process.spawn('main:holder_of_waiter')\n"
+          "  time.sleep(0.05)\n"
+          "  process.terminate(victim)\n"
+          "  gone(victim)\n"
+          "  log.info('done')\n"
+          "end\n"
+          "function M.holder() process.spawn_linked('main:crash') while true do process.receive() end end\n"
+          "function M.holder_of_waiter() process.spawn_linked('main:waiter') while true do process.receive() end end\n"
+          "function M.waiter() while true do process.receive() end end\n"
+          "function M.crash() time.sleep(0.02) error('deep boom') end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "done"));
+  const auto reports = lines_with(r.err, "process crashed");
+  REQUIRE(reports.size() == 1);
+  CHECK(contains(reports[0], "main:holder process crashed: linked process <0."));
+  CHECK(contains(reports[0], "main.lua:14: deep boom\\nstack traceback:"));
+  CHECK_FALSE(contains(r.err, "terminated"));
+}
+
+TEST_CASE("text logs: a logged newline cannot forge a line; control characters are escaped") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('before\\n2026-01-01 00:00:00.000 [error] - fake')\n"
+          "  log.warn('cr\\rtab\\tbell\\a back\\\\slash esc\\27[31m')\n"
+          "  print('one\\ntwo')\n"
+          "  log.info('utf8 \\u{e9}\\u{2028}line sep')\n"
+          "  error('multi\\nline')\n"
+          "end\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 1);
+  const std::string log = r.err.substr(0, r.err.find("host: root process"));
+  for (const auto& line : lines_of(log)) {
+    CAPTURE(line);
+    CHECK(looks_like_log_line(line));
+  }
+  CHECK(contains(log, "[info] <0.0.1> main:main before\\n2026-01-01 00:00:00.000 [error] - fake\n"));
+  CHECK(contains(log, "[warning] <0.0.1> main:main cr\\rtab\\tbell\\x07 back\\\\slash esc\\x1b[31m\n"));
+  CHECK(contains(log, "main:main one\\ntwo\n"));
+  CHECK(contains(log, "utf8 \xc3\xa9\\u2028line sep\n"));  // other UTF-8 text as it is
+  CHECK_FALSE(contains(log, "\n2026-01-01 00:00:00.000 [error] - fake"));  // no line of its own
+}
+
+TEST_CASE("log fields: key=value in the text format; a value that cannot be encoded is its tostring; bad keys raise") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('saved', { user = 42, name = 'Ada Lovelace', ok = true, tags = { 'a', 'b' }, at = { x = 1.5 },\n"
+          "                      fn = print, nan = 0/0, empty = '', quote = 'say \"hi\"\\n' })\n"
+          "  log.warn('%d items in %s', 3, 'box', { batch = 'b1' })\n"
+          "  log.info('%s', { 'a table the format takes' })\n"
+          "  log.info('100%% done', { k = 'v' })\n"
+          "  log.info('cyclic', (function() local t = {} t.self = t return { t = t } end)())\n"
+          "  for _, f in ipairs { { pid = 1 }, { [true] = 1 }, { [1] = 'x', ['1'] = 'y' } } do\n"
+          "    local ok, err = pcall(log.info, 'bad', f)\n"
+          "    print('RAISED', ok, err)\n"
+          "  end\n"
+          "end\n");
+  auto r = run_host({"run", d.str()});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "main:main saved at={\"x\":1.5} empty=\"\" fn=\"function: "));
+  CHECK(contains(r.err, "\" name=\"Ada Lovelace\" nan=nan ok=true quote=\"say \\\"hi\\\"\\n\" tags=[\"a\",\"b\"] user=42\n"));
+  CHECK(contains(r.err, "[warning] <0.0.1> main:main 3 items in box batch=b1\n"));
+  CHECK(contains(r.err, "main:main table: 0x"));
+  CHECK(contains(r.err, "main:main 100% done k=v\n"));
+  CHECK(contains(r.err, "main:main cyclic t=\"table: 0x"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field 'pid' is the entry's own: use another name)"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field keys must be strings or numbers, got boolean)"));
+  CHECK(contains(r.err, "RAISED\\tfalse\\tbad argument #2 to 'log.info' (field '1' given twice"));
+}
+
+TEST_CASE("--log-format json writes one JSON object a line: time, level, pid, module, message, fields; a crash's error and traceback") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  log.info('saved\\n[error] fake', { user = 42, name = 'Ada', tags = { 'a' }, fn = print, bytes = '\\255' })\n"
+          "  local pid = process.spawn('main:crash')\n"
+          "  while process.send(pid, 'ping', 1) do time.sleep(0.01) end\n"
+          "end\n"
+          "function M.crash() error('json boom') end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str(), "--log-format", "json", "--log-level", "debug"});
+  CHECK(r.code == 0);
+  d.write("log.jsonl", r.err);
+  // Each line must parse on its own, as a log shipper reads it; the script
+  // prints what the test checks, one line an entry.
+  const std::string check =
+      "import json, sys\n"
+      "for line in open(sys.argv[1], encoding='utf-8'):\n"
+      "    o = json.loads(line)\n"
+      "    assert isinstance(o, dict), line\n"
+      "    for k in ('time', 'level', 'pid', 'module', 'message'): assert k in o, (k, line)\n"
+      "    assert o['time'].endswith('Z') and 'T' in o['time'], line\n"
+      "    rest = {k: v for k, v in o.items() if k not in ('time', 'level', 'pid', 'module', 'message')}\n"
+      "    print(o['level'], o['pid'], o['module'], json.dumps(o['message']), json.dumps(rest, sort_keys=True))\n";
+  auto py = run_program({"/usr/bin/env", "python3", "-c", check, (d.path() / "log.jsonl").string()});
+  CAPTURE(r.err);
+  CAPTURE(py.err);
+  REQUIRE(py.code == 0);
+  CHECK(lines_of(py.out).size() == lines_of(r.err).size());
+  CHECK(contains(py.out, "info <0.0.1> main:main \"saved\\n[error] fake\" {\"bytes\": \"\\ufffd\", \"fn\": \"function: "));
+  CHECK(contains(py.out, "\", \"name\": \"Ada\", \"tags\": [\"a\"], \"user\": 42}\n"));
+  const auto crash = lines_with(py.out, "\"process crashed: ");
+  REQUIRE(crash.size() == 1);
+  CHECK(contains(crash[0], "error <0."));
+  CHECK(contains(crash[0], "> main:crash \"process crashed: "));
+  CHECK(contains(crash[0], "{\"error\": \""));
+  CHECK(contains(crash[0], "main.lua:7: json boom\", \"traceback\": \"stack traceback:\\n\\t"));
+  // The host's own entries have no PID or module: the scheduler's counters.
+  CHECK(contains(py.out, "debug None None \"scheduler: "));
+}
+
+TEST_CASE("--help lists every flag of the parser's table with its meaning and default") {
+  auto r = run_host({"--help"});
+  REQUIRE(r.code == 0);
+  const auto lines = lines_of(r.out);
+  host::cli::RunOptions defaults;
+  defaults.dir = "d";
+  for (const auto& f : host::cli::flags()) {
+    const std::string name(f.name);
+    CAPTURE(name);
+    CHECK(!f.meaning.empty());
+    CHECK(!f.fallback.empty());
+    CHECK(contains(host::cli::kUsage, "[" + name));
+    std::string row;
+    for (const auto& line : lines)
+      if (line.rfind("  " + name + " ", 0) == 0) row = line;
+    REQUIRE(!row.empty());
+    CHECK(contains(row, std::string(f.meaning)));
+    CHECK(contains(row, "(default: " + std::string(f.fallback) + ")"));
+    // The parser knows it: alone it is not an unknown option.
+    const char* alone[] = {"host", "run", "d", f.name.data()};
+    const auto p = host::cli::parse(4, alone);
+    CHECK_FALSE(contains(p.error, "unknown option"));
+    // A default that is a value is the one the options start with.
+    if (f.value.empty() || name == "--workers") continue;  // a switch; "one per core"
+    const std::string fallback(f.fallback);
+    const char* given[] = {"host", "run", "d", f.name.data(), fallback.c_str()};
+    const auto q = host::cli::parse(5, given);
+    CHECK(q.action == host::cli::Parsed::Action::Run);
+    CHECK(q.run == defaults);
+  }
+  CHECK(contains(r.out, "  --help, -h "));
+  CHECK(contains(r.out, "  --version "));
+  CHECK(contains(r.out, "stderr"));
+  CHECK(contains(r.out, "io.write writes to stdout"));
 }

@@ -2,7 +2,7 @@
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
-  "send_1k", "send_tables", "send_named", "send_self", "sleepers" } }
+  "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -62,6 +62,36 @@ local function idle_processes(name, node, quick, h)
   print(string.format("%s: %.1f KB RSS per process, %.1f KB counted Lua heap per process", name, per_kb, heap / 1024))
   print(string.format("MEMORY %s %.2f", name, per_kb))  -- for tests/bench/compare.sh
   return { params = "n=" .. n, seconds = s, per_op = per_kb, unit = "KB RSS/proc" }
+end
+
+-- process.list and process.info over n idle processes (the inspector's
+-- work): the per-op figure is one info call, list's time printed beside.
+function B.introspect(quick)
+  local n = quick and 10000 or 100000
+  local pids = {}
+  for i = 1, n do
+    pids[i] = assert(process.spawn("nodes.idle"))
+    if i % 1000 == 0 then time.sleep(0) end
+  end
+  process.send(pids[n], "heap", nil)
+  assert(process.receive(60), "the last process never answered")
+  local t0 = time.now()
+  local listed = #process.list()
+  local list_s = elapsed(t0)
+  assert(listed >= n, "list missed processes: " .. listed)
+  t0 = time.now()
+  local memory = 0
+  for i = 1, n do
+    local info = assert(process.info(pids[i]))
+    memory = memory + info.memory
+    if i % 1000 == 0 then time.sleep(0) end
+  end
+  local s = elapsed(t0)
+  for i = 1, n do process.send(pids[i], "stop", nil) end
+  assert(memory > n * 1000, "implausible heap total")
+  print(string.format("introspect: process.list of %d processes %.1f ms, process.info %.2f us each", listed,
+    list_s * 1e3, s / n * 1e6))
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/info" }
 end
 
 -- The Savina-style idle process: a one-function module, nothing opened.

@@ -45,12 +45,19 @@ end
 -- A new directory under /tmp, made with fs (not os.tmpname: its mkstemp
 -- escapes ThreadSanitizer's file-descriptor tracking, which then takes
 -- the reuse of a number the I/O thread closed for a race).
+-- Two test programs at once (two builds' ctest runs) make the same names
+-- in turn: a name taken is tried again with the next one.
 local made = 0
 function T.tmpdir()
-  made = made + 1
-  local dir = string.format("/tmp/host-test-%s-%d-%d", (process.pid():gsub("%W", "")), made, math.random(1e9))
-  assert(fs.mkdir(dir))
-  return dir
+  for _ = 1, 100 do
+    made = made + 1
+    local dir = string.format("/tmp/host-test-%s-%d-%d-%d", (process.pid():gsub("%W", "")), made,
+      math.floor(time.now() * 1e3) % 1e9, math.random(1e9))
+    local ok, err = fs.mkdir(dir)
+    if ok then return dir end
+    if not tostring(err):match("^exists") then error(err, 2) end
+  end
+  error("no free directory name under /tmp", 2)
 end
 
 function T.run(cases)

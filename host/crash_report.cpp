@@ -1,0 +1,25 @@
+// Which failures that reached nobody are reported (crash_report.hpp).
+#include "host/crash_report.hpp"
+
+#include <string_view>
+
+namespace host::crash_report {
+
+bool wanted(const ExitInfo& info, const Pid& root) {
+  if (!info.failed || info.pid == root) return false;
+  // bindings/task_kernel.cpp's words for a failure that came over a link.
+  static constexpr std::string_view kLinked = "linked process ";
+  static constexpr std::string_view kFailed = " failed: ";
+  std::string_view error = info.error;
+  while (error.starts_with(kLinked)) {
+    const std::size_t end = error.find(kFailed, kLinked.size());
+    if (end == std::string_view::npos) break;
+    const auto from = Pid::parse(error.substr(kLinked.size(), end - kLinked.size()));
+    if (from && *from == root) return false;
+    error.remove_prefix(end + kFailed.size());
+  }
+  const std::string_view first_line = error.substr(0, error.find('\n'));
+  return first_line != "terminated" && first_line != "killed: shutdown";
+}
+
+}  // namespace host::crash_report

@@ -1,0 +1,181 @@
+-- json: lua-cjson from the distribution (OpenResty's choice), with the
+-- SPEC's error convention (section 9).
+--
+--   local json = require("json")
+--   local text = json.encode({ ok = true, items = { 1, 2 } })
+--   local value, err = json.decode(text)   -- nil, "invalid: ..." on bad text
+--
+-- encode(value) and decode(text) are cjson's, but bad input returns
+-- nil, "invalid: <what was wrong>" instead of raising: text that is not
+-- JSON (cjson names the position), a value that cannot be written (a
+-- function, a table with a cycle, NaN or inf, an excessively sparse array).
+-- A text argument that is not a string is a programming error and raises.
+--
+-- Conventions:
+-- - null is json.null (cjson.null, the NULL light userdata). It crosses
+--   between processes as itself (bindings/codec.hpp, kNullPointer): a
+--   decoded document with nulls can be sent as it is.
+-- - An empty table encodes as {}. An empty table whose metatable is
+--   json.array_mt, or json.empty_array itself, encodes as []; decode gives
+--   [] that metatable, so [] round-trips as []. A metatable stays behind
+--   when a table is sent to another process: there it is a plain empty
+--   table again (which encodes as {}) until given json.array_mt.
+-- - Text is decoded strictly: NaN, Infinity and hexadecimal numbers are
+--   invalid, as in the JSON standard.
+-- - Numbers are written with 14 significant digits (lua-cjson 2.1's
+--   most): integers up to 10^14 exactly; send larger identifiers as strings.
+--
+-- Each process gets instances of its own (cjson.new), so a script that
+-- changes require("cjson")'s settings does not change json's.
+local cjson = require("cjson")
+
+local find, gsub, sub, byte, concat = string.find, string.gsub, string.sub, string.byte, table.concat
+local type, pcall, pairs, next, error, tostring = type, pcall, pairs, next, error, tostring
+local getmetatable, setmetatable, rawset, rawget = getmetatable, setmetatable, rawset, rawget
+
+local strict = cjson.new()
+strict.decode_invalid_numbers(false)
+strict.encode_number_precision(14)
+-- Decodes our own marked text (below), whose placeholders are NaN
+-- literals: made by the first text with an empty array.
+local marking = nil
+
+local M = {}
+
+M.null = cjson.null
+M.array_mt = { __name = "json.array" }
+M.empty_array = setmetatable({}, {
+  __newindex = function() error("json.empty_array is read-only", 2) end,
+  __metatable = false,
+})
+
+-- Whether t is an empty table to write as [].
+local function is_empty_array(t)
+  return next(t) == nil and (t == M.empty_array or getmetatable(t) == M.array_mt)
+end
+
+-- cjson's message without its own prefixes, after the kind.
+local function invalid(msg)
+  return "invalid: " .. gsub(tostring(msg), "^[^:]*:%d+: ", "")
+end
+
+-- Whether the tables under t (not yet in `on`, the path from the root)
+-- hold a cycle: asked only after cjson gave up on a too deep nesting, to
+-- say which it was.
+local function has_cycle(t, on)
+  on[t] = true
+  for k, v in pairs(t) do
+    if (type(v) == "table" and (on[v] or has_cycle(v, on))) or (type(k) == "table" and (on[k] or has_cycle(k, on))) then
+      return true
+    end
+  end
+  on[t] = nil
+  return false
+end
+
+-- The empty arrays under t (t included) into `found`.
+local function find_empty_arrays(t, found)
+  if is_empty_array(t) then
+    found[#found + 1] = t
+    return
+  end
+  for _, v in pairs(t) do
+    if type(v) == "table" then find_empty_arrays(v, found) end
+  end
+end
+
+function M.encode(value)
+  local ok, text = pcall(strict.encode, value)
+  if not ok then
+    if type(value) == "table" and find(text, "excessive nesting", 1, true) and has_cycle(value, {}) then
+      return nil, "invalid: cannot encode a table with a cycle"
+    end
+    return nil, invalid(text)
+  end
+  -- Every empty table came out as {}; without one there is nothing to fix.
+  if type(value) ~= "table" or not find(text, "{}", 1, true) then return text end
+  local found = {}
+  find_empty_arrays(value, found)
+  if #found == 0 then return text end
+  -- Each empty array, for a moment, holds one string that the text does
+  -- not hold yet: written as ["that string"], then replaced by [].
+  local mark, written = "\1json.empty_array", nil
+  repeat
+    mark = mark .. "\1"
+    written = '["' .. gsub(mark, "\1", "\\u0001") .. '"]'
+  until not find(text, written, 1, true)
+  for i = 1, #found do rawset(found[i], 1, mark) end
+  ok, text = pcall(strict.encode, value)
+  for i = 1, #found do rawset(found[i], 1, nil) end
+  if not ok then return nil, invalid(text) end
+  return (gsub(text, gsub(written, "%p", "%%%0"), "[]"))
+end
+
+-- The text with each empty array outside its strings written as [nan]
+-- (which no strict text can decode to), or nil when it has none.
+local function mark_empty_arrays(text)
+  local parts, n, pos, len, changed = {}, 0, 1, #text, false
+  while pos <= len do
+    local q = find(text, '"', pos, true) or len + 1
+    local part, count = gsub(sub(text, pos, q - 1), "%[[ \t\n\r]*%]", "[nan]")
+    changed = changed or count > 0
+    n = n + 1
+    parts[n] = part
+    if q > len then break end
+    -- The string from q to its closing quote (the text is valid JSON).
+    local e = q + 1
+    while true do
+      local s = find(text, '["\\]', e)
+      if not s then
+        e = len + 1
+        break
+      end
+      if byte(text, s) == 92 then
+        e = s + 2
+      else
+        e = s + 1
+        break
+      end
+    end
+    n = n + 1
+    parts[n] = sub(text, q, e - 1)
+    pos = e
+  end
+  return changed and concat(parts) or nil
+end
+
+-- Whether t is a placeholder of mark_empty_arrays ({ NaN }).
+local function is_placeholder(t)
+  local v = rawget(t, 1)
+  return v ~= v and next(t, 1) == nil
+end
+
+-- Replaces the placeholders under t by empty arrays; returns t or its
+-- replacement.
+local function unmark(t)
+  if is_placeholder(t) then return setmetatable({}, M.array_mt) end
+  for k, v in pairs(t) do
+    if type(v) == "table" then t[k] = unmark(v) end
+  end
+  return t
+end
+
+function M.decode(text)
+  if type(text) ~= "string" then
+    error("bad argument #1 to 'decode' (string expected, got " .. type(text) .. ")", 2)
+  end
+  local ok, value = pcall(strict.decode, text)
+  if not ok then return nil, invalid(value) end
+  -- Most texts have no empty array: one search says so. Those that do
+  -- are decoded once more, marked, which the strict decode has checked.
+  if type(value) ~= "table" or not find(text, "%[[ \t\n\r]*%]") then return value end
+  local marked = mark_empty_arrays(text)
+  if not marked then return value end
+  if not marking then
+    marking = cjson.new()
+    marking.decode_invalid_numbers(true)
+  end
+  return unmark(marking.decode(marked))
+end
+
+return M
