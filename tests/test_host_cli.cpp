@@ -358,8 +358,10 @@ TEST_CASE("a process ignoring cancel is closed after the grace period") {
   CHECK(contains(r.err, "did not exit within the grace period"));
 }
 
-TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, then fixed") {
-  ScriptDir d;
+// A program for the --watch tests: main spawns a holder, which uses module
+// value and, at each reload event, logs it and spawns a probe that logs
+// the version of value a new spawn sees.
+static void write_reload_app(const ScriptDir& d) {
   d.write("main.lua",
           "local M = {}\n"
           "function M.main()\n"
@@ -382,6 +384,11 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
           "function M.probe() log.info('PROBE sees %s', require('value').get()) end\n"
           "return M\n");
   d.write("value.lua", "return { get = function() return 'v1' end }\n");
+}
+
+TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, then fixed") {
+  ScriptDir d;
+  write_reload_app(d);
   int step = 0;
   auto t_step = std::chrono::steady_clock::now();
   RunOptions o;
@@ -420,28 +427,7 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
 
 TEST_CASE("--watch: a module that compiles but raises as it loads is reported once, and the last good version stays") {
   ScriptDir d;
-  d.write("main.lua",
-          "local M = {}\n"
-          "function M.main()\n"
-          "  local pid = process.spawn('main:holder')\n"
-          "  log.info('READY')\n"
-          "  local ev = process.events():receive()\n"
-          "  return ev.kind\n"
-          "end\n"
-          "function M.holder()\n"
-          "  require('value')  -- so that it gets the reload events\n"
-          "  local n = 0\n"
-          "  while true do\n"
-          "    local ev = process.events():receive()\n"
-          "    if ev.kind == 'reload' then\n"
-          "      n = n + 1\n"
-          "      log.info('RELOAD %d %s spawn=%s', n, table.concat(ev.modules, ','), tostring(process.spawn('main:probe')))\n"
-          "    end\n"
-          "  end\n"
-          "end\n"
-          "function M.probe() log.info('PROBE sees %s', require('value').get()) end\n"
-          "return M\n");
-  d.write("value.lua", "return { get = function() return 'v1' end }\n");
+  write_reload_app(d);
   int step = 0;
   auto t_step = std::chrono::steady_clock::now();
   RunOptions o;
