@@ -958,7 +958,12 @@ struct Primitives {
   // sequence reproducible.
   static void seed_random(lua_State* L) {
     std::uint64_t bits = 0;
-    if (!take_batched_random(&bits, sizeof bits)) return;  // the kernel gave too little: LuaJIT's seed stays
+    if (!take_batched_random(&bits, sizeof bits)) {
+      // The kernel gave too little: still one sequence a process, from
+      // the clock and the process's address.
+      bits = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ull ^
+             reinterpret_cast<std::uintptr_t>(&of(L));
+    }
     raw_global(L, "math");
     lua_getfield(L, -1, "randomseed");
     lua_remove(L, -2);

@@ -1,12 +1,15 @@
 // Which failures that reached nobody are reported (crash_report.hpp).
 #include "host/crash_report.hpp"
 
+#include "host/reloader.hpp"
+
 #include <string_view>
 
 namespace host::crash_report {
 
 bool wanted(const ExitInfo& info, const Pid& root) {
   if (!info.failed || info.pid == root) return false;
+  if (std::string_view(info.entry).starts_with(kReloadCheckModule)) return false;  // the reloader reports it
   // bindings/task_kernel.cpp's words for a failure that came over a link.
   static constexpr std::string_view kLinked = "linked process ";
   static constexpr std::string_view kFailed = " failed: ";

@@ -30,8 +30,6 @@ constexpr std::uint32_t kFileEvents = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE |
 // anyway (SPEC: within a second).
 constexpr auto kQuiet = std::chrono::milliseconds(50);
 constexpr auto kMaxWait = std::chrono::milliseconds(500);
-// The process that runs a changed module's top-level code (stdlib).
-constexpr const char* kCheckEntry = "host.reload_check";
 // How long past the time limit a check may take before it is stopped and
 // the new version refused (its top-level code waits on something).
 constexpr double kCheckSlackSeconds = 2.0;
@@ -39,6 +37,7 @@ constexpr double kCheckSlackSeconds = 2.0;
 
 Reloader::Reloader(lua::LuaRuntime& runtime) : runtime_(runtime), root_(runtime.options().dir) {
   runtime.scheduler().add_exit_hook([wait = check_](const ExitInfo& info) {
+    if (!wait->armed.load(std::memory_order_acquire)) return;  // every exit passes here
     std::lock_guard lock(wait->mu);
     if (info.pid == wait->pid) {
       wait->exit = info;
@@ -59,6 +58,11 @@ Reloader::Reloader(lua::LuaRuntime& runtime) : runtime_(runtime), root_(runtime.
 Reloader::~Reloader() { stop(); }
 
 void Reloader::stop() {
+  {
+    std::lock_guard lock(check_->mu);
+    check_->stopping = true;
+  }
+  check_->cv.notify_all();
   if (thread_.joinable()) {
     std::uint64_t one = 1;
     (void)!write(stop_fd_, &one, sizeof one);
@@ -110,7 +114,11 @@ void Reloader::handle(const fs::path& file) {
   }
   std::string err;
   auto mod = modules.compile_latest(name, &err);
-  if (mod) err = check_load(*mod);
+  if (mod) {
+    std::optional<std::string> verdict = check_load(*mod);
+    if (!verdict) return;  // the host is stopping: nothing to install or report
+    err = std::move(*verdict);
+  }
   if (!err.empty()) {
     report(file, name, err);
     return;
@@ -134,32 +142,38 @@ void Reloader::report(const fs::path& file, const std::string& name, const std::
   log::logger().error("reload: {} (the last good version of '{}' stays in use)", msg, name);
 }
 
-std::string Reloader::check_load(const lua::Module& mod) {
+std::optional<std::string> Reloader::check_load(const lua::Module& mod) {
   const std::string args[] = {mod.name, mod.bytecode};
   SpawnResult r;
   {
     std::lock_guard lock(check_->mu);  // the hook cannot see the exit before the PID is known
+    if (check_->stopping) return std::nullopt;
     check_->exit.reset();
-    r = runtime_.spawn(kCheckEntry, lua::encode_strings(args));
+    check_->armed.store(true, std::memory_order_release);
+    r = runtime_.spawn(std::string(kReloadCheckModule), lua::encode_strings(args));
     check_->pid = r ? r.pid : Pid{};
   }
   if (!r) {  // (the process limit, or shutting down): the new version goes unchecked
+    check_->armed.store(false, std::memory_order_release);
     log::logger().warn("reload: cannot check how '{}' loads ({}); using the new version", mod.name, r.error);
-    return {};
+    return std::string();
   }
   const auto bound = std::chrono::duration<double>(runtime_.options().time_limit + kCheckSlackSeconds);
   std::unique_lock lock(check_->mu);
-  if (!check_->cv.wait_for(lock, bound, [&] { return check_->exit.has_value(); })) {
-    check_->pid = Pid{};
-    lock.unlock();
+  const bool ended = check_->cv.wait_for(lock, bound, [&] { return check_->exit.has_value() || check_->stopping; });
+  std::optional<ExitInfo> exit = std::move(check_->exit);
+  const bool stopping = check_->stopping;
+  check_->pid = Pid{};
+  check_->armed.store(false, std::memory_order_release);
+  lock.unlock();
+  if (!exit) {
     runtime_.scheduler().terminate(r.pid);
+    if (stopping || ended) return std::nullopt;
     return "module '" + mod.name + "' did not finish loading within " +
            std::to_string(static_cast<long long>(bound.count())) + " s";
   }
-  const ExitInfo exit = std::move(*check_->exit);
-  check_->pid = Pid{};
-  if (exit.failed) return "module '" + mod.name + "' failed to load: " + exit.error.substr(0, exit.error.find('\n'));
-  return lua::decode_first_string(exit.result).value_or(std::string());
+  if (exit->failed) return "module '" + mod.name + "' failed to load: " + exit->error.substr(0, exit->error.find('\n'));
+  return lua::decode_first_string(exit->result).value_or(std::string());
 }
 
 void Reloader::run() {

@@ -8,6 +8,7 @@
 // scheduler exit hook).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "host/pid.hpp"
@@ -27,6 +29,10 @@ struct Module;
 }
 
 namespace host {
+
+// The module of the process that checks a changed module's load
+// (stdlib/host/reload_check.lua): the reloader reports its failures itself.
+inline constexpr std::string_view kReloadCheckModule = "host.reload_check";
 
 class Reloader {
  public:
@@ -44,18 +50,21 @@ class Reloader {
   void add_watches(const std::filesystem::path& dir);
   void handle(const std::filesystem::path& file);
   // Runs mod's top-level code in a process of its own (stdlib's
-  // host/reload_check.lua); "" when it loaded, else its error.
-  std::string check_load(const lua::Module& mod);
+  // host/reload_check.lua); "" when it loaded, else its error; nullopt
+  // when stop() ended the wait.
+  std::optional<std::string> check_load(const lua::Module& mod);
   // Reports a module's failed reload once per distinct error.
   void report(const std::filesystem::path& file, const std::string& name, const std::string& error);
 
   // The check process's end, told by a scheduler exit hook (which may run
   // after this object is gone: it owns its share).
   struct CheckWait {
+    std::atomic<bool> armed{false};  // a check runs: only then does the hook lock mu
     std::mutex mu;
     std::condition_variable cv;
     Pid pid;
     std::optional<ExitInfo> exit;
+    bool stopping = false;  // stop() ends a check's wait
   };
   std::shared_ptr<CheckWait> check_ = std::make_shared<CheckWait>();
   std::string module_name(const std::filesystem::path& file) const;

@@ -466,7 +466,8 @@ std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool sel
       std::this_thread::yield();
       continue;
     }
-    in.queued = slot->pending.size();
+    in.queued = static_cast<std::size_t>(std::count_if(slot->pending.begin(), slot->pending.end(),
+                                                       [](const Event& e) { return e.kind == EventKind::Message; }));
     in.outstanding = slot->outstanding_yields.load(std::memory_order_acquire);
     in.links = slot->links;
     in.monitored_by.reserve(slot->monitors.size());

@@ -188,7 +188,7 @@ class Scheduler {
   std::vector<Pid> live_pids();
   struct Inspection {
     RunState state = RunState::Ready;
-    std::size_t queued = 0;  // events not yet taken by a step
+    std::size_t queued = 0;  // messages not yet taken by a step
     std::int32_t outstanding = 0;  // commands it waits on (timers included)
     std::vector<Pid> links;
     std::vector<Pid> monitored_by;

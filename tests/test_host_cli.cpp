@@ -461,6 +461,32 @@ TEST_CASE("--watch: a module that compiles but raises as it loads is reported on
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
+TEST_CASE("--watch: a stop is not held up by a changed module whose top-level code waits") {
+  ScriptDir d;
+  write_reload_app(d);
+  bool written = false;
+  auto t_written = std::chrono::steady_clock::now();
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!written && contains(err, "READY")) {
+      d.write("value.lua", "time.sleep(60)\nreturn { get = function() return 'slow' end }\n");
+      written = true;
+      t_written = std::chrono::steady_clock::now();
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [&](const std::string&, const std::string&) {
+    return written && std::chrono::steady_clock::now() - t_written > 1s;  // the check is waiting by then
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  // The check's wait (the time limit, 10 s, and more) did not hold the exit.
+  CHECK(std::chrono::steady_clock::now() - t0 < 9s);
+  CHECK_FALSE(contains(r.err, "PROBE sees slow"));
+}
+
 TEST_CASE("--watch: a changed module reloads within a second though another file is rewritten every 25 ms") {
   ScriptDir d;
   d.write("main.lua",
