@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 
 #include "host/config.hpp"
 #include "host/scheduler.hpp"
+#include "tests/cpu_hogs.hpp"
 #include "tests/native_processes.hpp"
 #include "tests/watchdog.hpp"
 
@@ -355,14 +357,7 @@ TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they
   Watchdog dog("shutdown race", std::chrono::seconds(240));
   int quiet[2];
   REQUIRE(pipe(quiet) == 0);  // never written to nor closed: reads block for good
-  std::atomic<bool> stop_hogs{false};
-  std::vector<std::thread> hogs;
-  for (int i = 0; i < 2; ++i)
-    hogs.emplace_back([&] {
-      std::uint64_t x = 0;
-      while (!stop_hogs.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
-      CHECK(x != 42);  // (keeps the loop)
-    });
+  std::optional<CpuHogs> hogs(std::in_place, 2);
   std::mt19937 rng(42);
   std::vector<std::unique_ptr<Scheduler>> kept;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -417,8 +412,7 @@ TEST_CASE("shutdown and the runaway monitor's thread replacement agree when they
       kept.push_back(std::move(s));
     }
   }
-  stop_hogs = true;
-  for (auto& h : hogs) h.join();
+  hogs.reset();
   MESSAGE(gave_up << " of " << rounds << " rounds left threads inside steps");
   for (auto& s : kept) (void)s.release();  // their threads still block in the read
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cpu_hogs.hpp"
 #include "tests/subprocess.hpp"
 
 using namespace host::testing;
@@ -130,14 +131,7 @@ TEST_CASE("a signal ends a host whose root is stuck in a C call within the grace
 // signal starts shutdown at a random moment, with threads hogging the CPUs
 // beside. Every run must end with the signal's status, in time.
 TEST_CASE("a signal during runaway spinners, with the CPUs loaded, always ends the host in time") {
-  std::atomic<bool> stop_hogs{false};
-  std::vector<std::thread> hogs;
-  for (int i = 0; i < 2; ++i)
-    hogs.emplace_back([&] {
-      std::uint64_t x = 0;
-      while (!stop_hogs.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
-      CHECK(x != 42);
-    });
+  CpuHogs hogs(2);
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   const int runs = 4;
 #else
@@ -160,6 +154,4 @@ TEST_CASE("a signal during runaway spinners, with the CPUs loaded, always ends t
     CHECK_MESSAGE(r.code == (sig == SIGINT ? 130 : 143), r.err);
     CHECK(took < 9s);
   }
-  stop_hogs = true;
-  for (auto& h : hogs) h.join();
 }
