@@ -11,6 +11,7 @@
 
 #include "bindings/exec_service.hpp"
 #include "bindings/fs_service.hpp"
+#include "bindings/http_server.hpp"
 #include "bindings/socket_service.hpp"
 #include "host/commands.hpp"
 #include "host/io_loop.hpp"
@@ -27,6 +28,7 @@ namespace io_cmd {
 inline constexpr CommandId kFs = cmd::kFirstUser;
 inline constexpr CommandId kExec = cmd::kFirstUser + 1;
 inline constexpr CommandId kSocket = cmd::kFirstUser + 2;
+inline constexpr CommandId kHttp = cmd::kFirstUser + 3;
 inline constexpr CommandId kFirstEmbedder = cmd::kFirstUser + 32;
 }  // namespace io_cmd
 
@@ -34,7 +36,7 @@ struct IoServices {
   // io_threads loops (--io-threads): programs on the first, sockets
   // spread over all.
   IoServices(Scheduler& scheduler, unsigned io_threads)
-      : loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()) {}
+      : loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
   ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets
   void stop() {
     for (auto& l : loops) l->stop();
@@ -44,6 +46,7 @@ struct IoServices {
   FsService fs;
   ExecService exec;
   SocketShards sockets;
+  HttpServer http;  // on the first loop
 
  private:
   static std::vector<std::unique_ptr<IoLoop>> make_loops(unsigned n) {
@@ -58,7 +61,7 @@ struct IoServices {
   }
 };
 
-// Makes the services, registers kFs, kExec and kSocket and the exit hook
+// Makes the services, registers kFs, kExec, kSocket and kHttp and the exit hook
 // (which keeps the services alive as long as the scheduler may call it).
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads = 1);
 

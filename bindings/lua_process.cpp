@@ -1346,6 +1346,15 @@ struct Primitives {
       });
       return 1;
     }
+    if (name == "host.commands") {  // the host's own commands, for stdlib modules (http)
+      lua_pushcfunction(L, [](lua_State* S) -> int {
+        lua_createtable(S, 0, 1);
+        lua_pushinteger(S, io_cmd::kHttp);
+        lua_setfield(S, -2, "http");
+        return 1;
+      });
+      return 1;
+    }
     if (name == "host.call") {  // the waiting-call primitive itself (wait_call)
       lua_pushcfunction(L, [](lua_State* S) -> int {
         lua_pushcfunction(S, wait_call);

@@ -55,6 +55,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
     if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
   }
   io_ = install_io_services(scheduler_, options_.io_threads);
+  io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
+                   [this](const std::string& module) { return !modules_.locate(module).empty(); });
   install_moved_value_hooks();
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }

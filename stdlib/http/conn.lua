@@ -1,0 +1,92 @@
+-- One HTTP connection's process (bindings/http_server.hpp): the I/O thread
+-- spawns it for each connection it accepts, with the connection's id and
+-- the server's entry, and it calls the entry's method with each request in
+-- turn. A handler that raises, or returns what cannot be sent, gets the
+-- client a 500 and its error logged with the traceback; a process that
+-- fails outright (a limit) gets the same 500 from the I/O thread.
+local call = require("host.call")
+local CMD = require("host.commands").http
+local type, tostring, xpcall, traceback = type, tostring, xpcall, debug.traceback
+
+local M = {}
+
+local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
+
+-- The handler's error with its traceback, as one value.
+local function with_traceback(err)
+  return { err = err, tb = traceback(tostring(err), 2) }
+end
+
+local function failed(req, what, detail, tb)
+  log.error("http: " .. what .. " for " .. tostring(req.method) .. " " .. tostring(req.path) .. ": " ..
+    tostring(detail), tb and { traceback = tb } or nil)
+end
+
+function M.serve(conn, entry)
+  local module, method = entry:match("^([^:]+):?(.*)$")
+  if method == "" then method = "main" end
+  local ok, mod = xpcall(require, with_traceback, module)
+  local handler = ok and type(mod) == "table" and mod[method]
+  local load_error
+  if not ok then
+    load_error = mod
+  elseif type(handler) ~= "function" then
+    load_error = { err = "entry '" .. entry .. "': no function '" .. method .. "' in module '" .. module .. "'" }
+  end
+
+  local req = call(CMD, 0, "next", conn)
+  while req do
+    local status, headers, body
+    if load_error then
+      failed(req, "cannot load the handler", load_error.err, load_error.tb)
+      status, headers, body = 500, internal_error, "internal server error\n"
+    else
+      local done, s, h, b = xpcall(handler, with_traceback, req)
+      if done then
+        status, headers, body = s, h, b
+      else
+        failed(req, "handler failed", s.err, s.tb)
+        status, headers, body = 500, internal_error, "internal server error\n"
+      end
+    end
+    if type(body) == "function" then
+      req = M.stream(conn, req, status, headers, body)
+    else
+      if type(body) == "number" then body = tostring(body) end
+      local nxt, err = call(CMD, 0, "respond", conn, status, headers, body)
+      if err then  -- the response could not be written as given
+        failed(req, "bad response", err)
+        nxt = call(CMD, 0, "respond", conn, 500, internal_error, "internal server error\n")
+      end
+      req = nxt
+    end
+  end
+end
+
+-- A body given as a function: each call returns the next chunk, nil at
+-- the end; sent chunked. A chunk function that raises ends the response
+-- where it stands (its head is out): the connection closes.
+function M.stream(conn, req, status, headers, body)
+  local ok, err = call(CMD, 0, "respond", conn, status, headers, nil, true)
+  if not ok then
+    if err then
+      failed(req, "bad response", err)
+      return call(CMD, 0, "respond", conn, 500, internal_error, "internal server error\n")
+    end
+    return nil
+  end
+  while true do
+    local done, chunk = xpcall(body, with_traceback)
+    if not done then
+      failed(req, "body function failed", chunk.err, chunk.tb)
+      return nil  -- the process ends; the connection closes mid-response
+    end
+    if chunk == nil then break end
+    if type(chunk) ~= "string" then chunk = tostring(chunk) end
+    local sent = call(CMD, 0, "chunk", conn, chunk)
+    if not sent then return nil end  -- the client went away
+  end
+  return call(CMD, 0, "finish", conn)
+end
+
+return M

@@ -1,0 +1,64 @@
+-- http.serve (SPEC section 9): the server's Lua half. The listening, the
+-- parsing and the limits are C++ on the I/O thread (bindings/http_server.cpp);
+-- each connection is served by a process of its own, running
+-- stdlib/http/conn.lua, which calls the entry's method with each request.
+local call = require("host.call")
+local CMD = require("host.commands").http
+local type, error, tonumber, setmetatable = type, error, tonumber, setmetatable
+
+local M = {}
+
+local Server = {}
+Server.__index = Server
+
+-- Stops accepting; each connection finishes the request it is serving,
+-- then closes. Idempotent.
+function Server:close()
+  return call(CMD, 0, "close", self.id)
+end
+
+function Server:__tostring() return "http.server{" .. self.address .. "}" end
+
+-- "IP:PORT", "[IPv6]:PORT", ":PORT" (every address) or a bare port.
+local function split_address(address)
+  if type(address) == "number" then return "0.0.0.0", address end
+  if type(address) ~= "string" then
+    error("bad argument #1 to 'serve' (address expected as \"IP:PORT\", got " .. type(address) .. ")", 3)
+  end
+  local host, port = address:match("^%[([^%]]+)%]:(%d+)$")
+  if not host then host, port = address:match("^([^:]*):(%d+)$") end
+  if not host then
+    error("bad argument #1 to 'serve' (address expected as \"IP:PORT\", got \"" .. address .. "\")", 3)
+  end
+  if host == "" then host = "0.0.0.0" end
+  return host, tonumber(port)
+end
+
+local known = {
+  max_header_bytes = "number", max_body_bytes = "number", request_timeout = "number",
+  keepalive_timeout = "number", max_connections = "number", tls = "table",
+}
+
+function M.serve(address, entry, opts)
+  local host, port = split_address(address)
+  if type(entry) ~= "string" or not entry:match("^[%w_%.%-/]+:?[%w_]*$") then
+    error("bad argument #2 to 'serve' (entry expected as \"module:method\", got " ..
+      (type(entry) == "string" and ("\"" .. entry .. "\"") or type(entry)) .. ")", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #3 to 'serve' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  opts = opts or {}
+  for k, v in pairs(opts) do
+    if not known[k] then return nil, "invalid: unknown option '" .. tostring(k) .. "'" end
+    if type(v) ~= known[k] then
+      return nil, "invalid: opts." .. k .. " must be a " .. known[k] .. ", got " .. type(v)
+    end
+  end
+  if opts.tls then return nil, "not supported: tls serving is not available in this build" end
+  local id, addr = call(CMD, 0, "serve", host, port, entry, opts)
+  if not id then return nil, addr end
+  return setmetatable({ id = id, address = addr }, Server)
+end
+
+return M

@@ -1,0 +1,377 @@
+-- http.serve (SPEC section 9), through the host as a user runs it: curl
+-- and raw sockets as clients, each case against a server of its own.
+local T = require("t")
+local http = require("http")
+local json = require("json")
+local socket = require("socket")
+
+local APP = "fixtures.http_app:handle"
+
+local function serve(opts)
+  local srv = assert(http.serve("127.0.0.1:0", APP, opts))
+  local port = tonumber(srv.address:match(":(%d+)$"))
+  return srv, port
+end
+
+local function connect(port)
+  local c = assert(socket.connect("127.0.0.1", port))
+  c:settimeout(10)
+  return c
+end
+
+-- One response read off a raw connection: status, headers (lower-case
+-- names), body (content-length or chunked).
+local function read_response(c, head_only)
+  local line, err = c:receive("*l")
+  if not line then return nil, err end
+  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
+  assert(status, "status line: " .. line)
+  local headers = {}
+  while true do
+    local h = assert(c:receive("*l"))
+    if h == "" then break end
+    local k, v = h:match("^([^:]+):%s*(.*)$")
+    k = k:lower()
+    headers[k] = headers[k] and (headers[k] .. "|" .. v) or v
+  end
+  local body = ""
+  if head_only or status == 204 or status == 304 or status == 100 then
+    return status, headers, body
+  end
+  if headers["transfer-encoding"] == "chunked" then
+    local parts = {}
+    while true do
+      local size = tonumber(assert(c:receive("*l")), 16)
+      if size == 0 then assert(c:receive("*l")) break end
+      parts[#parts + 1] = assert(c:receive(size))
+      assert(c:receive("*l"))
+    end
+    body = table.concat(parts)
+  elseif headers["content-length"] then
+    body = assert(c:receive(tonumber(headers["content-length"])))
+  end
+  return status, headers, body
+end
+
+local function get(c, path, extra)
+  assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n" .. (extra or "") .. "\r\n"))
+  return read_response(c)
+end
+
+-- The connection was closed by the server: a read returns "closed".
+local function closed(c)
+  local data, err, partial = c:receive("*a")
+  return (data ~= nil or err == "closed"), (data or partial)
+end
+
+local function curl(args)
+  local argv = { "curl", "-sS", "--max-time", "10" }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  return exec.run(argv)
+end
+
+-- Live processes running a connection (their count drops back once the
+-- connections close).
+local function connection_processes()
+  local n = 0
+  for _, pid in ipairs(process.list()) do
+    local info = process.info(pid)
+    if info and info.entry == "http.conn:serve" then n = n + 1 end
+  end
+  return n
+end
+
+local function eventually(cond, secs, what)
+  local deadline = time.now() + (secs or 5)
+  while time.now() < deadline do
+    if cond() then return end
+    time.sleep(0.02)
+  end
+  error((what or "condition") .. " did not hold within " .. (secs or 5) .. " s", 2)
+end
+
+return { main = function()
+  return T.run {
+    { "a request reaches the handler as SPEC's table; curl gets the response", function()
+      local srv, port = serve()
+      local r = curl { "-H", "X-Mixed-Case: Yes", "-H", "Accept: a", "-d", "payload=1",
+        string.format("http://127.0.0.1:%d/echo?a=1&b=two%%20words&a=3&c=x+y&flag", port) }
+      T.eq(r.code, 0, "curl's exit: " .. r.stderr)
+      local req = assert(json.decode(r.stdout))
+      T.eq(req.method, "POST")
+      T.eq(req.path, "/echo")
+      T.eq(req.query.b, "two words")
+      T.eq(req.query.c, "x y")
+      T.eq(req.query.flag, "")
+      T.eq(#req.query.a, 2, "a key given twice is a list")
+      T.eq(req.query.a[1], "1"); T.eq(req.query.a[2], "3")
+      T.eq(req.headers["x-mixed-case"], "Yes", "header names in lower case")
+      T.eq(req.headers["content-type"], "application/x-www-form-urlencoded")
+      T.eq(req.body, "payload=1")
+      T.match(req.remote, "^127%.0%.0%.1:%d+$")
+      T.eq(req.version, "1.1")
+      srv:close()
+    end },
+    { "srv.address names the port chosen; bad arguments are named", function()
+      local srv = assert(http.serve("127.0.0.1:0", APP))
+      T.match(srv.address, "^127%.0%.0%.1:%d+$")
+      T.ok(tonumber(srv.address:match(":(%d+)$")) > 0)
+      local again, err = http.serve(srv.address, APP)
+      T.eq(again, nil); T.match(err, "address already in use")
+      T.raises(function() http.serve("nonsense", APP) end, "IP:PORT")
+      T.raises(function() http.serve("127.0.0.1:0", 42) end, "module:method")
+      local none, nerr = http.serve("127.0.0.1:0", "no_such_module:handle")
+      T.eq(none, nil); T.match(nerr, "^not_found: no module 'no_such_module'")
+      local bad, berr = http.serve("127.0.0.1:0", APP, { max_body_bytes = "lots" })
+      T.eq(bad, nil); T.match(berr, "^invalid: opts.max_body_bytes")
+      srv:close()
+    end },
+    { "keep-alive: one connection, one process, requests in turn", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local s1, h1, b1 = get(c, "/who")
+      local s2, h2, b2 = get(c, "/who")
+      T.eq(s1, 200); T.eq(s2, 200)
+      T.eq(h1["x-pid"], h2["x-pid"], "the same process serves the connection")
+      T.eq(b1, "1"); T.eq(b2, "2")
+      T.ok(h1["date"], "a Date header")
+      local c2 = connect(port)
+      local _, h3 = get(c2, "/who")
+      T.ok(h3["x-pid"] ~= h1["x-pid"], "another connection, another process")
+      c:close(); c2:close()
+      srv:close()
+    end },
+    { "pipelined requests are answered in order", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local reqs = {}
+      for i = 1, 5 do reqs[i] = "GET /echo?i=" .. i .. " HTTP/1.1\r\nHost: t\r\n\r\n" end
+      assert(c:send(table.concat(reqs)))
+      for i = 1, 5 do
+        local status, _, body = read_response(c)
+        T.eq(status, 200)
+        T.eq(json.decode(body).query.i, tostring(i), "response " .. i)
+      end
+      c:close()
+      srv:close()
+    end },
+    { "a chunked request body arrives whole; a function body goes out chunked", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" ..
+        "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"))
+      local status, _, body = read_response(c)
+      T.eq(status, 200)
+      T.eq(json.decode(body).body, "hello world")
+      local s2, h2, b2 = get(c, "/stream?parts=4")
+      T.eq(s2, 200)
+      T.eq(h2["transfer-encoding"], "chunked")
+      T.eq(b2, "part 1\npart 2\npart 3\npart 4\n")
+      c:close()
+      srv:close()
+    end },
+    { "HEAD gets the headers only; 204 has no body; lists become repeated headers", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("HEAD /echo HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local status, headers = read_response(c, true)
+      T.eq(status, 200)
+      T.ok(tonumber(headers["content-length"]) > 0, "HEAD keeps the length")
+      local s2, h2 = get(c, "/nobody")
+      T.eq(s2, 204); T.eq(h2["content-length"], nil); T.eq(h2["x-a"], "b")
+      local s3, h3 = get(c, "/multi")
+      T.eq(s3, 201)
+      T.eq(h3["set-cookie"], "a=1|b=2")
+      T.eq(h3["x-num"], "42")
+      local s4 = get(c, "/who")
+      T.eq(s4, 200, "the connection still works after HEAD and 204")
+      c:close()
+      srv:close()
+    end },
+    { "Expect: 100-continue is answered before the body is sent", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"))
+      T.eq(c:receive("*l"), "HTTP/1.1 100 Continue")
+      T.eq(c:receive("*l"), "")
+      assert(c:send("data"))
+      local status, _, body = read_response(c)
+      T.eq(status, 200)
+      T.eq(json.decode(body).body, "data")
+      c:close()
+      srv:close()
+    end },
+    { "Connection: close, HTTP/1.0 and a handler's close end the connection after the response", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local status, headers = get(c, "/who", "Connection: close\r\n")
+      T.eq(status, 200); T.eq(headers.connection, "close")
+      T.ok(closed(c), "closed after Connection: close")
+      local c2 = connect(port)
+      assert(c2:send("GET /who HTTP/1.0\r\n\r\n"))
+      T.eq(read_response(c2), 200)
+      T.ok(closed(c2), "closed after HTTP/1.0")
+      local c3 = connect(port)
+      assert(c3:send("GET /who HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"))
+      local s3, h3 = read_response(c3)
+      T.eq(s3, 200); T.eq(h3.connection, "keep-alive")
+      T.eq(get(c3, "/who"), 200, "HTTP/1.0 with keep-alive stays open")
+      local c4 = connect(port)
+      local s4, h4, b4 = get(c4, "/close")
+      T.eq(s4, 200); T.eq(h4.connection, "close"); T.eq(b4, "bye")
+      T.ok(closed(c4), "closed after the handler's Connection: close")
+      c3:close()
+      srv:close()
+    end },
+    { "a malformed request gets 400 and the connection closes; the handler never sees it", function()
+      local srv, port = serve()
+      for _, bad in ipairs {
+        "GARBAGE\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nBad Header Line\r\n\r\n",
+        "GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+      } do
+        local c = connect(port)
+        assert(c:send(bad))
+        T.eq(read_response(c), 400, "for " .. string.format("%q", bad))
+        T.ok(closed(c), "closed after 400")
+      end
+      local v = connect(port)
+      assert(v:send("GET / HTTP/2.0\r\n\r\n"))
+      T.eq(read_response(v), 505, "a version other than 1.x")
+      -- A bad request after good pipelined ones: those are answered first.
+      local c = connect(port)
+      assert(c:send("GET /who HTTP/1.1\r\nHost: t\r\n\r\nNOT HTTP\r\n\r\n"))
+      T.eq(read_response(c), 200)
+      T.eq(read_response(c), 400)
+      T.ok(closed(c))
+      srv:close()
+    end },
+    { "headers over max_header_bytes get 431; a body over max_body_bytes 413", function()
+      local srv, port = serve { max_header_bytes = 1024, max_body_bytes = 100 }
+      local c = connect(port)
+      assert(c:send("GET /who HTTP/1.1\r\nHost: t\r\nX-Big: " .. string.rep("b", 2000) .. "\r\n\r\n"))
+      T.eq(read_response(c), 431)
+      T.ok(closed(c))
+      local c2 = connect(port)
+      assert(c2:send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 101\r\n\r\n"))
+      T.eq(read_response(c2), 413, "a declared length over the limit, before the body")
+      T.ok(closed(c2))
+      local c3 = connect(port)
+      assert(c3:send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" ..
+        "40\r\n" .. string.rep("x", 64) .. "\r\n40\r\n" .. string.rep("y", 64) .. "\r\n0\r\n\r\n"))
+      T.eq(read_response(c3), 413, "a chunked body over the limit")
+      local c4 = connect(port)
+      assert(c4:send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" .. string.rep("z", 100)))
+      local s4, _, b4 = read_response(c4)
+      T.eq(s4, 200, "a body of exactly the limit")
+      T.eq(#json.decode(b4).body, 100)
+      c4:close()
+      srv:close()
+    end },
+    { "a client too slow to send its request gets 408", function()
+      local srv, port = serve { request_timeout = 0.3 }
+      local c = connect(port)
+      assert(c:send("GET /who HTTP/1.1\r\nHost: t\r\n"))  -- never finished
+      local t0 = time.now()
+      T.eq(read_response(c), 408)
+      T.ok(time.now() - t0 < 3, "408 in about the timeout")
+      T.ok(closed(c))
+      local c2 = connect(port)  -- a connection that sends nothing at all
+      T.eq(read_response(c2), 408)
+      srv:close()
+    end },
+    { "a handler that raises gets 500 and the server goes on", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local status, _, body = get(c, "/raise")
+      T.eq(status, 500)
+      T.match(body, "internal server error")
+      T.eq(get(c, "/who"), 200, "the same connection serves the next request")
+      local s2 = get(c, "/badstatus")
+      T.eq(s2, 500, "a status that is not a number")
+      c:close()
+      srv:close()
+    end },
+    { "a handler's process past its memory limit gets the client 500; the server goes on", function()
+      local srv, port = serve()
+      local c = connect(port)
+      T.eq(get(c, "/memory"), 500)
+      T.ok(closed(c), "the connection closes with its process")
+      local c2 = connect(port)
+      T.eq(get(c2, "/who"), 200)
+      c2:close()
+      srv:close()
+    end },
+    { "CR or LF in a response header is refused: 500, nothing injected", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local status, headers, body = get(c, "/inject")
+      T.eq(status, 500)
+      T.eq(headers["set-cookie"], nil)
+      T.eq(headers["x-evil"], nil)
+      T.match(body, "internal server error")
+      c:close()
+      srv:close()
+    end },
+    { "connections past max_connections get 503", function()
+      local srv, port = serve { max_connections = 2 }
+      local a, b = connect(port), connect(port)
+      T.eq(get(a, "/who"), 200); T.eq(get(b, "/who"), 200)
+      local c = connect(port)
+      T.eq(read_response(c), 503)
+      T.ok(closed(c))
+      a:close()
+      eventually(function()
+        local d = connect(port)
+        local st = get(d, "/who")
+        d:close()
+        return st == 200
+      end, 5, "a slot freed by a closed connection")
+      b:close()
+      srv:close()
+    end },
+    { "a client that leaves mid-response costs nothing else", function()
+      local srv, port = serve()
+      local base = connection_processes()
+      for _ = 1, 5 do
+        local c = connect(port)
+        assert(c:send("GET /stream?parts=50&pause=0.01 HTTP/1.1\r\nHost: t\r\n\r\n"))
+        assert(c:receive("*l"))
+        c:close()
+      end
+      local c = connect(port)
+      T.eq(get(c, "/who"), 200)
+      c:close()
+      eventually(function() return connection_processes() == base end, 5, "connection processes ended")
+      srv:close()
+    end },
+    { "close(): the request in flight is answered, then the connection closes; no new ones", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("GET /slow?secs=0.3 HTTP/1.1\r\nHost: t\r\n\r\n"))
+      time.sleep(0.1)
+      srv:close()
+      local status, headers, body = read_response(c)
+      T.eq(status, 200); T.eq(body, "slow done")
+      T.eq(headers.connection, "close")
+      T.ok(closed(c))
+      local refused, err = socket.connect("127.0.0.1", port)
+      T.eq(refused, nil); T.eq(err, "connection refused")
+      T.eq(srv:close(), true, "close again")
+    end },
+    { "a server closes when the process that made it ends", function()
+      local pid = assert(process.spawn_monitored("fixtures.http_app:serve_until_told", process.pid()))
+      local m = assert(process.receive(5))
+      local port = tonumber(m.payload:match(":(%d+)$"))
+      local c = connect(port)
+      T.eq(get(c, "/who"), 200)
+      process.terminate(pid)
+      T.next_event("exit")
+      eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
+      T.ok(closed(c), "its connections close too")
+    end },
+    { "no connection process is left behind", function()
+      eventually(function() return connection_processes() == 0 end, 5, "every connection process ended")
+    end },
+  }
+end }
