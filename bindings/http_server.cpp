@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <future>
 
 #include "host/error.hpp"
 #include "host/log.hpp"
@@ -217,6 +218,8 @@ struct HttpServer::Server {
   Pid owner;
   uv_tcp_t tcp{};
   std::string entry;
+  std::string conn_entry = HttpServer::kConnEntry;
+  bool internal = false;  // the host's own (serve_internal)
   Limits limits;
   std::unordered_set<Conn*> conns;
   bool closed = false;
@@ -227,6 +230,7 @@ struct HttpServer::Conn {
   std::uint64_t id = 0;
   Server* server = nullptr;  // nullptr once the server closed
   Pid pid;                   // the process serving it; none for a refused one
+  bool internal = false;     // of a server of the host's own
   Limits limits;
   std::string remote;
   uv_tcp_t tcp{};
@@ -734,6 +738,8 @@ struct HttpOps {
     c->svc = svc;
     c->id = ++svc->next_id_;
     c->limits = srv->limits;
+    c->internal = srv->internal;
+    if (c->internal) svc->internal_conns_.fetch_add(1, std::memory_order_relaxed);
     uv_tcp_init(st->loop, &c->tcp);
     uv_timer_init(st->loop, &c->timer);
     c->tcp.data = c;
@@ -741,6 +747,7 @@ struct HttpOps {
     c->open_handles = 2;
     if (uv_accept(st, stream(c)) != 0) {
       c->closing = true;
+      if (c->internal) svc->internal_conns_.fetch_sub(1, std::memory_order_relaxed);
       close_handles(c);
       return;
     }
@@ -757,7 +764,7 @@ struct HttpOps {
     bool refused = srv->conns.size() > srv->limits.max_connections;
     if (!refused) {
       SpawnResult r =
-          svc->spawn_(HttpServer::kConnEntry, CallResultWriter().number(static_cast<double>(c->id)).string(srv->entry).finish());
+          svc->spawn_(srv->conn_entry, CallResultWriter().number(static_cast<double>(c->id)).string(srv->entry).finish());
       if (!r) {
         log::logger().warn("http: cannot start a process for a connection from {}: {}", c->remote, r.error);
         refused = true;
@@ -806,6 +813,7 @@ struct HttpOps {
     c->waiting = c->chunk_waiting = false;
     svc->conns_.erase(c->id);
     svc->conn_count_.fetch_sub(1, std::memory_order_relaxed);
+    if (c->internal) svc->internal_conns_.fetch_sub(1, std::memory_order_relaxed);
     if (c->server) c->server->conns.erase(c);
     c->server = nullptr;
     if (c->pid.valid()) {
@@ -847,12 +855,14 @@ struct HttpOps {
     HttpServer* svc = srv->svc;
     svc->servers_.erase(srv->id);
     svc->server_count_.fetch_sub(1, std::memory_order_relaxed);
-    auto it = svc->owned_.find(srv->owner);
-    if (it != svc->owned_.end()) {
-      std::erase(it->second, srv->id);
-      if (it->second.empty()) svc->owned_.erase(it);
+    if (srv->owner.valid()) {
+      auto it = svc->owned_.find(srv->owner);
+      if (it != svc->owned_.end()) {
+        std::erase(it->second, srv->id);
+        if (it->second.empty()) svc->owned_.erase(it);
+      }
+      svc->note_owner(srv->owner, -1);
     }
-    svc->note_owner(srv->owner, -1);
     // Connections finish the request they serve, then close.
     const auto conns = srv->conns;
     for (Conn* c : conns) {
@@ -876,7 +886,8 @@ struct HttpOps {
   }
 
   // ---- serve's listener
-  static std::string listen(HttpServer* svc, uv_loop_t* loop, const Pid& owner, const std::vector<CallValue>& args) {
+  static std::string listen(HttpServer* svc, uv_loop_t* loop, const Pid& owner, const std::vector<CallValue>& args,
+                            const std::string& conn_entry = HttpServer::kConnEntry) {
     // args: "serve", host, port, entry, opts
     const std::string& host = arg(args, 1).string;
     const int port = arg(args, 2).is_number() ? static_cast<int>(arg(args, 2).number) : -1;
@@ -916,6 +927,8 @@ struct HttpOps {
     srv->svc = svc;
     srv->owner = owner;
     srv->entry = entry;
+    srv->conn_entry = conn_entry;
+    srv->internal = !owner.valid();
     srv->limits = lim;
     uv_tcp_init(loop, &srv->tcp);
     srv->tcp.data = srv;
@@ -945,6 +958,7 @@ struct HttpOps {
     srv->id = ++svc->next_id_;
     svc->servers_.emplace(srv->id, srv);
     svc->server_count_.fetch_add(1, std::memory_order_relaxed);
+    if (!owner.valid()) return address;  // the host's own (serve_internal)
     svc->owned_[owner].push_back(srv->id);
     svc->note_owner(owner, 1);
     if (!svc->scheduler_.alive(owner)) {  // ended while this call came: its exit hook may have missed it
@@ -963,6 +977,30 @@ HttpServer::HttpServer(Scheduler& scheduler, IoLoop& loop) : scheduler_(schedule
 }
 
 HttpServer::~HttpServer() = default;
+
+std::string HttpServer::serve_internal(const std::string& host, int port, const std::string& conn_entry,
+                                       const std::string& entry) {
+  auto done = std::make_shared<std::promise<std::pair<bool, std::string>>>();
+  auto answer = done->get_future();
+  std::vector<CallValue> args(5);
+  args[0].type = args[1].type = args[3].type = CallValue::Type::String;
+  args[0].string = "serve";
+  args[1].string = host;
+  args[2].type = CallValue::Type::Number;
+  args[2].number = port;
+  args[3].string = entry;
+  if (!loop_.post([this, args = std::move(args), conn_entry, done](uv_loop_t* loop) {
+        try {
+          done->set_value({true, HttpOps::listen(this, loop, Pid{}, args, conn_entry)});
+        } catch (const CallError& e) {
+          done->set_value({false, e.text});
+        }
+      }))
+    throw CallError{"closed: the I/O thread has stopped"};
+  auto [ok, text] = answer.get();
+  if (!ok) throw CallError{text};
+  return text;
+}
 
 void HttpServer::dispatch(CommandRequest&& req) {
   std::vector<CallValue> args;

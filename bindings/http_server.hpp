@@ -74,6 +74,15 @@ class HttpServer {
     module_exists_ = std::move(module_exists);
   }
 
+  // A server of the host's own (the inspector, --inspect), owned by no
+  // process: its connections are served by conn_entry's processes (which
+  // call stdlib/http/conn.lua's serve), with entry's method per request.
+  // Waits for the loop; returns the address bound, or throws CallError.
+  std::string serve_internal(const std::string& host, int port, const std::string& conn_entry, const std::string& entry);
+  // Open connections of the host's own servers (each a process the
+  // inspector leaves out of its counts).
+  std::size_t internal_connections() const { return internal_conns_.load(std::memory_order_relaxed); }
+
   // The http command's handler: posts the call to the loop.
   void dispatch(CommandRequest&& req);
   // The exit hook: closes owner's servers (gracefully) and its connection
@@ -104,6 +113,7 @@ class HttpServer {
   std::unordered_map<Pid, std::vector<std::uint64_t>> owned_;  // servers and connections by owner
   std::atomic<std::size_t> conn_count_{0};
   std::atomic<std::size_t> server_count_{0};
+  std::atomic<std::size_t> internal_conns_{0};
   // Owners of anything, for the exit hook's check (any thread).
   std::mutex owners_mu_;
   std::unordered_map<Pid, int> owners_;   // guarded by owners_mu_

@@ -527,6 +527,30 @@ struct Primitives {
     return p.kernel_.block_in_call(L, tag);
   }
 
+  // require("host.stats")(): what the host did since it started. The
+  // processes are the live ones but for the inspector's own (one per
+  // connection to it).
+  static int host_stats(lua_State* L) {
+    auto& p = of(L);
+    Scheduler& s = p.rt_.scheduler();
+    const Scheduler::Counters c = s.counters();
+    const std::size_t live = s.live_count(), own = p.rt_.io().http.internal_connections();
+    lua_createtable(L, 0, 8);
+    auto field = [L](const char* k, double v) {
+      lua_pushnumber(L, v);
+      lua_setfield(L, -2, k);
+    };
+    field("processes", static_cast<double>(live > own ? live - own : 0));
+    field("messages", static_cast<double>(c.workers.messages));
+    field("steps", static_cast<double>(c.workers.steps));
+    field("spawns", static_cast<double>(c.workers.spawns));
+    field("failures", static_cast<double>(c.failures));
+    field("steals", static_cast<double>(c.workers.steals));
+    field("parks", static_cast<double>(c.workers.parks));
+    field("wakes", static_cast<double>(c.wakes));
+    return 1;
+  }
+
   static int sleep_cmd(lua_State* L) {
     const auto tag = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
     add_sleep(of(L), tag, luaL_checknumber(L, 2));
@@ -1351,6 +1375,13 @@ struct Primitives {
         lua_createtable(S, 0, 1);
         lua_pushinteger(S, io_cmd::kHttp);
         lua_setfield(S, -2, "http");
+        return 1;
+      });
+      return 1;
+    }
+    if (name == "host.stats") {  // the scheduler's counters, for the inspector (stdlib/host/inspector.lua)
+      lua_pushcfunction(L, [](lua_State* S) -> int {
+        lua_pushcfunction(S, host_stats);
         return 1;
       });
       return 1;

@@ -80,6 +80,22 @@ std::string io_threads_flag(RunOptions& o, const std::string& v) {
   return {};
 }
 
+// "IP:PORT" or "[IPv6]:PORT"; "off" for none.
+std::string inspect_flag(RunOptions& o, const std::string& v) {
+  if (v == "off") {
+    o.inspect.clear();
+    return {};
+  }
+  const std::size_t colon = v.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : v.substr(colon + 1);
+  char* end = nullptr;
+  const long n = std::strtol(port.c_str(), &end, 10);
+  if (colon == std::string::npos || colon == 0 || port.empty() || *end || n < 0 || n > 65535)
+    return "--inspect needs an address like 127.0.0.1:9090";
+  o.inspect = v;
+  return {};
+}
+
 // The defaults shown here are RunOptions' (tests/test_host_cli.cpp parses
 // each one that is a value and compares).
 constexpr Flag kFlags[] = {
@@ -92,6 +108,10 @@ constexpr Flag kFlags[] = {
     {"--time-limit", "SECONDS", "10", "Lua run without yielding before a process stops; at most 1e9", time_limit_flag},
     {"--max-processes", "N", "1000000", "live processes at most", max_processes_flag},
     {"--io-threads", "N", "1", "I/O threads serving sockets, 1 to 64", io_threads_flag},
+    {"--inspect", "ADDRESS", "off",
+     "serve a live page of the processes at http://ADDRESS/ and Prometheus metrics at /metrics "
+     "(e.g. 127.0.0.1:9090; anyone who reaches it can stop processes: keep it on loopback)",
+     inspect_flag},
 };
 
 // "usage: host run DIR [--entry MODULE[:METHOD]] ..." from the table,

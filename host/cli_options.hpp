@@ -22,6 +22,7 @@ struct RunOptions {
   double time_limit = 10.0;
   std::size_t max_processes = 1000000;
   unsigned io_threads = 1;  // the I/O threads the sockets spread over
+  std::string inspect;      // --inspect's address; empty: no inspector
   std::vector<std::string> args;
   bool operator==(const RunOptions&) const = default;
 };

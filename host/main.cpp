@@ -131,6 +131,22 @@ int run(const cli::RunOptions& o) {
     scheduler.shutdown(std::chrono::milliseconds(0));
     return 1;
   }
+  if (!o.inspect.empty()) {
+    // The inspector (stdlib/host/inspector.lua): a server of the host's
+    // own, owned by no process, so that it lives as long as the host.
+    const std::size_t colon = o.inspect.rfind(':');
+    std::string host = o.inspect.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    try {
+      const std::string at = runtime.io().http.serve_internal(host, std::stoi(o.inspect.substr(colon + 1)),
+                                                              "host.inspector:serve_connection", "host.inspector:handle");
+      log::logger().info("inspector at http://{}/ (metrics at /metrics)", at);
+    } catch (const lua::CallError& e) {
+      std::fprintf(stderr, "host: --inspect %s: %s\n", o.inspect.c_str(), e.text.c_str());
+      scheduler.shutdown(std::chrono::milliseconds(0));
+      return 2;
+    }
+  }
 
   int signal_code = 0;
   for (;;) {

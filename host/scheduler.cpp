@@ -88,6 +88,9 @@ void Scheduler::push_global(ProcessSlot* slot) {
 Scheduler::Counters Scheduler::counters() const {
   Counters c;
   for (const auto& w : workers_) c.workers += w->counters();
+  c.workers.messages += elsewhere_messages_.load(std::memory_order_relaxed);
+  c.workers.spawns += elsewhere_spawns_.load(std::memory_order_relaxed);
+  c.failures = failures_.load(std::memory_order_relaxed);
   c.wakes = idle_.wakes();
   return c;
 }
@@ -175,6 +178,8 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
     slot->state.reset_ready();
   }
   schedule(slot);
+  if (Worker* w = own_worker()) w->note_spawn();
+  else elsewhere_spawns_.fetch_add(1, std::memory_order_relaxed);
   return {pid, {}};
 }
 
@@ -210,6 +215,8 @@ std::string Scheduler::deliver(const Pid& to, Event&& event) {
 template <typename Payload>
 std::string Scheduler::post_message(const Pid& to, std::string_view topic, Payload&& payload, const Pid& from,
                                     std::size_t* backlog) {
+  if (Worker* w = own_worker()) w->note_message();
+  else elsewhere_messages_.fetch_add(1, std::memory_order_relaxed);
   const bool alive = post(to, nullptr, [&](ProcessSlot& slot) {
     if (payload.empty()) slot.pending.emplace_back(from, topic);
     else slot.pending.emplace_back(from, topic, std::forward<Payload>(payload));
@@ -379,6 +386,7 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
 
 void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error, Ending ending) {
   const Pid pid = slot->pid();
+  if (failed) failures_.fetch_add(1, std::memory_order_relaxed);
   std::vector<Pid> links;
   std::vector<Monitor> monitors;
   {

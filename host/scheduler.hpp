@@ -200,8 +200,9 @@ class Scheduler {
   // What the workers did (the sums of Worker::Counters) and the wakes the
   // idle protocol issued; logged at debug level when the workers stop.
   struct Counters {
-    Worker::Counters workers;
+    Worker::Counters workers;     // with the messages and spawns of threads that are not workers
     std::uint64_t wakes = 0;
+    std::uint64_t failures = 0;   // processes that ended failed
   };
   Counters counters() const;
   // True when every process exited before the deadline.
@@ -305,6 +306,11 @@ class Scheduler {
   std::atomic<bool> has_idle_job_{false};  // lets workers skip the lock when there is none
 
   std::atomic<std::size_t> live_{0};
+  // Counters of what threads other than workers did (the I/O thread's
+  // spawns, a native caller's sends), and of failures.
+  std::atomic<std::uint64_t> elsewhere_messages_{0};
+  std::atomic<std::uint64_t> elsewhere_spawns_{0};
+  std::atomic<std::uint64_t> failures_{0};
   std::mutex live_mu_;                 // pairs with live_cv_ for wait_all_exited
   std::condition_variable live_cv_;
   std::atomic<bool> cancelling_{false};   // shutdown step 1 happened: new spawns get a cancel

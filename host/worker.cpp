@@ -97,6 +97,8 @@ Worker::Counters Worker::counters() const {
   c.steals = steals_.load(std::memory_order_relaxed);
   c.parks = parks_.load(std::memory_order_relaxed);
   c.batch_waits = batch_waits_.load(std::memory_order_relaxed);
+  c.messages = messages_.load(std::memory_order_relaxed);
+  c.spawns = spawns_.load(std::memory_order_relaxed);
   return c;
 }
 

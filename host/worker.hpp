@@ -76,8 +76,12 @@ class Worker {
     std::uint64_t steals = 0;       // successful steals from another worker's deque
     std::uint64_t parks = 0;        // times it slept in commit_park
     std::uint64_t batch_waits = 0;  // times it held a requeued process to gather a batch (gather_batch)
+    std::uint64_t messages = 0;     // messages sent from its thread
+    std::uint64_t spawns = 0;       // processes spawned from its thread
     Counters& operator+=(const Counters& o) {
       steps += o.steps;
+      messages += o.messages;
+      spawns += o.spawns;
       steals += o.steals;
       parks += o.parks;
       batch_waits += o.batch_waits;
@@ -85,6 +89,9 @@ class Worker {
     }
   };
   Counters counters() const;
+  // Called on this worker's thread (the inspector's counters).
+  void note_message() { bump(messages_); }
+  void note_spawn() { bump(spawns_); }
   PidTable::LocalFree& free_slots() { return free_slots_; }
 
   // Runaway detection. epoch_ is odd while a step runs; the runaway monitor
@@ -185,6 +192,8 @@ class Worker {
   std::atomic<std::uint64_t> steps_{0};
   std::atomic<std::uint64_t> steals_{0};
   std::atomic<std::uint64_t> parks_{0};
+  std::atomic<std::uint64_t> messages_{0};
+  std::atomic<std::uint64_t> spawns_{0};
   void wake_for_fed();
   static void bump(std::atomic<std::uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   // --- owned by the worker thread ---
