@@ -147,12 +147,13 @@ td.num{text-align:right}
 .rel a{color:#06c;cursor:pointer;text-decoration:none;margin-right:.3em}
 tr.hl{background:#fff6d5}
 button{cursor:pointer}
-#note{color:#a00;margin-left:1em}
+#note{color:#060;margin-left:1em}
+#error{color:#a00;margin-left:1em}
 </style></head><body>
 <h1>host inspector</h1>
 <div id="counters"></div>
 <p><label>Filter <input id="filter" placeholder="PID, entry, status or name" size="40"></label>
-<span id="shown"></span><span id="note"></span></p>
+<span id="shown"></span><span id="note"></span><span id="error"></span></p>
 <table><thead><tr><th>PID</th><th>entry</th><th>status</th><th>mailbox</th><th>memory</th>
 <th>steps/s</th><th>names</th><th>relations</th><th></th></tr></thead><tbody id="rows"></tbody></table>
 <script>
@@ -171,8 +172,8 @@ async function refresh(){
   try {
     const r = await fetch("/api/processes?limit=500&filter="+encodeURIComponent(f));
     data = await r.json();
-  } catch(e) { $("note").textContent = "host unreachable"; return; }
-  $("note").textContent = "";
+  } catch(e) { $("error").textContent = "host unreachable"; return; }
+  $("error").textContent = "";
   const s = data.stats, dt = lastStats ? data.time-lastStats.time : 0;
   const rate = k => dt>0 ? ((s[k]-lastStats.stats[k])/dt).toFixed(0)+"/s" : "";
   $("counters").innerHTML = ["processes","messages","steps","spawns","failures","steals","parks"].map(k =>
