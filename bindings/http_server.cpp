@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <future>
+#include <memory>
 
 #include "host/error.hpp"
 #include "host/log.hpp"
@@ -37,7 +38,13 @@ struct Limits {
   std::size_t max_body_bytes = 1024 * 1024;
   std::uint64_t request_timeout_ms = 30000;
   std::uint64_t keepalive_timeout_ms = 60000;
+  // An idle keep-alive connection gives its process up after this long
+  // (0: never): its next request starts a new one.
+  std::uint64_t hibernate_ms = 100;
   std::size_t max_connections = 10000;
+  // Who serves a connection: the process's entry (conn_entry), which
+  // calls entry's method per request. Shared by a server's connections.
+  std::shared_ptr<const std::pair<std::string, std::string>> entries;
 };
 
 // A parsed request, or in its place an error response owed (400, 408,
@@ -57,7 +64,7 @@ struct Fifo : std::vector<Request> {
   void pop_front() { erase(begin()); }
 };
 
-enum class TimerMode : unsigned char { None, Request, Idle, Linger };
+enum class TimerMode : unsigned char { None, Request, Idle, Hibernate, Linger };
 
 // The loop's reads land here: each is parsed before the next is read.
 thread_local char t_read_buffer[64 * 1024];
@@ -217,8 +224,6 @@ struct HttpServer::Server {
   std::uint64_t id = 0;
   Pid owner;
   uv_tcp_t tcp{};
-  std::string entry;
-  std::string conn_entry = HttpServer::kConnEntry;
   bool internal = false;  // the host's own (serve_internal)
   Limits limits;
   std::unordered_set<Conn*> conns;
@@ -483,12 +488,18 @@ struct HttpOps {
   // ---- the timer: a request's deadline, an idle keep-alive's, a lingering close's
   static void set_timer(Conn* c, TimerMode mode) {
     if (c->timer_mode == mode || (c->closing && mode != TimerMode::Linger)) return;
+    const TimerMode was = c->timer_mode;
     c->timer_mode = mode;
     std::uint64_t ms = 0;
     switch (mode) {
       case TimerMode::None: uv_timer_stop(&c->timer); return;
       case TimerMode::Request: ms = c->limits.request_timeout_ms; break;
-      case TimerMode::Idle: ms = c->limits.keepalive_timeout_ms; break;
+      case TimerMode::Idle:
+        ms = c->limits.keepalive_timeout_ms;
+        // Idle since it hibernated: the keep-alive counts from the last request.
+        if (was == TimerMode::Hibernate) ms = ms > c->limits.hibernate_ms ? ms - c->limits.hibernate_ms : 1;
+        break;
+      case TimerMode::Hibernate: ms = c->limits.hibernate_ms; break;
       case TimerMode::Linger: ms = c->shut ? 2000 : 10000; break;
     }
     uv_timer_start(&c->timer, on_timer, ms, 0);
@@ -509,6 +520,11 @@ struct HttpOps {
         return;
       }
       case TimerMode::Idle: finish(c, true); return;
+      case TimerMode::Hibernate:
+        c->timer_mode = TimerMode::Hibernate;  // so that Idle counts what passed
+        if (c->waiting && c->ready.empty() && !c->in_message) detach_process(c);
+        serve(c);
+        return;
       case TimerMode::Linger: close_handles(c); return;
       case TimerMode::None: return;
     }
@@ -568,7 +584,12 @@ struct HttpOps {
         finish(c, true);
         return;
       }
-      set_timer(c, c->in_message || c->served == 0 ? TimerMode::Request : TimerMode::Idle);
+      if (c->in_message || c->served == 0)
+        set_timer(c, TimerMode::Request);
+      else if (c->waiting && c->limits.hibernate_ms != 0 && c->limits.hibernate_ms < c->limits.keepalive_timeout_ms)
+        set_timer(c, TimerMode::Hibernate);
+      else
+        set_timer(c, TimerMode::Idle);
       start_reading(c);
       return;
     }
@@ -584,6 +605,10 @@ struct HttpOps {
       return;
     }
     set_timer(c, TimerMode::None);
+    if (!c->pid.valid() && !start_process(c)) {  // 503, then closed
+      serve(c);
+      return;
+    }
     if (c->waiting) {
       Request r = std::move(head);
       c->ready.pop_front();
@@ -759,30 +784,58 @@ struct HttpOps {
     svc->conn_count_.fetch_add(1, std::memory_order_relaxed);
     c->server = srv;
     srv->conns.insert(c);
-    // Past the limit, or where no process can be made for it, the client
-    // is told 503 and the connection closes.
-    bool refused = srv->conns.size() > srv->limits.max_connections;
-    if (!refused) {
-      SpawnResult r =
-          svc->spawn_(srv->conn_entry, CallResultWriter().number(static_cast<double>(c->id)).string(srv->entry).finish());
-      if (!r) {
-        log::logger().warn("http: cannot start a process for a connection from {}: {}", c->remote, r.error);
-        refused = true;
-      } else {
-        c->pid = r.pid;
-        svc->owned_[c->pid].push_back(c->id);
-        svc->note_owner(c->pid, 1);
-        // It ended already (its exit hook may have missed it).
-        if (!svc->scheduler_.alive(c->pid)) c->draining = true;
-      }
-    }
-    if (refused) {
-      Request busy;
-      busy.error = 503;
-      c->ready.push_back(std::move(busy));
-      c->no_more = true;
-    }
+    // Past the limit the client is told 503 and the connection closes.
+    // Else its process starts with its first request (start_process).
+    if (srv->conns.size() > srv->limits.max_connections) refuse(c);
     serve(c);
+  }
+
+  static void refuse(Conn* c) {
+    Request busy;
+    busy.error = 503;
+    c->ready.clear();
+    c->ready.push_back(std::move(busy));
+    c->no_more = true;
+  }
+
+  // A process for the connection, to serve the requests queued: false
+  // (and a 503 queued) when none can be made.
+  static bool start_process(Conn* c) {
+    HttpServer* svc = c->svc;
+    SpawnResult r = svc->spawn_(c->limits.entries->first, CallResultWriter()
+                                                             .number(static_cast<double>(c->id))
+                                                             .string(c->limits.entries->second)
+                                                             .finish());
+    if (!r) {
+      log::logger().warn("http: cannot start a process for a connection from {}: {}", c->remote, r.error);
+      refuse(c);
+      return false;
+    }
+    c->pid = r.pid;
+    svc->owned_[c->pid].push_back(c->id);
+    svc->note_owner(c->pid, 1);
+    // It ended already (its exit hook may have missed it).
+    if (!svc->scheduler_.alive(c->pid)) {
+      process_ended(c);
+      return false;
+    }
+    return true;
+  }
+
+  // An idle keep-alive connection's process is let go (it returns from
+  // its wait with no request, and ends); the next request starts another.
+  static void detach_process(Conn* c) {
+    HttpServer* svc = c->svc;
+    const Pid pid = c->pid;
+    c->waiting = false;
+    c->pid = Pid{};
+    auto it = svc->owned_.find(pid);
+    if (it != svc->owned_.end()) {
+      std::erase(it->second, c->id);
+      if (it->second.empty()) svc->owned_.erase(it);
+    }
+    svc->note_owner(pid, -1);
+    sched(c).complete_yield(pid, c->wait_tag, ended());
   }
 
   // ---- closing
@@ -917,6 +970,12 @@ struct HttpOps {
     size_opt("max_connections", lim.max_connections);
     secs_opt("request_timeout", lim.request_timeout_ms);
     secs_opt("keepalive_timeout", lim.keepalive_timeout_ms);
+    if (const CallValue* v = opts.field("hibernate_after")) {
+      if (v->type == CallValue::Type::Boolean && !v->boolean)
+        lim.hibernate_ms = 0;
+      else
+        secs_opt("hibernate_after", lim.hibernate_ms);
+    }
 
     sockaddr_storage ss{};
     std::string h = host.empty() || host == "*" ? "0.0.0.0" : host == "localhost" ? "127.0.0.1" : host;
@@ -926,8 +985,7 @@ struct HttpOps {
     auto* srv = new Server;
     srv->svc = svc;
     srv->owner = owner;
-    srv->entry = entry;
-    srv->conn_entry = conn_entry;
+    lim.entries = std::make_shared<const std::pair<std::string, std::string>>(conn_entry, entry);
     srv->internal = !owner.valid();
     srv->limits = lim;
     uv_tcp_init(loop, &srv->tcp);
@@ -1098,6 +1156,15 @@ void HttpServer::close_owned(const Pid& owner) {
         HttpOps::process_ended(c->second);
       }
     }
+  });
+}
+
+void HttpServer::stop_serving() {
+  if (server_count_.load(std::memory_order_relaxed) == 0) return;  // (and no I/O thread started for it)
+  loop_.post([this](uv_loop_t*) {
+    std::vector<Server*> servers;
+    for (auto& [id, s] : servers_) servers.push_back(s);
+    for (Server* s : servers) HttpOps::close_server(s);
   });
 }
 

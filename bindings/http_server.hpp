@@ -83,6 +83,11 @@ class HttpServer {
   // inspector leaves out of its counts).
   std::size_t internal_connections() const { return internal_conns_.load(std::memory_order_relaxed); }
 
+  // The host is stopping: every server stops accepting, and each
+  // connection closes once the request it serves is answered, so that
+  // connection processes waiting for a request end at once (posted).
+  void stop_serving();
+
   // The http command's handler: posts the call to the loop.
   void dispatch(CommandRequest&& req);
   // The exit hook: closes owner's servers (gracefully) and its connection

@@ -36,7 +36,7 @@ end
 
 local known = {
   max_header_bytes = "number", max_body_bytes = "number", request_timeout = "number",
-  keepalive_timeout = "number", max_connections = "number", tls = "table",
+  keepalive_timeout = "number", max_connections = "number", hibernate_after = "number", tls = "table",
 }
 
 function M.serve(address, entry, opts)
@@ -51,7 +51,7 @@ function M.serve(address, entry, opts)
   opts = opts or {}
   for k, v in pairs(opts) do
     if not known[k] then return nil, "invalid: unknown option '" .. tostring(k) .. "'" end
-    if type(v) ~= known[k] then
+    if type(v) ~= known[k] and not (k == "hibernate_after" and v == false) then
       return nil, "invalid: opts." .. k .. " must be a " .. known[k] .. ", got " .. type(v)
     end
   end

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The HTTP benchmark (issue 44): the host (scripts/httpbench, a process a
+# connection) against Go's net/http (tests/bench/peers/http.go) and nginx
+# with the distribution's lua module (tests/bench/peers/nginx_lua.conf,
+# OpenResty's content_by_lua_block), side by side in one run, each server
+# given the same cores. wrk drives each: keep-alive, CONNS connections,
+# hello world and a small JSON endpoint; requests per second and the
+# latency percentiles. Then memory: each server's RSS growth per idle
+# keep-alive connection (one request made on it; its process, goroutine
+# or nginx's connection included), over IDLE connections.
+#   scripts/dev http [--quick] [--workers N] [--seconds S] [--conns N]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+workers=2
+secs=5
+conns=64
+idle=5000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) secs=1; idle=500 ;;
+    --workers) workers="$2"; shift ;;
+    --seconds) secs="$2"; shift ;;
+    --conns) conns="$2"; shift ;;
+    *) echo "http: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+out=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+host_bin=${HOST_BIN:-build/host}  # scripts/dev http builds it as Release
+gobin=build/http-go
+if command -v go >/dev/null 2>&1; then
+  mkdir -p "$out/go" && cp tests/bench/peers/http.go "$out/go/"
+  (cd "$out/go" && go mod init httpbench >/dev/null 2>&1 && go build -o "$OLDPWD/$gobin" http.go)
+fi
+[ -x "$gobin" ] || { echo "http: no Go toolchain and no $gobin" >&2; exit 1; }
+command -v wrk >/dev/null 2>&1 || { echo "http: wrk is not installed" >&2; exit 1; }
+peers=(host go)
+if command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
+  peers+=(nginx-lua)
+fi
+
+port=18180
+start_server() {  # start_server NAME
+  port=$((port + 1))
+  case "$1" in
+    host) "$host_bin" run scripts/httpbench --workers "$workers" --log-level warn -- "$port" & ;;
+    go) GOMAXPROCS="$workers" "$gobin" server "$port" & ;;
+    nginx-lua)
+      mkdir -p "$out/nginx/tmp"
+      sed -e "s/WORKERS/$workers/" -e "s/PORT/$port/" tests/bench/peers/nginx_lua.conf >"$out/nginx/nginx.conf"
+      nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" & ;;
+  esac
+  server_pid=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "http: $1 did not start" >&2
+  exit 1
+}
+stop_server() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+# The server's resident memory, its worker processes included (nginx).
+rss_kb() {
+  local total=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    total=$((total + $(awk '/VmRSS/ { print $2 }' "/proc/$p/status")))
+  done
+  echo "$total"
+}
+
+printf '%-10s %-7s %12s %9s %9s %9s\n' server path "requests/s" "p50" "p90" "p99"
+for path in hello json; do
+  for peer in "${peers[@]}"; do
+    start_server "$peer"
+    wrk -t2 -c"$conns" -d1s "http://127.0.0.1:$port/$path" >/dev/null 2>&1 || true  # warm up (JIT, pools)
+    wrk -t2 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$port/$path" >"$out/wrk" 2>&1
+    stop_server
+    rate=$(awk '/^Requests\/sec/ { print $2 }' "$out/wrk")
+    p50=$(awk '$1 == "50%" { print $2 }' "$out/wrk")
+    p90=$(awk '$1 == "90%" { print $2 }' "$out/wrk")
+    p99=$(awk '$1 == "99%" { print $2 }' "$out/wrk")
+    if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then grep "Non-2xx\|Socket errors" "$out/wrk" >&2; fi
+    printf '%-10s %-7s %12s %9s %9s %9s\n' "$peer" "/$path" "$rate" "$p50" "$p90" "$p99"
+    echo "$rate" >"$out/$peer.$path"
+  done
+  for peer in go nginx-lua; do
+    [ -f "$out/$peer.$path" ] || continue
+    awk -v h="$(cat "$out/host.$path")" -v g="$(cat "$out/$peer.$path")" -v p="$peer" \
+      'BEGIN { printf "           host / %s: %.2fx\n", p, h / g }'
+  done
+done
+
+echo
+# Twice: half a second after the last request, and after 3 s, past the
+# host's hibernate_after (0.1 s), when an idle connection has given its
+# process up.
+echo "KB per idle keep-alive connection ($idle connections)"
+printf '%-10s %14s %14s\n' server "after 0.5 s" "after 3 s"
+for peer in "${peers[@]}"; do
+  start_server "$peer"
+  sleep 0.3
+  before=$(rss_kb "$server_pid")
+  coproc IDLE { "$gobin" idle "127.0.0.1:$port" "$idle"; }
+  read -r ready <&"${IDLE[0]}"
+  sleep 0.5
+  soon=$(rss_kb "$server_pid")
+  sleep 2.5
+  later=$(rss_kb "$server_pid")
+  exec {IDLE[1]}>&-
+  wait "$IDLE_PID" 2>/dev/null || true
+  stop_server
+  awk -v b="$before" -v s="$soon" -v l="$later" -v n="$idle" -v p="$peer" \
+    'BEGIN { printf "%-10s %14.1f %14.1f\n", p, (s - b) / n, (l - b) / n }'
+done
