@@ -504,9 +504,7 @@ local function cert_matches(conn, host, ipv6)
 end
 
 local function start_tls(sock, u, opts, deadline)
-  local ssl, why = load_ssl()
-  if not ssl then return nil, "not supported: https needs require(\"ssl\"): " .. why end
-  local conn, err = ssl.wrap(sock, {
+  local conn, err = ssl_module.wrap(sock, {
     mode = "client", protocol = "any",
     verify = opts.verify == false and "none" or "peer",
     cafile = opts.ca_file,
@@ -532,6 +530,10 @@ local function start_tls(sock, u, opts, deadline)
 end
 
 local function connect(u, opts, deadline)
+  if u.scheme == "https" then
+    local ssl, why = load_ssl()
+    if not ssl then return nil, "not supported: https needs require(\"ssl\"): " .. why end
+  end
   local left = deadline - now()
   if left <= 0 then return nil, "timeout" end
   local cdeadline = deadline
