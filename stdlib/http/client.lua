@@ -363,7 +363,8 @@ local function read_body(sock, method, res, minor, deadline)
   local status, h = res.status, res.headers
   local keep = minor >= 1 and not has_token(h.connection, "close")
     or minor == 0 and has_token(h.connection, "keep-alive")
-  if method == "HEAD" or status < 200 or status == 204 or status == 304 then return "", keep end
+  if status < 200 then return "", false end  -- 101: the connection is no longer HTTP's
+  if method == "HEAD" or status == 204 or status == 304 then return "", keep end
   local out = {}
   local te = h["transfer-encoding"]
   if te then
