@@ -64,7 +64,8 @@ class Handler(BaseHTTPRequestHandler):
         elif p == "/echo":
             names = ",".join(k for k in self.headers.keys())
             self.reply(200, body, [("X-Method", self.command), ("X-Names", names),
-                                   ("X-Target", self.path)])
+                                   ("X-Target", self.path), ("X-Host", self.headers["Host"]),
+                                   ("X-Multi", "|".join(self.headers.get_all("X-Multi") or []))])
         elif p.startswith("/echo?"):
             self.reply(200, body, [("X-Method", self.command), ("X-Target", self.path)])
         elif p == "/chunked":
@@ -237,6 +238,11 @@ local function cases()
       T.match(names, ",Host,")
       T.match(names, ",User%-Agent,")
       T.match(names, ",Content%-Length,")
+      res = assert(http.request("GET", base .. "/echo", { headers = { ["X-Multi"] = { "one", "two" }, Host = "example.test" } }))
+      T.eq(res.headers["x-multi"], "one|two", "a list sends the header once per value")
+      T.eq(res.headers["x-host"], "example.test", "a Host of your own replaces the default")
+      res = assert(http.request("GET", base .. "/echo"))
+      T.eq(res.headers["x-host"], base:sub(8), "the default Host names the port")
       res = assert(http.request("PUT", base .. "/echo"))
       T.eq(res.body, "", "a PUT without a body sends Content-Length: 0")
     end },
@@ -307,6 +313,29 @@ local function cases()
       local took = time.now() - t0
       T.ok(took >= 0.29 and took < 2, "took " .. took .. " s")
       T.eq(assert(http.request("GET", base .. "/plain")).body, "hello", "the client goes on")
+    end },
+    { "a connect that does not complete: timeout after connect_timeout", function()
+      -- A listener with a backlog of 0 that never accepts: once its queue
+      -- is full, the kernel drops further SYNs and a connect waits.
+      local srv = assert(socket.tcp())
+      assert(srv:bind("127.0.0.1", 0))
+      assert(srv:listen(0))
+      local _, port = srv:getsockname()
+      local held = {}
+      for _ = 1, 8 do
+        local c = socket.tcp()
+        c:settimeout(0.2)
+        held[#held + 1] = c
+        if not c:connect("127.0.0.1", port) then break end
+      end
+      local t0 = time.now()
+      local res, err = http.request("GET", "http://127.0.0.1:" .. port .. "/", { connect_timeout = 0.2, timeout = 5 })
+      local took = time.now() - t0
+      T.eq(res, nil)
+      T.eq(err, "timeout")
+      T.ok(took >= 0.19 and took < 2, "took " .. took .. " s")
+      for _, c in ipairs(held) do c:close() end
+      srv:close()
     end },
     { "a refused port: connection refused", function()
       local res, err = http.request("GET", "http://127.0.0.1:" .. free_port() .. "/")
