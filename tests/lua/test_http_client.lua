@@ -133,6 +133,11 @@ class Handler(BaseHTTPRequestHandler):
 port = int(sys.argv[1])
 server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 server.daemon_threads = True
+if len(sys.argv) > 3:  # https: CERT KEY
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
 server.serve_forever()
 ]=]
 
@@ -156,28 +161,39 @@ local function wait_port(port, secs)
   return false
 end
 
-local peer, base, dir
+local peers, base, dir = {}, nil, nil
 
-local function start_peer()
-  dir = T.tmpdir()
-  assert(fs.write(dir .. "/peer.py", PEER))
+-- Starts the peer (https with a certificate and its key) on a free port;
+-- returns its base URL.
+local function start_peer(cert, key)
   local port = free_port()
-  peer = assert(exec.start { "python3", dir .. "/peer.py", tostring(port) })
+  local argv = { "python3", dir .. "/peer.py", tostring(port), cert, key }
+  peers[#peers + 1] = assert(exec.start(argv))
   T.ok(wait_port(port, 10), "the python peer started")
-  base = "http://127.0.0.1:" .. port
+  return (cert and "https" or "http") .. "://127.0.0.1:" .. port
 end
 
-local function stop_peer()
-  if peer then
-    peer:kill()
-    peer:wait()
+local function stop_peers()
+  for _, p in ipairs(peers) do
+    p:kill()
+    p:wait()
   end
   if dir then os.execute("rm -rf " .. dir) end
 end
 
-local function count()
-  local res = assert(http.request("GET", base .. "/count"))
+local function count(url, opts)
+  local res = assert(http.request("GET", (url or base) .. "/count", opts))
   return tonumber(res.body)
+end
+
+-- A self-signed certificate for names (openssl's subjectAltName list):
+-- the paths of the certificate and its key.
+local function certificate(name, alt)
+  local cert, key = dir .. "/" .. name .. ".pem", dir .. "/" .. name .. ".key"
+  local r = assert(exec.run({ "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+    "-keyout", key, "-out", cert, "-subj", "/CN=" .. name, "-addext", "subjectAltName=" .. alt }, { timeout = 30 }))
+  T.eq(r.code, 0, "openssl made a certificate: " .. r.stderr)
+  return cert, key
 end
 
 local function big(n)
@@ -410,6 +426,38 @@ local function cases()
       res = assert(http.request("GET", "http://ada:s%3Acret@" .. base:sub(8) .. "/echo"))
       T.match(("," .. res.headers["x-names"] .. ","), ",Authorization,")
     end },
+    { "https: verified against ca_file, names checked, kept alive; verify = false", function()
+      if not pcall(require, "ssl") then
+        print("     (skipped: no ssl module)")
+        return
+      end
+      local cert, key = certificate("good", "IP:127.0.0.1,DNS:localhost")
+      local other_cert, other_key = certificate("other", "DNS:other.test")
+      local good = start_peer(cert, key)
+      local other = start_peer(other_cert, other_key)
+      local trust = { ca_file = cert }
+      local res, err = http.request("GET", good .. "/plain", trust)
+      T.eq(err, nil)
+      T.eq(res.body, "hello")
+      local before = count(good, trust)
+      for _ = 1, 5 do T.eq(assert(http.request("GET", good .. "/chunked", trust)).body, "hello, world") end
+      T.eq(count(good, trust), before, "one TLS connection for all of them")
+      local data = big(1024 * 1024)
+      res = assert(http.request("POST", good .. "/echo", { ca_file = cert, body = data }))
+      T.ok(res.body == data, "1 MB each way over TLS")
+      res, err = http.request("GET", good .. "/plain")
+      T.eq(res, nil, "a self-signed certificate is not in the default store")
+      T.match(err, "^tls: ")
+      res, err = http.request("GET", good .. "/plain", { verify = false })
+      T.eq(err, nil)
+      T.eq(res.body, "hello")
+      T.eq(count(good, trust), before + 1, "verify = false had a pool key of its own")
+      res, err = http.request("GET", other .. "/plain", { ca_file = other_cert })
+      T.eq(res, nil, "a trusted certificate for another name")
+      T.match(err, "^tls: ")
+      res, err = http.request("GET", other .. "/plain", { ca_file = other_cert, verify = false })
+      T.eq(err, nil)
+    end },
     { "https without an ssl module fails clearly", function()
       local ok = pcall(require, "ssl")
       if ok then return end  -- a host with TLS: covered by its own tests
@@ -421,9 +469,13 @@ local function cases()
 end
 
 return { main = function()
-  start_peer()
-  local ok, err = pcall(T.run, cases())
-  stop_peer()
+  dir = T.tmpdir()
+  assert(fs.write(dir .. "/peer.py", PEER))
+  local ok, err = pcall(function()
+    base = start_peer()
+    return T.run(cases())
+  end)
+  stop_peers()
   if not ok then error(err, 0) end
   return true
 end }
