@@ -238,11 +238,6 @@ local function armed(sock, deadline)
   return true
 end
 
-local function recv(sock, pattern, deadline)
-  if not armed(sock, deadline) then return nil, "timeout", "" end
-  return sock:receive(pattern)
-end
-
 local function send(sock, data, deadline)
   if not armed(sock, deadline) then return nil, "timeout" end
   local n, err = sock:send(data)
@@ -250,10 +245,65 @@ local function send(sock, data, deadline)
   return n
 end
 
+-- A response reader: lines come from a buffer filled by receiveany (so a
+-- line is bounded and the head of a small response takes one call), body
+-- bytes from the buffer first, then straight from the socket. A socket
+-- without receiveany (an ssl module's) is read with "*l" instead, and
+-- nothing is ever left in the buffer.
+local Reader = {}
+Reader.__index = Reader
+
+local function reader(sock, deadline)
+  return setmetatable({ sock = sock, deadline = deadline, buf = "",
+    any = type(sock.receiveany) == "function" }, Reader)
+end
+
+local function receive(self, pattern)
+  if not armed(self.sock, self.deadline) then return nil, "timeout", "" end
+  return self.sock:receive(pattern)
+end
+
+-- The next line without its end (CR LF, or LF alone), or nil, err (the
+-- socket's, or "too long" past max bytes).
+function Reader:line(max)
+  if not self.any then
+    local line, err = receive(self, "*l")
+    if line and #line > max then return nil, "too long" end
+    return line, err
+  end
+  local from = 1
+  while true do
+    local buf = self.buf
+    local i = find(buf, "\n", from, true)
+    if i then
+      self.buf = sub(buf, i + 1)
+      if i > 1 and byte(buf, i - 1) == 13 then i = i - 1 end
+      return sub(buf, 1, i - 1)
+    end
+    if #buf > max then return nil, "too long" end
+    from = #buf + 1
+    if not armed(self.sock, self.deadline) then return nil, "timeout" end
+    local more, err = self.sock:receiveany(16384)
+    if not more then return nil, err end
+    self.buf = buf .. more
+  end
+end
+
 -- Exactly n bytes into out, in pieces the host buffers comfortably.
-local function recv_count(sock, n, deadline, out)
+function Reader:take(n, out)
+  local buf = self.buf
+  if #buf >= n then
+    out[#out + 1] = sub(buf, 1, n)
+    self.buf = sub(buf, n + 1)
+    return true
+  end
+  if buf ~= "" then
+    out[#out + 1] = buf
+    n = n - #buf
+    self.buf = ""
+  end
   while n > 0 do
-    local piece, err = recv(sock, n < PIECE and n or PIECE, deadline)
+    local piece, err = receive(self, n < PIECE and n or PIECE)
     if not piece then return nil, err end
     out[#out + 1] = piece
     n = n - #piece
@@ -261,9 +311,12 @@ local function recv_count(sock, n, deadline, out)
   return true
 end
 
-local function recv_until_closed(sock, deadline, out)
+-- Everything until the server closes, into out.
+function Reader:rest(out)
+  out[#out + 1] = self.buf
+  self.buf = ""
   while true do
-    local piece, err, partial = recv(sock, PIECE, deadline)
+    local piece, err, partial = receive(self, PIECE)
     if piece then
       out[#out + 1] = piece
     elseif err == "closed" then
@@ -275,28 +328,36 @@ local function recv_until_closed(sock, deadline, out)
   end
 end
 
-local function recv_chunked(sock, deadline, out)
+-- A line of the response's head or a chunked body's framing: the
+-- reader's errors, with "too long" named.
+local function framing_line(r, max, what)
+  local line, err = r:line(max)
+  if line then return line end
+  if err == "too long" then return nil, "bad response: " .. what .. " too large" end
+  return nil, err
+end
+
+local function read_chunked(r, out)
   while true do
-    local line, err = recv(sock, "*l", deadline)
+    local line, err = framing_line(r, 1024, "chunk size line")
     if not line then return nil, err end
     local hex = match(line, "^%s*(%x+)%s*;?")
-    if not hex or #hex > 12 then return nil, "bad response: bad chunk size line " .. format("%q", sub(line, 1, 80)) end
+    if not hex or #hex > 12 then return nil, "bad response: chunk size line " .. format("%q", sub(line, 1, 80)) end
     local size = tonumber(hex, 16)
     if size == 0 then break end
-    local ok, rerr = recv_count(sock, size, deadline, out)
+    local ok, rerr = r:take(size, out)
     if not ok then return nil, rerr end
-    line, err = recv(sock, "*l", deadline)
+    line, err = framing_line(r, 1024, "chunk")
     if not line then return nil, err end
     if line ~= "" then return nil, "bad response: chunk longer than its size" end
   end
   -- Trailers, dropped, up to the empty line.
-  local bytes = 0
+  local left = MAX_HEADER_BYTES
   while true do
-    local line, err = recv(sock, "*l", deadline)
+    local line, err = framing_line(r, left, "trailers")
     if not line then return nil, err end
     if line == "" then return true end
-    bytes = bytes + #line
-    if bytes > MAX_HEADER_BYTES then return nil, "bad response: trailers too large" end
+    left = left - #line
   end
 end
 
@@ -315,24 +376,22 @@ end
 -- Status line and headers, skipping interim 1xx responses. Returns the
 -- response table and the HTTP minor version, or nil, err, started (true
 -- once any of the response has come).
-local function read_head(sock, deadline)
+local function read_head(r)
   local started = false
   while true do
-    local line, err = recv(sock, "*l", deadline)
+    local line, err = framing_line(r, MAX_HEADER_BYTES, "status line")
     if not line then return nil, err, started end
     started = true
     local minor, status = match(line, "^HTTP/1%.(%d) (%d%d%d)")
     if not minor then return nil, "bad response: status line " .. format("%q", sub(line, 1, 80)), true end
     status = tonumber(status)
-    local headers, bytes, count, last = {}, #line, 0, nil
+    local headers, left, count, last = {}, MAX_HEADER_BYTES - #line, 0, nil
     while true do
-      line, err = recv(sock, "*l", deadline)
+      line, err = framing_line(r, left, "headers")
       if not line then return nil, err, true end
       if line == "" then break end
-      bytes, count = bytes + #line, count + 1
-      if bytes > MAX_HEADER_BYTES or count > MAX_HEADER_LINES then
-        return nil, "bad response: headers too large", true
-      end
+      left, count = left - #line, count + 1
+      if count > MAX_HEADER_LINES then return nil, "bad response: headers too large", true end
       local name, value = match(line, "^([^:%s]+):%s*(.-)%s*$")
       if name then
         name = lower(name)
@@ -359,7 +418,7 @@ end
 
 -- The body, by the response's framing. Returns the body and whether the
 -- connection can carry another request, or nil, err.
-local function read_body(sock, method, res, minor, deadline)
+local function read_body(r, method, res, minor)
   local status, h = res.status, res.headers
   local keep = minor >= 1 and not has_token(h.connection, "close")
     or minor == 0 and has_token(h.connection, "keep-alive")
@@ -369,11 +428,11 @@ local function read_body(sock, method, res, minor, deadline)
   local te = h["transfer-encoding"]
   if te then
     if match(lower(te), "chunked%s*$") then
-      local ok, err = recv_chunked(sock, deadline, out)
+      local ok, err = read_chunked(r, out)
       if not ok then return nil, err end
       return concat(out), keep
     end
-    local ok, err = recv_until_closed(sock, deadline, out)
+    local ok, err = r:rest(out)
     if not ok then return nil, err end
     return concat(out), false
   end
@@ -387,11 +446,11 @@ local function read_body(sock, method, res, minor, deadline)
       end
       n = tonumber(d)
     end
-    local ok, err = recv_count(sock, n, deadline, out)
+    local ok, err = r:take(n, out)
     if not ok then return nil, err end
     return concat(out), keep
   end
-  local ok, err = recv_until_closed(sock, deadline, out)
+  local ok, err = r:rest(out)
   if not ok then return nil, err end
   return concat(out), false
 end
@@ -572,12 +631,13 @@ local function exchange(sock, method, head, body, deadline)
     ok, err = send(sock, body and head .. body or head, deadline)
   end
   if not ok then return nil, err, true end
-  local res, minor, started = read_head(sock, deadline)
+  local r = reader(sock, deadline)
+  local res, minor, started = read_head(r)
   if not res then return nil, minor, not started end
-  local body_or_nil, keep = read_body(sock, method, res, minor, deadline)
+  local body_or_nil, keep = read_body(r, method, res, minor)
   if not body_or_nil then return nil, keep end
   res.body = body_or_nil
-  return res, keep
+  return res, keep and r.buf == ""  -- bytes past the response: not HTTP we can trust
 end
 
 -- One request, without redirects, on a pooled or a fresh connection.

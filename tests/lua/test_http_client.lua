@@ -96,6 +96,11 @@ class Handler(BaseHTTPRequestHandler):
         elif p == "/garbage":
             self.wfile.write(b"SSH-2.0-OpenSSH\r\n\r\n")
             self.close_connection = True
+        elif p == "/bare-lf":
+            self.wfile.write(b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok")
+        elif p == "/huge-header":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * 200000 + b"\r\n\r\n")
+            self.close_connection = True
         elif p == "/slow":
             time.sleep(3)
             self.reply(200, b"late")
@@ -233,6 +238,15 @@ local function cases()
       local res, err = http.request("GET", base .. "/garbage")
       T.eq(res, nil)
       T.match(err, "^bad response: status line")
+    end },
+    { "lines ended by LF alone are read; a header past 64 KB is refused", function()
+      local res = assert(http.request("GET", base .. "/bare-lf"))
+      T.eq(res.headers["x-a"], "1")
+      T.eq(res.body, "ok")
+      local err
+      res, err = http.request("GET", base .. "/huge-header")
+      T.eq(res, nil)
+      T.eq(err, "bad response: headers too large")
     end },
     { "HEAD and 204 have no body", function()
       local res = assert(http.request("HEAD", base .. "/plain"))
