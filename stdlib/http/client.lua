@@ -476,19 +476,17 @@ local function looks_alive(sock)
   return ok and v == nil and (err == "timeout" or err == "wantread")
 end
 
+-- The probe and close yield, and other coroutines of the process take
+-- and give meanwhile: each connection leaves its list before a call that
+-- yields, and a key's list, once made, stays (until close_idle).
 local function take(key)
   local list = pool[key]
   if not list then return nil end
-  local t = now()
   while #list > 0 do
     local c = remove(list)
-    if t - c.since <= IDLE_SECONDS and looks_alive(c.sock) then
-      if #list == 0 then pool[key] = nil end
-      return c.sock
-    end
+    if now() - c.since <= IDLE_SECONDS and looks_alive(c.sock) then return c.sock end
     c.sock:close()
   end
-  pool[key] = nil
   return nil
 end
 
@@ -498,15 +496,18 @@ local function give(key, sock)
     list = {}
     pool[key] = list
   end
-  if #list >= MAX_IDLE then remove(list, 1).sock:close() end
+  local oldest = #list >= MAX_IDLE and remove(list, 1)
   list[#list + 1] = { sock = sock, since = now() }
+  if oldest then oldest.sock:close() end
 end
 
--- Closes this process's idle connections (pooled ones in use are not).
+-- Closes this process's idle connections (those in use stay open and
+-- go back to the pool after their request).
 function M.close_idle()
-  for key, list in pairs(pool) do
+  local old = pool
+  pool = {}
+  for _, list in pairs(old) do
     for _, c in ipairs(list) do c.sock:close() end
-    pool[key] = nil
   end
 end
 

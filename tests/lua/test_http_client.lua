@@ -101,6 +101,9 @@ class Handler(BaseHTTPRequestHandler):
         elif p == "/huge-header":
             self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * 200000 + b"\r\n\r\n")
             self.close_connection = True
+        elif p == "/wait":
+            time.sleep(0.3)
+            self.reply(200, b"waited")
         elif p == "/slow":
             time.sleep(3)
             self.reply(200, b"late")
@@ -135,8 +138,11 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = do_any
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 64  # listen's backlog: python's 5 drops the SYNs of a burst
+
 port = int(sys.argv[1])
-server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+server = Server(("127.0.0.1", port), Handler)
 server.daemon_threads = True
 if len(sys.argv) > 3:  # https: CERT KEY
     import ssl
@@ -311,6 +317,22 @@ local function cases()
       end
       for _ = 1, 3 do T.eq(done:receive(), "hello") end
       T.eq(count(), before + 2, "the three reused")
+    end },
+    { "at most 4 idle connections a key are kept", function()
+      require("http.client").close_idle()
+      local before = count()
+      local done = channel.new(10)
+      local function wave()
+        -- All ten in flight at once: the peer holds each response 0.3 s.
+        for _ = 1, 10 do
+          coroutine.spawn(function() done:send(assert(http.request("GET", base .. "/wait")).body) end)
+        end
+        for _ = 1, 10 do T.eq(done:receive(), "waited") end
+      end
+      wave()
+      T.eq(count(), before + 9, "the pooled one and nine new")
+      wave()
+      T.eq(count(), before + 15, "four kept and reused, six new")
     end },
     { "a pooled connection that went stale: an idempotent request is sent again", function()
       require("http.client").close_idle()
