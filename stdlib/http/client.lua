@@ -234,7 +234,7 @@ end
 local function armed(sock, deadline)
   local left = deadline - now()
   if left <= 0 then return false end
-  sock:settimeout(left)
+  if left > 1e9 then sock:settimeout(nil) else sock:settimeout(left) end  -- timeout = math.huge
   return true
 end
 
