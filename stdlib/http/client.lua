@@ -572,7 +572,9 @@ local function start_tls(sock, u, opts, deadline)
     options = "all",
   })
   if not conn then return nil, "tls: " .. tostring(err) end
-  if not find(u.host, "^[%d.]+$") and not u.ipv6 and conn.sni then conn:sni(u.host) end
+  -- The host's ssl takes an address here too (no SNI sent: the check is
+  -- against the certificate's IP addresses).
+  if conn.sni then conn:sni(u.host) end
   while true do
     if not armed(conn, deadline) then return nil, "timeout" end
     local ok, herr = conn:dohandshake()
