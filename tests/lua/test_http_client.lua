@@ -478,6 +478,12 @@ local function cases()
       local before = count(good, trust)
       for _ = 1, 5 do T.eq(assert(http.request("GET", good .. "/chunked", trust)).body, "hello, world") end
       T.eq(count(good, trust), before, "one TLS connection for all of them")
+      T.eq(assert(http.request("GET", good .. "/close-soon", trust)).body, "closing soon")
+      time.sleep(0.3)
+      res, err = http.request("POST", good .. "/echo", { ca_file = cert, body = "after" })
+      T.eq(err, nil, "a pooled TLS connection the server closed is not taken")
+      T.eq(res.body, "after")
+      before = count(good, trust) - 1
       local data = big(1024 * 1024)
       res = assert(http.request("POST", good .. "/echo", { ca_file = cert, body = data }))
       T.ok(res.body == data, "1 MB each way over TLS")
