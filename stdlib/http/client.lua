@@ -52,7 +52,10 @@
 -- a method that is not a token, a header name or value with CR/LF). From
 -- the network: the socket's words ("timeout", "connection refused", "host
 -- not found", "closed" when the server closes before the response is
--- whole), and "bad response: ..." for what is not HTTP/1.x.
+-- whole), "bad response: ..." for what is not HTTP/1.x, and "tls: ..."
+-- for a handshake that failed (a certificate not trusted, another name).
+--
+-- M.close_idle() closes the process's idle pooled connections now.
 local socket = require("socket")
 
 local type, tostring, tonumber, pairs, ipairs, error, pcall, setmetatable =
