@@ -1,0 +1,49 @@
+-- scripts/web (the JSON API example) run as a user runs it, driven with
+-- http.request: the store behind a supervisor, the handlers calling it.
+local T = require("t")
+local http = require("http")
+local json = require("json")
+local socket = require("socket")
+
+local function free_port()
+  local srv = assert(socket.bind("127.0.0.1", 0))
+  local _, port = srv:getsockname()
+  srv:close()
+  return port
+end
+
+return { main = function(host)
+  local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
+  local port = free_port()
+  local p = assert(exec.start { host, "run", tests_dir .. "/../../scripts/web", "--", tostring(port) })
+  local base = "http://127.0.0.1:" .. port
+  local deadline = time.now() + 30
+  while time.now() < deadline and not http.request("GET", base .. "/items") do time.sleep(0.05) end
+  local ok, err = pcall(T.run, {
+    { "create, list, get and delete items as JSON", function()
+      local r = assert(http.request("GET", base .. "/items"))
+      T.eq(r.status, 200); T.eq(r.headers["content-type"], "application/json"); T.eq(r.body, "[]")
+      local c = assert(http.request("POST", base .. "/items", { body = json.encode({ name = "tea", qty = 3 }) }))
+      T.eq(c.status, 201)
+      local item = json.decode(c.body)
+      T.eq(item.name, "tea"); T.eq(item.qty, 3)
+      local g = assert(http.request("GET", base .. "/items/" .. item.id))
+      T.eq(json.decode(g.body).name, "tea")
+      T.eq(#json.decode(assert(http.request("GET", base .. "/items")).body), 1)
+      T.eq(assert(http.request("DELETE", base .. "/items/" .. item.id)).status, 204)
+      T.eq(assert(http.request("GET", base .. "/items/" .. item.id)).status, 404)
+    end },
+    { "bad input: 400 for a body that is not JSON, 404 and 405 where they belong", function()
+      local r = assert(http.request("POST", base .. "/items", { body = "not json" }))
+      T.eq(r.status, 400)
+      T.match(json.decode(r.body).error, "^invalid")
+      T.eq(assert(http.request("GET", base .. "/nothing")).status, 404)
+      local m = assert(http.request("PUT", base .. "/items", { body = "" }))
+      T.eq(m.status, 405); T.eq(m.headers.allow, "GET, POST")
+    end },
+  })
+  p:kill("TERM")
+  p:wait(20)
+  if not ok then error(err, 0) end
+  return true
+end }
