@@ -1605,6 +1605,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       s->handshake = Req{caller, tag, Ops::deadline(loop, arg(args, 2))};
       Ops::tls_start(s);
       Ops::tls_progress(s);
+      Ops::serve_receives(s);  // receives made before it, if it ended already
       if (s->handshake && s->handshake->tag == tag && s->handshake->deadline <= uv_now(loop)) {  // timeout 0
         s->handshake.reset();
         fail("timeout");
