@@ -15,9 +15,12 @@
 namespace host::lua {
 namespace {
 
-enum Class : std::uint8_t { kMaster, kClient, kServer, kUnconnected, kConnected, kClasses };
-constexpr const char* kClassNames[kClasses] = {"tcp{master}", "tcp{client}", "tcp{server}", "udp{unconnected}",
-                                               "udp{connected}"};
+// kTls: a TCP client under TLS (ssl.wrap, stdlib/ssl.lua); its bytes are
+// encrypted and decrypted on the I/O thread, so its send and receive are
+// a client's.
+enum Class : std::uint8_t { kMaster, kClient, kServer, kUnconnected, kConnected, kTls, kClasses };
+constexpr const char* kClassNames[kClasses] = {"tcp{master}",      "tcp{client}",    "tcp{server}",
+                                               "udp{unconnected}", "udp{connected}", "tls{connection}"};
 constexpr unsigned bit(Class c) { return 1u << c; }
 constexpr unsigned kAll = (1u << kClasses) - 1;
 
@@ -252,7 +255,7 @@ int m_send(lua_State* L) {
   // send returns once its data is with the kernel or in a per-socket
   // buffer of bounded size): no wait for the I/O thread's answer.
   const std::string_view piece(data + i - 1, static_cast<std::size_t>(j - i + 1));
-  if (s->cls == kClient && s->shared && socket_service(L).send_now(static_cast<std::uint64_t>(s->id), s->shared, piece)) {
+  if ((s->cls == kClient || s->cls == kTls) && s->shared && socket_service(L).send_now(static_cast<std::uint64_t>(s->id), s->shared, piece)) {
     lua_pushnumber(L, static_cast<double>(j));
     return 1;
   }
@@ -356,6 +359,74 @@ int m_sendto(lua_State* L) {
   return call(L, "sendto", s, 3);
 }
 
+// ---- TLS (stdlib/ssl.lua: LuaSec's API)
+
+// A string argument or nil (pushed as is); raises, naming it, otherwise.
+void check_optstring(lua_State* L, int idx, const char* what, const char* method) {
+  if (!lua_isnoneornil(L, idx) && lua_type(L, idx) != LUA_TSTRING)
+    luaL_error(L, "bad argument to '%s' (%s: string expected, got %s)", method, what, luaL_typename(L, idx));
+}
+
+// sock:__tlswrap(mode, protocol, verify, cafile, certificate, key): ssl.wrap's
+// entry (stdlib/ssl.lua checks the parameters first). The socket becomes
+// a TLS connection (class tls{connection}) once the I/O thread has made
+// its context; nil, err where it cannot (a file missing, a bad key).
+int m_tlswrap(lua_State* L) {
+  SocketRef* s = check(L, "wrap");
+  const char* mode = luaL_checkstring(L, 2);
+  if (std::strcmp(mode, "client") && std::strcmp(mode, "server"))
+    luaL_error(L, "bad argument to 'wrap' (mode must be 'client' or 'server')");
+  luaL_checkstring(L, 3);
+  check_optstring(L, 5, "cafile", "wrap");
+  check_optstring(L, 6, "certificate", "wrap");
+  check_optstring(L, 7, "key", "wrap");
+  if (!live(s)) return answer_closed(L);
+  expect_class_change(L, s);
+  lua_pushboolean(L, lua_toboolean(L, 4));
+  lua_replace(L, 4);
+  lua_settop(L, 7);
+  return call(L, "tls_wrap", s, 6);
+}
+
+// conn:dohandshake(): true, or nil and why ("certificate verify failed:
+// ...", "closed", "timeout").
+int m_dohandshake(lua_State* L) {
+  SocketRef* s = check(L, "dohandshake");
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 1);
+  push_timeout(L, s);
+  return call(L, "tls_handshake", s, 1);
+}
+
+// conn:sni(name): the host name a client sends and checks (before the
+// handshake).
+int m_sni(lua_State* L) {
+  SocketRef* s = check(L, "sni");
+  if (lua_type(L, 2) == LUA_TTABLE) return luaL_error(L, "not supported: sni with a table (a server's names)");
+  if (lua_type(L, 2) != LUA_TSTRING)
+    luaL_error(L, "bad argument #1 to 'sni' (string expected, got %s)", luaL_typename(L, 2));
+  if (!live(s)) return answer_closed(L);
+  lua_settop(L, 2);
+  return call(L, "tls_sni", s, 1);
+}
+
+// conn:info([field]): { protocol =, cipher = } once the handshake is
+// done, or that field's value.
+int m_info(lua_State* L) {
+  SocketRef* s = check(L, "info");
+  check_optstring(L, 2, "field", "info");
+  if (!live(s)) return 0;
+  lua_settop(L, 2);
+  return call(L, "tls_info", s, 1);
+}
+
+int m_tls_unsupported(lua_State* L) {
+  lua_Debug ar;
+  const char* name = "?";
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name) name = ar.name;
+  return luaL_error(L, "not supported: %s", name);
+}
+
 // ---- the object
 
 struct Method {
@@ -378,15 +449,26 @@ constexpr Method kMethods[] = {
     {"listen", m_listen, bit(kMaster)},
     {"connect", m_connect, bit(kMaster)},
     {"accept", m_accept, bit(kServer)},
-    {"send", m_send, bit(kClient) | bit(kConnected)},
-    {"receive", m_receive, bit(kClient) | bit(kUnconnected) | bit(kConnected)},
-    {"receiveany", m_receiveany, bit(kClient)},
-    {"getpeername", m_getpeername, bit(kClient) | bit(kConnected)},
+    {"send", m_send, bit(kClient) | bit(kConnected) | bit(kTls)},
+    {"receive", m_receive, bit(kClient) | bit(kUnconnected) | bit(kConnected) | bit(kTls)},
+    {"receiveany", m_receiveany, bit(kClient) | bit(kTls)},
+    {"getpeername", m_getpeername, bit(kClient) | bit(kConnected) | bit(kTls)},
     {"shutdown", m_shutdown, bit(kClient)},
     {"setsockname", m_bind, bit(kUnconnected)},
     {"setpeername", m_connect, bit(kUnconnected) | bit(kConnected)},
     {"receivefrom", m_receivefrom, bit(kUnconnected)},
     {"sendto", m_sendto, bit(kUnconnected)},
+    {"__tlswrap", m_tlswrap, bit(kClient)},
+    {"dohandshake", m_dohandshake, bit(kTls)},
+    {"sni", m_sni, bit(kTls)},
+    {"info", m_info, bit(kTls)},
+    {"getpeercertificate", m_tls_unsupported, bit(kTls)},
+    {"getpeerchain", m_tls_unsupported, bit(kTls)},
+    {"getpeerverification", m_tls_unsupported, bit(kTls)},
+    {"getpeerfinished", m_tls_unsupported, bit(kTls)},
+    {"getfinished", m_tls_unsupported, bit(kTls)},
+    {"getalpn", m_tls_unsupported, bit(kTls)},
+    {"want", m_tls_unsupported, bit(kTls)},
 };
 
 // __index: the method, where the socket's class has it (as LuaSocket's

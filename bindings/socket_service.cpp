@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 
+#include "bindings/tls_session.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
@@ -104,6 +105,7 @@ struct Req {
   std::size_t issued = 0;  // send: bytes handed to the kernel or libuv so far
   double base = 0;         // send: what its counts start from (LuaSocket's i - 1)
   bool detached = false;   // send: one that returned at once (send_now): nobody waits
+  bool plain = false;      // send: queued before the socket became TLS: its bytes go as they are
 };
 
 // A receive's answers, its prefix before what came (LuaSocket's
@@ -185,6 +187,13 @@ struct SocketService::Sock {
   // it by then (the message that carried it was dropped, or its encode
   // failed on another value).
   std::uint64_t transit_deadline = kNoDeadline;
+  // TLS (ssl.wrap): what is read is ciphertext, fed to the session, and
+  // rbuf holds the plaintext it gives; sends are encrypted as they are
+  // written. The handshake starts at dohandshake (or the first send or
+  // receive) and sends wait for its end.
+  std::unique_ptr<TlsSession> tls;
+  bool tls_started = false;
+  std::optional<Req> handshake;
 
   ~Sock() {
     if (shared) SocketService::release(shared);
@@ -255,6 +264,7 @@ struct SockOps {
     for (const Fifo<Req>* q : {&s->receives, &s->sends, &s->accepts})
       for (const Req& r : *q) next = std::min(next, r.deadline);
     if (s->connect) next = std::min(next, s->connect->deadline);
+    if (s->handshake) next = std::min(next, s->handshake->deadline);
     next = std::min({next, s->linger_deadline, s->transit_deadline});
     if (next == kNoDeadline) {
       if (s->timer) uv_timer_stop(s->timer);
@@ -309,6 +319,11 @@ struct SockOps {
       s->accepts.erase(s->accepts.begin() + static_cast<std::ptrdiff_t>(i));
       sched(s).complete_yield(r.pid, r.tag, {}, "timeout");
     }
+    if (s->handshake && s->handshake->deadline <= now) {  // the handshake goes on; dohandshake may wait again
+      Req r = std::move(*s->handshake);
+      s->handshake.reset();
+      sched(s).complete_yield(r.pid, r.tag, {}, "timeout");
+    }
     if (s->connect && s->connect->deadline <= now) {
       Req r = std::move(*s->connect);
       s->connect.reset();
@@ -343,11 +358,20 @@ struct SockOps {
     resume_reading(s);
     return out;
   }
-  static bool closed_for_reading(Sock* s) { return s->eof || s->read_error || s->state == Sock::Dead || s->shut_receive; }
+  static bool closed_for_reading(Sock* s) {
+    return s->eof || s->read_error || s->state == Sock::Dead || s->shut_receive ||
+           (s->tls && (s->tls->state() == TlsSession::State::Closed || s->tls->state() == TlsSession::State::Failed));
+  }
+  // Why a receive that cannot complete ends: a TLS failure's text, else closed.
+  static const char* read_end(Sock* s) {
+    if (s->tls && s->tls->state() == TlsSession::State::Failed) return s->tls->error().c_str();
+    return "closed";
+  }
 
   // Completes the receives the buffer satisfies, in order.
   static void serve_receives(Sock* s) {
     while (!s->receives.empty()) {
+      if (s->tls) tls_pull(s);
       Req& r = s->receives.front();
       std::optional<std::string> got;
       if (r.kind == 'l') {
@@ -380,7 +404,7 @@ struct SockOps {
       if (closed_for_reading(s)) {
         s->receives.pop_front();
         std::string partial = take_partial(s, done);
-        sched(s).complete_yield(done.pid, done.tag, receive_failed(done, "closed", partial));
+        sched(s).complete_yield(done.pid, done.tag, receive_failed(done, read_end(s), partial));
         continue;
       }
       r = std::move(done);  // still waiting
@@ -400,6 +424,7 @@ struct SockOps {
   }
   static void resume_reading(Sock* s) {
     if (s->udp || s->state != Sock::Client || !s->h || s->reading || closed_for_reading(s)) return;
+    if (s->tls && !s->tls_started) return;  // the peer's first flight waits for the handshake's start
     if (s->rbuf.size() >= want(s)) return;
     if (uv_read_start(stream(s), on_alloc, on_read) == 0) s->reading = true;
   }
@@ -410,13 +435,22 @@ struct SockOps {
   static void on_read(uv_stream_t* st, ssize_t n, const uv_buf_t* buf) {
     auto* s = static_cast<Sock*>(st->data);
     if (n > 0) {
-      s->rbuf.append(buf->base, static_cast<std::size_t>(n));
+      if (s->tls) s->tls->feed(std::string_view(buf->base, static_cast<std::size_t>(n)));
+      else s->rbuf.append(buf->base, static_cast<std::size_t>(n));
       s->bytes_in += static_cast<double>(n);
     } else if (n < 0) {
       if (n == UV_EOF) s->eof = true;
       else s->read_error = static_cast<int>(n);
       uv_read_stop(st);
       s->reading = false;
+    }
+    if (s->tls) {
+      tls_progress(s);
+      if (s->forgotten) return;
+      if (s->reading && !s->tls_started) {
+        uv_read_stop(st);
+        s->reading = false;
+      }
     }
     if (s->reading && s->rbuf.size() >= want(s)) {
       uv_read_stop(st);
@@ -425,11 +459,104 @@ struct SockOps {
     serve_receives(s);
   }
 
+  // ---- TLS (ssl.wrap): the session's ciphertext goes out, what comes in
+  // is fed to it, and rbuf gets its plaintext.
+
+  // Writes what the session has for the peer: to the kernel where it takes
+  // it, the rest handed to libuv. counted: a send's own bytes (one chunk
+  // in flight at a time, as a plain send's); else the handshake's and
+  // alerts', small, written behind whatever is queued.
+  static void tls_flush(Sock* s, bool counted) {
+    if (!s->tls || s->tls->output_size() == 0) return;
+    std::string out;
+    s->tls->take_output(out);
+    if (!s->h || s->write_error || s->state != Sock::Client) return;
+    std::size_t done = 0;
+    while (done < out.size()) {
+      uv_buf_t b = uv_buf_init(out.data() + done, static_cast<unsigned>(out.size() - done));
+      const int w = uv_try_write(stream(s), &b, 1);
+      if (w > 0) {
+        done += static_cast<std::size_t>(w);
+        continue;
+      }
+      if (w != UV_EAGAIN && w != 0) {
+        s->write_error = w;
+        return;
+      }
+      break;
+    }
+    if (done == out.size()) return;
+    auto* c = new Chunk{{}, out.substr(done), s, counted};
+    c->req.data = c;
+    uv_buf_t cb = uv_buf_init(c->data.data(), static_cast<unsigned>(c->data.size()));
+    if (const int rc = uv_write(&c->req, stream(s), &cb, 1, on_written); rc != 0) {
+      delete c;
+      s->write_error = rc;
+      return;
+    }
+    ++s->handles;
+    if (counted) s->chunk_in_flight = true;
+  }
+
+  // The handshake starts (once): at dohandshake, or a send or receive
+  // before it.
+  static void tls_start(Sock* s) {
+    if (!s->tls || s->tls_started) return;
+    s->tls_started = true;
+    tls_progress(s);
+    resume_reading(s);
+  }
+
+  // Advances the handshake with what came, answers dohandshake at its end,
+  // and decrypts what the receives may take.
+  static void tls_progress(Sock* s) {
+    if (!s->tls || !s->tls_started) return;
+    TlsSession& t = *s->tls;
+    if (t.state() == TlsSession::State::Handshaking) {
+      t.handshake();
+      tls_flush(s, false);
+      if (t.state() == TlsSession::State::Handshaking && (s->eof || s->read_error || s->write_error || s->state == Sock::Dead))
+        t.abort("closed");
+      if (t.state() != TlsSession::State::Handshaking) {
+        if (s->handshake) {
+          Req r = std::move(*s->handshake);
+          s->handshake.reset();
+          if (t.state() == TlsSession::State::Failed) sched(s).complete_yield(r.pid, r.tag, {}, t.error());
+          else sched(s).complete_yield(r.pid, r.tag, CallResultWriter().boolean(true).finish());
+        }
+        pump_sends(s);  // the sends that waited for it: written, or answered closed
+        if (s->forgotten) return;
+        arm(s);
+      }
+    }
+    if (t.state() == TlsSession::State::Open) tls_pull(s);
+  }
+
+  // Plaintext from the session into rbuf, up to what the receives want.
+  static void tls_pull(Sock* s) {
+    TlsSession& t = *s->tls;
+    if (t.state() != TlsSession::State::Open) return;
+    const std::size_t w = want(s);
+    if (s->rbuf.size() < w) t.read(s->rbuf, w - s->rbuf.size());
+    tls_flush(s, false);  // a read may answer the peer (a key update)
+  }
+
+  // A clean close: the close_notify, if the kernel takes it now.
+  static void tls_goodbye(Sock* s) {
+    if (!s->tls || !s->h || s->write_error || s->state != Sock::Client || s->tls->state() != TlsSession::State::Open) return;
+    s->tls->close();
+    std::string out;
+    s->tls->take_output(out);
+    uv_buf_t b = uv_buf_init(out.data(), static_cast<unsigned>(out.size()));
+    if (!out.empty()) uv_try_write(stream(s), &b, 1);
+  }
+
   // ---- writes
   struct Chunk {
     uv_write_t req{};
     std::string data;
     Sock* s;
+    bool counted = true;  // a send's chunk (chunk_in_flight); else TLS's own messages
   };
   // A send leaves the queue: its waiter answered, or (detached) its bytes
   // leave the shared count.
@@ -447,14 +574,26 @@ struct SockOps {
   static void pump_sends(Sock* s) {
     while (!s->sends.empty() && !s->chunk_in_flight) {
       Req& r = s->sends.front();
-      if (s->write_error || s->state == Sock::Dead || !s->h) {
+      if (s->write_error || s->state == Sock::Dead || !s->h || (s->tls && s->tls->state() == TlsSession::State::Failed)) {
         Req done = std::move(r);
         s->sends.pop_front();
         finish_send(s, done, "closed");
         continue;
       }
+      if (s->tls && !r.plain && s->tls->state() == TlsSession::State::Handshaking) {
+        tls_start(s);  // a send starts the handshake, and waits for its end
+        break;
+      }
       while (r.issued < r.data.size()) {
         const std::size_t n = std::min(SocketService::kWriteChunk, r.data.size() - r.issued);
+        if (s->tls && !r.plain) {  // encrypted a chunk at a time; what the kernel does not take waits in libuv
+          if (!s->tls->write(std::string_view(r.data).substr(r.issued, n))) break;
+          r.issued += n;
+          s->bytes_out += static_cast<double>(n);
+          tls_flush(s, true);
+          if (s->chunk_in_flight || s->write_error) break;
+          continue;
+        }
         uv_buf_t b = uv_buf_init(r.data.data() + r.issued, static_cast<unsigned>(n));
         const int w = uv_try_write(stream(s), &b, 1);
         if (w > 0) {
@@ -481,7 +620,7 @@ struct SockOps {
         s->bytes_out += static_cast<double>(n);
         break;
       }
-      if (s->write_error) continue;  // answered "closed" at the loop's top
+      if (s->write_error || (s->tls && s->tls->state() == TlsSession::State::Failed)) continue;  // answered "closed" at the loop's top
       if (r.issued < r.data.size()) break;  // behind the chunk in flight
       Req done = std::move(r);
       s->sends.pop_front();
@@ -489,6 +628,7 @@ struct SockOps {
     }
     // A forgotten socket lingers only for its detached sends.
     if (s->lingering && ((s->sends.empty() && !s->chunk_in_flight) || s->write_error)) {
+      tls_goodbye(s);
       end_linger(s);
       return;
     }
@@ -497,8 +637,9 @@ struct SockOps {
   static void on_written(uv_write_t* req, int status) {
     auto* c = static_cast<Chunk*>(req->data);
     Sock* s = c->s;
+    const bool counted = c->counted;
     delete c;
-    s->chunk_in_flight = false;
+    if (counted) s->chunk_in_flight = false;
     if (status < 0 && !s->write_error) s->write_error = status;
     if (--s->handles == 0 && s->forgotten) {
       delete s;
@@ -687,6 +828,10 @@ struct SockOps {
       s->connect.reset();
       s->connecting = false;
     }
+    if (s->handshake && others(*s->handshake)) {
+      sched(s).complete_yield(s->handshake->pid, s->handshake->tag, {}, "closed");
+      s->handshake.reset();
+    }
     arm(s);
   }
 
@@ -702,6 +847,8 @@ struct SockOps {
     const bool pending = s->chunk_in_flight ||
                          std::any_of(s->sends.begin(), s->sends.end(), [](const Req& r) { return r.detached; });
     if (!pending || s->write_error || s->state != Sock::Client || !s->h) return false;
+    // A TLS connection whose handshake did not end cannot write them.
+    if (s->tls && s->tls->state() != TlsSession::State::Open) return false;
     for (auto it = s->sends.begin(); it != s->sends.end();) {
       if (it->detached) {
         ++it;
@@ -740,6 +887,10 @@ struct SockOps {
     if (s->connect) {
       sched(s).complete_yield(s->connect->pid, s->connect->tag, {}, "closed");
       s->connect.reset();
+    }
+    if (s->handshake) {
+      sched(s).complete_yield(s->handshake->pid, s->handshake->tag, {}, "closed");
+      s->handshake.reset();
     }
     close_handle(s, s->h);
     close_handle(s, s->timer);
@@ -941,6 +1092,7 @@ void SocketService::forget(Sock* s, bool flush) {
   s->shared->failed.store(true, std::memory_order_release);  // its objects' sends now wait, and answer closed
   s->forgotten = true;
   if (flush && SockOps::linger(s)) return;
+  if (flush) SockOps::tls_goodbye(s);
   SockOps::shut(s);
   if (s->handles == 0) delete s;
 }
@@ -993,6 +1145,16 @@ void SocketService::stop_all() {
   for (Sock* s : all) forget(s, false);  // the host is stopping: nothing lingers
   const std::vector<Sock*> lingering(lingering_.begin(), lingering_.end());
   for (Sock* s : lingering) SockOps::end_linger(s);
+}
+
+std::shared_ptr<const TlsContext> SocketService::tls_context(const TlsContext::Options& o, std::string* err) {
+  const bool shared = !o.server && o.ca_file.empty() && o.cert_file.empty() && o.key_file.empty();
+  const std::string key = o.protocol + (o.verify ? "/verify" : "/none");
+  if (shared)
+    if (auto it = tls_contexts_.find(key); it != tls_contexts_.end()) return it->second;
+  std::shared_ptr<const TlsContext> ctx = TlsContext::make(o, err);
+  if (ctx && shared) tls_contexts_.emplace(key, ctx);
+  return ctx;
 }
 
 void SocketService::drop(std::uint64_t id, const Pid& owner) {
@@ -1282,6 +1444,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
         return;
       }
       if (s->state != Sock::Client) fail("closed");
+      if (s->tls) Ops::tls_start(s);  // a receive before dohandshake starts it, and waits for its data
       if (pattern.is_number()) {
         r.kind = 'n';
         r.n = static_cast<std::size_t>(std::min(pattern.number, 1e15));
@@ -1400,7 +1563,66 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       }
       fail(std::string("unsupported option '") + name + "'");
     }
-    if (op == "dirty") return reply(CallResultWriter().boolean(!s->rbuf.empty() || !s->dgrams.empty()).finish());
+    if (op == "dirty")
+      return reply(CallResultWriter().boolean(!s->rbuf.empty() || !s->dgrams.empty() || (s->tls && s->tls->readable())).finish());
+    if (op == "tls_wrap") {
+      if (s->udp || s->state != Sock::Client) fail("not connected");
+      if (s->tls) fail("already wrapped");
+      TlsContext::Options o;
+      o.server = arg(args, 2).string == "server";
+      o.protocol = arg(args, 3).string;
+      o.verify = arg(args, 4).type == CallValue::Type::Boolean && arg(args, 4).boolean;
+      o.ca_file = arg(args, 5).string;
+      o.cert_file = arg(args, 6).string;
+      o.key_file = arg(args, 7).string;
+      std::string err;
+      std::shared_ptr<const TlsContext> ctx = tls_context(o, &err);
+      if (!ctx) fail(err);
+      auto session = std::make_unique<TlsSession>(std::move(ctx));
+      if (session->state() == TlsSession::State::Failed) fail(session->error());
+      s->tls = std::move(session);
+      s->tls_started = false;
+      // What came before is the peer's first flight; what waits to be sent
+      // goes as it is, ahead of the handshake.
+      s->tls->feed(s->rbuf);
+      s->rbuf.clear();
+      for (Req& r : s->sends) r.plain = true;
+      return reply(CallResultWriter().moved(s->id, "=tls{connection}").finish());
+    }
+    if (op.starts_with("tls_") && !s->tls) fail("closed");
+    if (op == "tls_sni") {
+      if (s->tls->server()) fail("invalid: sni names a client's peer");
+      if (s->tls_started) fail("invalid: sni after the handshake started");
+      s->tls->set_host_name(arg(args, 2).string);
+      return reply(ok());
+    }
+    if (op == "tls_handshake") {
+      TlsSession& t = *s->tls;
+      if (t.state() == TlsSession::State::Open || t.state() == TlsSession::State::Closed)
+        return reply(CallResultWriter().boolean(true).finish());
+      if (t.state() == TlsSession::State::Failed) fail(t.error());
+      if (s->handshake) fail("handshake already in progress");
+      s->handshake = Req{caller, tag, Ops::deadline(loop, arg(args, 2))};
+      Ops::tls_start(s);
+      Ops::tls_progress(s);
+      Ops::serve_receives(s);  // receives made before it, if it ended already
+      if (s->handshake && s->handshake->tag == tag && s->handshake->deadline <= uv_now(loop)) {  // timeout 0
+        s->handshake.reset();
+        fail("timeout");
+      }
+      Ops::arm(s);
+      return;
+    }
+    if (op == "tls_info") {
+      const TlsSession& t = *s->tls;
+      const std::string protocol = t.protocol(), cipher = t.cipher();
+      if (protocol.empty()) return reply(CallResultWriter().nil().finish());
+      const std::string& field = arg(args, 2).string;
+      if (field == "protocol") return reply(one(protocol));
+      if (field == "cipher") return reply(one(cipher));
+      if (!field.empty()) return reply(CallResultWriter().nil().finish());
+      return reply(CallResultWriter().table(0, 2).key("protocol").string(protocol).key("cipher").string(cipher).finish());
+    }
     if (op == "getstats") {
       const double age = static_cast<double>(uv_now(loop)) / 1000.0 - s->created;
       return reply(CallResultWriter().number(s->bytes_in).number(s->bytes_out).number(age).finish());

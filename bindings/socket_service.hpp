@@ -23,6 +23,11 @@
 //     the process ends its sockets are closed, before its monitors hear of
 //     it (close_owned waits for the loop when the process owns any), and
 //     requests still waiting are answered "closed".
+//   - TLS (ssl.wrap, stdlib/ssl.lua) runs here too, on a socket that stays
+//     itself (its id, owner, deadlines and moves): a TlsSession
+//     (tls_session.hpp) decrypts what is read into the same buffer, so a
+//     receive completes once the plaintext it asked for is there, and a
+//     send's chunks are encrypted as they are written.
 #pragma once
 
 #include <atomic>
@@ -37,6 +42,7 @@
 #include <vector>
 
 #include "bindings/call_values.hpp"
+#include "bindings/tls_session.hpp"
 #include "host/commands.hpp"
 #include "host/io_loop.hpp"
 #include "host/pid.hpp"
@@ -127,6 +133,10 @@ class SocketService {
   void forget(Sock* s, bool flush = true);
   void stop_all();
   void note_owner(const Pid& owner, int delta);
+  // A TLS context for ssl.wrap's options; the clients' that verify against
+  // the system's store are made once (loading the store takes
+  // milliseconds), others at each wrap (their files are read then).
+  std::shared_ptr<const TlsContext> tls_context(const TlsContext::Options& o, std::string* err);
 
   Scheduler& scheduler_;
   IoLoop& loop_;
@@ -137,6 +147,7 @@ class SocketService {
   std::unordered_map<std::uint64_t, Sock*> socks_;
   std::unordered_map<Pid, std::unordered_set<std::uint64_t>> owned_;
   std::unordered_set<Sock*> lingering_;  // forgotten, writing what they still hold
+  std::unordered_map<std::string, std::shared_ptr<const TlsContext>> tls_contexts_;  // by protocol and verify
   std::atomic<std::size_t> count_{0};
   // The open sockets' shared states, for share() (any thread).
   std::mutex shared_mu_;
