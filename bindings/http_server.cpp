@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 
+#include "bindings/tls_session.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
@@ -45,6 +46,8 @@ struct Limits {
   // Who serves a connection: the process's entry (conn_entry), which
   // calls entry's method per request. Shared by a server's connections.
   std::shared_ptr<const std::pair<std::string, std::string>> entries;
+  // https: the server's certificate and key (opts.tls), or none.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 // A parsed request, or in its place an error response owed (400, 408,
@@ -244,6 +247,7 @@ struct HttpServer::Conn {
   int open_handles = 0;
   TimerMode timer_mode = TimerMode::None;
 
+  std::unique_ptr<TlsSession> tls;  // https: what is read and written passes through it
   http_parser parser{};
   Request cur;             // the request being parsed
   std::string field;       // the header name being parsed
@@ -431,8 +435,42 @@ struct HttpOps {
       serve(c);
       return;
     }
-    parse(c, buf->base, static_cast<std::size_t>(nread));
+    if (c->tls) {
+      if (!tls_input(c, buf->base, static_cast<std::size_t>(nread))) return;
+    } else {
+      parse(c, buf->base, static_cast<std::size_t>(nread));
+    }
     serve(c);
+  }
+
+  // https: ciphertext in, the handshake advanced, plaintext parsed. False
+  // when the connection is done for (a failed handshake: closed at once).
+  static bool tls_input(Conn* c, const char* data, std::size_t n) {
+    TlsSession& t = *c->tls;
+    t.feed({data, n});
+    if (t.state() == TlsSession::State::Handshaking) t.handshake();
+    std::string plain;
+    while (!c->closing && (t.state() == TlsSession::State::Open || t.state() == TlsSession::State::Closed)) {
+      plain.clear();
+      if (t.read(plain, sizeof t_read_buffer) == 0) break;
+      parse(c, plain.data(), plain.size());
+    }
+    flush_tls(c);
+    if (t.state() == TlsSession::State::Failed) {
+      log::logger().debug("http: TLS with {} failed: {}", c->remote, t.error());
+      finish(c, false);
+      return false;
+    }
+    if (t.state() == TlsSession::State::Closed && !c->eof) {  // the client's close_notify: nothing more comes
+      stop_reading(c);
+      c->eof = true;
+      if (c->in_message) c->in_message = false;
+    }
+    return true;
+  }
+  static void flush_tls(Conn* c) {
+    std::string out;
+    if (c->tls->take_output(out) != 0) write_raw(c, std::move(out));
   }
   static void start_reading(Conn* c) {
     if (c->reading || c->closing || c->eof) return;
@@ -449,7 +487,19 @@ struct HttpOps {
     uv_write_t req;
     std::string data;
   };
+  // Plaintext to the client: through the TLS session where there is one.
   static void write_bytes(Conn* c, std::string data) {
+    if (!c->tls) return write_raw(c, std::move(data));
+    if (c->closing || c->shut || data.empty()) return;
+    const auto st = c->tls->state();
+    if (st != TlsSession::State::Open && st != TlsSession::State::Closed) return;  // no handshake: nothing to answer on
+    if (!c->tls->write(data)) {
+      finish(c, false);
+      return;
+    }
+    flush_tls(c);
+  }
+  static void write_raw(Conn* c, std::string data) {
     if (c->closing || c->shut || data.empty()) return;
     uv_stream_t* s = stream(c);
     if (uv_stream_get_write_queue_size(s) == 0) {
@@ -778,6 +828,7 @@ struct HttpOps {
     }
     uv_tcp_nodelay(&c->tcp, 1);
     c->remote = peer_text(&c->tcp);
+    if (c->limits.tls) c->tls = std::make_unique<TlsSession>(c->limits.tls);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     svc->conns_.emplace(c->id, c);
@@ -858,6 +909,11 @@ struct HttpOps {
     if (c->closing) {
       if (!graceful) close_handles(c);
       return;
+    }
+    if (graceful && c->tls && c->tls->state() == TlsSession::State::Open) {  // its close_notify
+      c->tls->close();
+      flush_tls(c);
+      if (c->closing) return;  // the write failed: closed already
     }
     c->closing = true;
     HttpServer* svc = c->svc;
@@ -970,6 +1026,20 @@ struct HttpOps {
     size_opt("max_connections", lim.max_connections);
     secs_opt("request_timeout", lim.request_timeout_ms);
     secs_opt("keepalive_timeout", lim.keepalive_timeout_ms);
+    if (const CallValue* tls = opts.field("tls"); tls && tls->is_table()) {
+      const CallValue* cert = tls->field("cert");
+      const CallValue* key = tls->field("key");
+      if (!cert || !cert->is_string() || !key || !key->is_string())
+        fail("invalid: opts.tls needs cert and key, the PEM files of the server's certificate chain and key");
+      TlsContext::Options o;
+      o.server = true;
+      o.verify = false;
+      o.cert_file = cert->string;
+      o.key_file = key->string;
+      std::string err;
+      lim.tls = TlsContext::make(o, &err);
+      if (!lim.tls) fail(err);
+    }
     if (const CallValue* v = opts.field("hibernate_after")) {
       if (v->type == CallValue::Type::Boolean && !v->boolean)
         lim.hibernate_ms = 0;

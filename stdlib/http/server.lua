@@ -55,7 +55,6 @@ function M.serve(address, entry, opts)
       return nil, "invalid: opts." .. k .. " must be a " .. known[k] .. ", got " .. type(v)
     end
   end
-  if opts.tls then return nil, "not supported: tls serving is not available in this build" end
   local id, addr = call(CMD, 0, "serve", host, port, entry, opts)
   if not id then return nil, addr end
   return setmetatable({ id = id, address = addr }, Server)

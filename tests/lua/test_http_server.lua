@@ -400,6 +400,34 @@ return { main = function()
       c:close()
       srv:close()
     end },
+    { "https: tls = { cert, key } serves TLS; curl and http.request verify it against the test CA", function()
+      local c = require("certs").make()
+      local srv = assert(http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert, key = c.key } }))
+      local port = tonumber(srv.address:match(":(%d+)$"))
+      local url = "https://127.0.0.1:" .. port
+      local r = curl { "--cacert", c.ca, "-d", "over tls", url .. "/echo?x=1" }
+      T.eq(r.code, 0, "curl: " .. r.stderr)
+      T.eq(json.decode(r.stdout).body, "over tls")
+      local res = assert(http.request("GET", url .. "/who", { ca_file = c.ca }))
+      T.eq(res.status, 200)
+      local again = assert(http.request("GET", url .. "/who", { ca_file = c.ca }))
+      T.eq(again.headers["x-pid"], res.headers["x-pid"], "kept alive over TLS")
+      local big = string.rep("0123456789", 110000)
+      local b = assert(http.request("POST", url .. "/echo", { ca_file = c.ca, body = big }))
+      T.eq(b.status, 413, "over the default 1 MB body limit")
+      local ok = assert(http.request("POST", url .. "/echo", { ca_file = c.ca, body = big:sub(1, 500000) }))
+      T.eq(#json.decode(ok.body).body, 500000, "half a megabyte each way")
+      local bad = curl { "--cacert", c.other_ca, url .. "/who" }
+      T.ok(bad.code ~= 0, "a client that does not trust the certificate fails")
+      local plain = connect(port)  -- plain HTTP to a TLS port: the handshake fails, the connection closes
+      assert(plain:send("GET /who HTTP/1.1\r\nHost: t\r\n\r\n"))
+      T.ok(closed(plain))
+      local none, err = http.serve("127.0.0.1:0", APP, { tls = { cert = c.dir .. "/missing.pem", key = c.key } })
+      T.eq(none, nil); T.match(err, "^not_found")
+      local nokey, kerr = http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert } })
+      T.eq(nokey, nil); T.match(kerr, "^invalid: opts.tls needs cert and key")
+      srv:close()
+    end },
     { "no connection process is left behind", function()
       eventually(function() return connection_processes() == 0 end, 5, "every connection process ended")
     end },
