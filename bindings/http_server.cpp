@@ -37,6 +37,9 @@ std::string ended() { return CallResultWriter().finish(); }  // no values: the c
 struct Limits {
   std::size_t max_header_bytes = 32 * 1024;
   std::size_t max_body_bytes = 1024 * 1024;
+  // A body larger than this is streamed to the handler (req:read_body())
+  // instead of arriving whole in req.body.
+  std::size_t buffer_body_bytes = 1024 * 1024;
   std::uint64_t request_timeout_ms = 30000;
   std::uint64_t keepalive_timeout_ms = 60000;
   // An idle keep-alive connection gives its process up after this long
@@ -56,6 +59,7 @@ struct Request {
   int error = 0;
   bool keep_alive = true;
   bool head = false;
+  bool streamed = false;  // its body follows through "body" calls
   unsigned short minor = 1;
   std::string method, url, body;
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
@@ -268,6 +272,19 @@ struct HttpServer::Conn {
   std::uint64_t chunk_tag = 0;
   std::uint64_t served = 0;
 
+  // A streamed body (larger than buffer_body_bytes): the parser is inside
+  // it (streaming), its bytes wait in stream_buf for the process's "body"
+  // calls; the in-flight request is the streamed one (flight_streamed).
+  bool streaming = false;
+  bool flight_streamed = false;
+  bool stream_done = false;      // all of it came (and stream_buf holds its rest)
+  bool discarding = false;       // answered before it was read: the rest is dropped
+  std::string stream_error;      // why it ended early ("too_large: ...", "closed", "timeout")
+  std::size_t stream_total = 0;
+  std::string stream_buf;
+  bool body_waiting = false;
+  std::uint64_t body_tag = 0;
+
   bool reading = false;
   bool no_more = false;    // parse nothing more (closing after what is queued)
   bool eof = false;        // the client sent all it will
@@ -372,20 +389,76 @@ struct HttpOps {
           break;
         }
     }
+    if (p->content_length != ULLONG_MAX && p->content_length > c->limits.buffer_body_bytes) begin_stream(c);
     return 0;
+  }
+  // The request being parsed goes to the queue now, its body to follow.
+  static void begin_stream(Conn* c) {
+    c->streaming = true;
+    c->stream_done = false;
+    c->discarding = false;
+    c->stream_error.clear();
+    c->stream_buf = std::move(c->cur.body);
+    c->stream_total = c->stream_buf.size();
+    c->cur.body.clear();
+    c->cur.streamed = true;
+    c->ready.push_back(std::move(c->cur));
+    c->cur = Request{};
+  }
+  // A streamed body's bytes came, ended or failed: a waiting "body" call
+  // gets them.
+  static void body_news(Conn* c) {
+    if (!c->body_waiting || !c->flight_streamed) return;
+    if (c->stream_buf.empty() && !c->stream_done && c->stream_error.empty()) return;
+    c->body_waiting = false;
+    const std::uint64_t tag = c->body_tag;
+    set_timer(c, TimerMode::None);
+    sched(c).complete_yield(c->pid, tag, take_body(c));
+  }
+  // What a "body" call returns: the bytes waiting, else nothing at the end,
+  // else nil and why it ended early.
+  static std::string take_body(Conn* c) {
+    if (!c->stream_buf.empty()) {
+      std::string out = CallResultWriter().string(c->stream_buf).finish();
+      c->stream_buf.clear();
+      return out;
+    }
+    if (!c->stream_error.empty() && !c->stream_done) return CallResultWriter().nil().string(c->stream_error).finish();
+    return ended();
   }
   static int on_body(http_parser* p, const char* at, std::size_t n) {
     Conn* c = conn_of(p);
+    if (c->streaming) {
+      c->stream_total += n;
+      if (c->stream_total > c->limits.max_body_bytes) {
+        c->stream_error = "too_large: the body is over " + std::to_string(c->limits.max_body_bytes) + " bytes";
+        return 1;
+      }
+      if (!c->discarding) c->stream_buf.append(at, n);
+      return 0;
+    }
     if (c->cur.body.size() + n > c->limits.max_body_bytes) {
       c->parse_error = 413;
       return 1;
     }
     c->cur.body.append(at, n);
+    if (c->cur.body.size() > c->limits.buffer_body_bytes) begin_stream(c);  // a chunked body grew past it
     return 0;
   }
   static int on_message_complete(http_parser* p) {
     Conn* c = conn_of(p);
     c->in_message = false;
+    if (c->streaming) {  // the streamed request is queued already
+      c->streaming = false;
+      c->stream_done = true;
+      c->discarding = false;
+      const bool keep = c->ready.empty() ? c->keep_alive : c->ready.back().keep_alive;
+      if (!keep || p->upgrade) {
+        c->no_more = true;
+        http_parser_pause(p, 1);
+      }
+      return 0;
+    }
     c->ready.push_back(std::move(c->cur));
     c->cur = Request{};
     if (!c->ready.back().keep_alive || p->upgrade) {
@@ -405,11 +478,16 @@ struct HttpOps {
       (void)used;
       return;
     }
+    c->no_more = true;
+    c->in_message = false;
+    if (c->streaming) {  // the handler has (or will have) this request: its read_body says what went wrong
+      c->streaming = false;
+      if (c->stream_error.empty()) c->stream_error = n == 0 ? "closed" : "invalid: the body does not parse";
+      return;
+    }
     Request bad;
     bad.error = c->parse_error ? c->parse_error : err == HPE_HEADER_OVERFLOW ? 431 : 400;
     c->ready.push_back(std::move(bad));
-    c->no_more = true;
-    c->in_message = false;
   }
 
   // ---- reading
@@ -432,6 +510,11 @@ struct HttpOps {
       c->eof = true;
       if (c->in_message && !c->no_more) parse(c, nullptr, 0);  // a body that ends at the close
       if (c->in_message) c->in_message = false;  // cut off: never answered
+      if (c->streaming) {
+        c->streaming = false;
+        if (c->stream_error.empty()) c->stream_error = "closed";
+      }
+      body_news(c);
       serve(c);
       return;
     }
@@ -440,7 +523,13 @@ struct HttpOps {
     } else {
       parse(c, buf->base, static_cast<std::size_t>(nread));
     }
+    body_news(c);
     serve(c);
+  }
+  // Reading pauses while a streamed body holds this much nobody took.
+  static constexpr std::size_t kStreamHighWater = 256 * 1024;
+  static bool may_read(const Conn* c) {
+    return c->ready.size() < HttpServer::kMaxQueued && c->stream_buf.size() < kStreamHighWater;
   }
 
   // https: ciphertext in, the handshake advanced, plaintext parsed. False
@@ -560,6 +649,14 @@ struct HttpOps {
     c->timer_mode = TimerMode::None;
     switch (mode) {
       case TimerMode::Request: {  // too slow: 408, then closed
+        if (c->in_flight) {  // a streamed body that stopped coming: its read fails
+          c->stream_error = "timeout";
+          c->streaming = false;
+          c->no_more = true;
+          stop_reading(c);
+          body_news(c);
+          return;
+        }
         Request late;
         late.error = 408;
         c->ready.push_back(std::move(late));
@@ -603,7 +700,7 @@ struct HttpOps {
     }
     const auto query = parse_query(query_text);
     CallResultWriter w;
-    w.table(0, 7);
+    w.table(0, r.streamed ? 6 : 7);
     w.key("method").string(r.method);
     w.key("path").string(path);
     w.key("query").table(0, query.size());
@@ -618,7 +715,7 @@ struct HttpOps {
     }
     w.key("headers").table(0, headers.size());
     for (const auto& [name, value] : headers) w.key(name).string(value);
-    w.key("body").string(r.body);
+    if (!r.streamed) w.key("body").string(r.body);
     w.key("remote").string(c->remote);
     w.key("version").string(r.minor == 0 ? "1.0" : "1.1");
     return w.finish();
@@ -640,7 +737,8 @@ struct HttpOps {
         set_timer(c, TimerMode::Hibernate);
       else
         set_timer(c, TimerMode::Idle);
-      start_reading(c);
+      if (may_read(c)) start_reading(c);
+      else stop_reading(c);
       return;
     }
     if (c->draining) {
@@ -667,11 +765,12 @@ struct HttpOps {
       c->responding_head = r.head;
       c->keep_alive = r.keep_alive;
       c->minor = r.minor;
+      c->flight_streamed = r.streamed;
       c->head_written = false;
       ++c->served;
       sched(c).complete_yield(c->pid, c->wait_tag, encode(c, r));
     }
-    if (c->ready.size() < HttpServer::kMaxQueued)
+    if (may_read(c))
       start_reading(c);
     else
       stop_reading(c);
@@ -685,6 +784,11 @@ struct HttpOps {
     }
     c->in_flight = false;
     c->head_written = false;
+    if (c->flight_streamed) {  // what the handler did not read of its body is dropped as it comes
+      c->flight_streamed = false;
+      c->stream_buf.clear();
+      if (c->streaming) c->discarding = true;
+    }
     c->waiting = true;
     c->wait_tag = tag;
     if (!c->keep_alive) c->no_more = true;
@@ -919,7 +1023,8 @@ struct HttpOps {
     HttpServer* svc = c->svc;
     if (c->waiting) sched(c).complete_yield(c->pid, c->wait_tag, ended());
     if (c->chunk_waiting) sched(c).complete_yield(c->pid, c->chunk_tag, {}, "closed");
-    c->waiting = c->chunk_waiting = false;
+    if (c->body_waiting) sched(c).complete_yield(c->pid, c->body_tag, CallResultWriter().nil().string("closed").finish());
+    c->waiting = c->chunk_waiting = c->body_waiting = false;
     svc->conns_.erase(c->id);
     svc->conn_count_.fetch_sub(1, std::memory_order_relaxed);
     if (c->internal) svc->internal_conns_.fetch_sub(1, std::memory_order_relaxed);
@@ -991,6 +1096,7 @@ struct HttpOps {
     c->ready.clear();
     c->waiting = false;
     c->chunk_waiting = false;
+    c->body_waiting = false;
     finish(c, true);
   }
 
@@ -1024,6 +1130,7 @@ struct HttpOps {
     size_opt("max_header_bytes", lim.max_header_bytes);
     size_opt("max_body_bytes", lim.max_body_bytes);
     size_opt("max_connections", lim.max_connections);
+    size_opt("buffer_body_bytes", lim.buffer_body_bytes);
     secs_opt("request_timeout", lim.request_timeout_ms);
     secs_opt("keepalive_timeout", lim.keepalive_timeout_ms);
     if (const CallValue* tls = opts.field("tls"); tls && tls->is_table()) {
@@ -1181,6 +1288,21 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
     if (op == "chunk") {
       if (!c->in_flight || !c->head_written) fail("invalid: no streamed response is open on this connection");
       Ops::chunk(c, tag, arg(args, 2));
+      return;
+    }
+    if (op == "body") {
+      if (!c->in_flight || !c->flight_streamed || c->body_waiting) {
+        scheduler_.complete_yield(caller, tag, ended());
+        return;
+      }
+      if (c->stream_buf.empty() && !c->stream_done && c->stream_error.empty()) {
+        c->body_waiting = true;
+        c->body_tag = tag;
+        Ops::set_timer(c, TimerMode::Request);  // a body that stops coming fails the read
+        return;
+      }
+      scheduler_.complete_yield(caller, tag, Ops::take_body(c));
+      if (Ops::may_read(c) && !c->no_more) Ops::start_reading(c);
       return;
     }
     if (op == "finish") {

@@ -10,6 +10,24 @@ local type, tostring, xpcall, traceback = type, tostring, xpcall, debug.tracebac
 
 local M = {}
 
+-- The connection this process serves (one a process).
+local current_conn
+
+-- req:read_body(): the body's next chunk, nil at its end (then nil, err
+-- when it ended early: "too_large: ...", "closed", "timeout"). A body up
+-- to the server's buffer_body_bytes is in req.body already and comes as
+-- one chunk; a larger one (req.body is nil) comes as it arrives.
+local read_whole = setmetatable({}, { __mode = "k" })
+local Request = { __index = {} }
+function Request.__index.read_body(req)
+  if req.body ~= nil then
+    if read_whole[req] then return nil end
+    read_whole[req] = true
+    return req.body
+  end
+  return call(CMD, 0, "body", current_conn)
+end
+
 local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
 
 -- The handler's error with its traceback, as one value.
@@ -23,6 +41,7 @@ local function failed(req, what, detail, tb)
 end
 
 function M.serve(conn, entry)
+  current_conn = conn
   local module, method = entry:match("^([^:]+):?(.*)$")
   if method == "" then method = "main" end
   local ok, mod = xpcall(require, with_traceback, module)
@@ -36,6 +55,7 @@ function M.serve(conn, entry)
 
   local req = call(CMD, 0, "next", conn)
   while req do
+    setmetatable(req, Request)
     local status, headers, body
     if load_error then
       failed(req, "cannot load the handler", load_error.err, load_error.tb)

@@ -35,7 +35,7 @@ local function split_address(address)
 end
 
 local known = {
-  max_header_bytes = "number", max_body_bytes = "number", request_timeout = "number",
+  max_header_bytes = "number", max_body_bytes = "number", buffer_body_bytes = "number", request_timeout = "number",
   keepalive_timeout = "number", max_connections = "number", hibernate_after = "number", tls = "table",
 }
 

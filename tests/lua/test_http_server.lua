@@ -428,6 +428,52 @@ return { main = function()
       T.eq(nokey, nil); T.match(kerr, "^invalid: opts.tls needs cert and key")
       srv:close()
     end },
+    { "a body over buffer_body_bytes is streamed: req.body is nil, req:read_body() gives its chunks", function()
+      local srv, port = serve { buffer_body_bytes = 1000, max_body_bytes = 10 * 1024 * 1024 }
+      local data = {}
+      for i = 1, 5000 do data[i] = string.format("%07d|", i) .. string.rep("x", 992) end
+      local body = table.concat(data)  -- 5,000,000 bytes
+      local c = connect(port)
+      assert(c:send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: " .. #body .. "\r\n\r\n"))
+      for i = 1, #body, 65536 do assert(c:send(body:sub(i, i + 65535))) end
+      local status, _, rbody = read_response(c)
+      T.eq(status, 200)
+      local r = json.decode(rbody)
+      T.eq(r.total, #body); T.eq(r.streamed, true); T.ok(r.chunks > 1, "in several chunks: " .. r.chunks)
+      T.eq(r.err, json.null)
+      -- A small body on the same connection arrives whole, read_body gives it once.
+      assert(c:send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n0123456789"))
+      local _, _, small = read_response(c)
+      local sr = json.decode(small)
+      T.eq(sr.total, 10); T.eq(sr.chunks, 1); T.eq(sr.streamed, false)
+      -- A chunked body that grows past the buffer is streamed too.
+      local parts = { "POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" }
+      for _ = 1, 10 do parts[#parts + 1] = "1f4\r\n" .. string.rep("y", 500) .. "\r\n" end
+      parts[#parts + 1] = "0\r\n\r\n"
+      assert(c:send(table.concat(parts)))
+      local _, _, ch = read_response(c)
+      local cr = json.decode(ch)
+      T.eq(cr.total, 5000); T.eq(cr.streamed, true)
+      -- A handler that answers before reading it all: the rest is dropped,
+      -- the connection serves the next request.
+      assert(c:send("POST /upload?stop=1000 HTTP/1.1\r\nHost: t\r\nContent-Length: " .. #body .. "\r\n\r\n"))
+      for i = 1, #body, 65536 do assert(c:send(body:sub(i, i + 65535))) end
+      local _, _, partial = read_response(c)
+      T.ok(json.decode(partial).total < #body, "stopped early")
+      T.eq(get(c, "/who"), 200, "the next request after a dropped body")
+      c:close()
+      -- Past max_body_bytes in the middle of a streamed chunked body: the
+      -- handler's read fails with too_large, then the connection closes.
+      local lim, lport = serve { buffer_body_bytes = 1000, max_body_bytes = 3000 }
+      local d = connect(lport)
+      assert(d:send(table.concat(parts)))
+      local st, _, lb = read_response(d)
+      T.eq(st, 200)
+      T.match(json.decode(lb).err, "^too_large")
+      T.ok(closed(d))
+      lim:close()
+      srv:close()
+    end },
     { "no connection process is left behind", function()
       eventually(function() return connection_processes() == 0 end, 5, "every connection process ended")
     end },
