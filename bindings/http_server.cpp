@@ -918,7 +918,6 @@ struct HttpOps {
     c->id = ++svc->next_id_;
     c->limits = srv->limits;
     c->internal = srv->internal;
-    if (c->internal) svc->internal_conns_.fetch_add(1, std::memory_order_relaxed);
     uv_tcp_init(st->loop, &c->tcp);
     uv_timer_init(st->loop, &c->timer);
     c->tcp.data = c;
@@ -926,7 +925,6 @@ struct HttpOps {
     c->open_handles = 2;
     if (uv_accept(st, stream(c)) != 0) {
       c->closing = true;
-      if (c->internal) svc->internal_conns_.fetch_sub(1, std::memory_order_relaxed);
       close_handles(c);
       return;
     }
@@ -967,6 +965,11 @@ struct HttpOps {
       return false;
     }
     c->pid = r.pid;
+    if (c->internal) {  // counted until it exits (close_owned)
+      std::lock_guard lock(svc->owners_mu_);
+      svc->internal_pids_.insert(c->pid);
+      svc->internal_processes_.store(svc->internal_pids_.size(), std::memory_order_relaxed);
+    }
     svc->owned_[c->pid].push_back(c->id);
     svc->note_owner(c->pid, 1);
     // It ended already (its exit hook may have missed it).
@@ -1027,7 +1030,6 @@ struct HttpOps {
     c->waiting = c->chunk_waiting = c->body_waiting = false;
     svc->conns_.erase(c->id);
     svc->conn_count_.fetch_sub(1, std::memory_order_relaxed);
-    if (c->internal) svc->internal_conns_.fetch_sub(1, std::memory_order_relaxed);
     if (c->server) c->server->conns.erase(c);
     c->server = nullptr;
     if (c->pid.valid()) {
@@ -1332,6 +1334,10 @@ void HttpServer::note_owner(const Pid& owner, int delta) {
 void HttpServer::close_owned(const Pid& owner) {
   // Every process's exit comes here; while nothing is served it takes no
   // lock.
+  if (internal_processes_.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard lock(owners_mu_);
+    if (internal_pids_.erase(owner)) internal_processes_.store(internal_pids_.size(), std::memory_order_relaxed);
+  }
   if (!any_owners_.load(std::memory_order_acquire)) return;
   {
     std::lock_guard lock(owners_mu_);

@@ -79,9 +79,9 @@ class HttpServer {
   // call stdlib/http/conn.lua's serve), with entry's method per request.
   // Waits for the loop; returns the address bound, or throws CallError.
   std::string serve_internal(const std::string& host, int port, const std::string& conn_entry, const std::string& entry);
-  // Open connections of the host's own servers (each a process the
-  // inspector leaves out of its counts).
-  std::size_t internal_connections() const { return internal_conns_.load(std::memory_order_relaxed); }
+  // Live processes serving connections of the host's own servers (the
+  // inspector leaves them out of its counts).
+  std::size_t internal_processes() const { return internal_processes_.load(std::memory_order_relaxed); }
 
   // The host is stopping: every server stops accepting, and each
   // connection closes once the request it serves is answered, so that
@@ -118,10 +118,11 @@ class HttpServer {
   std::unordered_map<Pid, std::vector<std::uint64_t>> owned_;  // servers and connections by owner
   std::atomic<std::size_t> conn_count_{0};
   std::atomic<std::size_t> server_count_{0};
-  std::atomic<std::size_t> internal_conns_{0};
+  std::atomic<std::size_t> internal_processes_{0};  // internal_pids_.size()
   // Owners of anything, for the exit hook's check (any thread).
   std::mutex owners_mu_;
   std::unordered_map<Pid, int> owners_;   // guarded by owners_mu_
+  std::unordered_set<Pid> internal_pids_; // guarded by owners_mu_
   std::atomic<bool> any_owners_{false};   // !owners_.empty(), written under owners_mu_
 };
 

@@ -534,7 +534,7 @@ struct Primitives {
     auto& p = of(L);
     Scheduler& s = p.rt_.scheduler();
     const Scheduler::Counters c = s.counters();
-    const std::size_t live = s.live_count(), own = p.rt_.io().http.internal_connections();
+    const std::size_t live = s.live_count(), own = p.rt_.io().http.internal_processes();
     lua_createtable(L, 0, 8);
     auto field = [L](const char* k, double v) {
       lua_pushnumber(L, v);

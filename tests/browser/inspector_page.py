@@ -99,8 +99,8 @@ def main():
             if name in d.text(r):
                 named = pid
         assert named, f"no row shows the name {name}"
-        procs = d.find_all("#stat-processes")
-        assert procs and d.text(procs[0]) == str(expected), "the processes counter"
+        wait_for("the processes counter to say " + str(expected),
+                 lambda: any(d.text(e) == str(expected) for e in d.find_all("#stat-processes")))
         victim = next(p for p in by_pid if p != named)
         buttons = [b for b in d.find_all("button.terminate") if d.attr(b, "data-pid") == victim]
         assert buttons, f"no terminate button for {victim}"
