@@ -1,0 +1,104 @@
+-- The HTTP server under load (a stress test, run under the sanitizers in
+-- CI too): many clients at once, each on keep-alive connections that
+-- pipeline, some closing in the middle of a response or of a request,
+-- with connections hibernating between bursts. Every answered request
+-- must get its own response, in order, exactly once; afterwards no
+-- connection process and no descriptor is left.
+local T = require("t")
+local http = require("http")
+local json = require("json")
+local socket = require("socket")
+
+local function fds()
+  local n = 0
+  for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
+  return n
+end
+
+local function connection_processes()
+  local n = 0
+  for _, pid in ipairs(process.list()) do
+    local info = process.info(pid)
+    if info and info.entry == "http.conn:serve" then n = n + 1 end
+  end
+  return n
+end
+
+local function read_response(c)
+  local line, err = c:receive("*l")
+  if not line then return nil, err end
+  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
+  local len
+  while true do
+    local h, herr = c:receive("*l")
+    if not h then return nil, herr end
+    if h == "" then break end
+    len = len or tonumber(h:match("^[Cc]ontent%-[Ll]ength: (%d+)"))
+  end
+  local body, berr = c:receive(len)
+  if not body then return nil, berr end
+  return status, body
+end
+
+return { main = function(clients, rounds)
+  clients = tonumber(clients) or 100
+  rounds = tonumber(rounds) or 20
+  return T.run {
+    { clients .. " clients x " .. rounds .. " rounds of pipelined requests, some cut off", function()
+      local srv = assert(http.serve("127.0.0.1:0", "fixtures.http_app:handle", { hibernate_after = 0.05 }))
+      local base_fds = fds() - 1  -- the I/O threads are up; the listener closes at the end
+      local port = tonumber(srv.address:match(":(%d+)$"))
+      local done = channel.new(clients)
+      local answered, cut = 0, 0
+      for client = 1, clients do
+        coroutine.spawn(function()
+          local ok, err = pcall(function()
+            local c = assert(socket.connect("127.0.0.1", port))
+            c:settimeout(30)
+            for round = 1, rounds do
+              local burst = 1 + (client + round) % 3
+              local reqs = {}
+              for k = 1, burst do
+                reqs[k] = string.format("GET /echo?c=%d&r=%d&k=%d HTTP/1.1\r\nHost: t\r\n\r\n", client, round, k)
+              end
+              -- Every seventh round ends mid-request on a fresh connection.
+              if (client * rounds + round) % 7 == 0 then
+                local half = assert(socket.connect("127.0.0.1", port))
+                assert(half:send(reqs[1]:sub(1, 20)))
+                half:close()
+                cut = cut + 1
+              end
+              assert(c:send(table.concat(reqs)))
+              for k = 1, burst do
+                local status, body = read_response(c)
+                assert(status == 200, "client " .. client .. " round " .. round .. ": " .. tostring(body))
+                local q = json.decode(body).query
+                assert(tonumber(q.c) == client and tonumber(q.r) == round and tonumber(q.k) == k,
+                  "a response out of order or not its own: " .. body)
+                answered = answered + 1
+              end
+              if round % 5 == 0 then time.sleep(0.06) end  -- past hibernate_after: a new process next
+            end
+            c:close()
+          end)
+          done:send(ok or err)
+        end)
+      end
+      for _ = 1, clients do
+        local r = done:receive()
+        if r ~= true then error(r, 0) end
+      end
+      local want = 0
+      for client = 1, clients do
+        for round = 1, rounds do want = want + 1 + (client + round) % 3 end
+      end
+      T.eq(answered, want, "responses")
+      srv:close()
+      local deadline = time.now() + 20
+      while time.now() < deadline and (connection_processes() > 0 or fds() > base_fds) do time.sleep(0.05) end
+      T.eq(connection_processes(), 0, "connection processes left")
+      T.eq(fds(), base_fds, "descriptors left open")
+      print(string.format("%d requests answered, %d connections cut mid-request", answered, cut))
+    end },
+  }
+end }
