@@ -60,6 +60,51 @@ function T.tmpdir()
   error("no free directory name under /tmp", 2)
 end
 
+-- A loopback port nothing listens on (bound, then released).
+function T.free_port()
+  local srv = assert(require("socket").bind("127.0.0.1", 0))
+  local _, port = srv:getsockname()
+  srv:close()
+  return port
+end
+
+-- Waits until something listens on port (a peer the test started): true,
+-- or false after secs.
+function T.wait_port(port, secs)
+  local socket = require("socket")
+  local deadline = time.now() + secs
+  while time.now() < deadline do
+    local c = socket.connect("127.0.0.1", port)
+    if c then
+      c:close()
+      return true
+    end
+    time.sleep(0.05)
+  end
+  return false
+end
+
+-- Waits until cond() is true; raises after secs (default 5).
+function T.eventually(cond, secs, what)
+  secs = secs or 5
+  local deadline = time.now() + secs
+  while time.now() < deadline do
+    if cond() then return end
+    time.sleep(0.02)
+  end
+  error((what or "condition") .. " did not hold within " .. secs .. " s", 2)
+end
+
+-- Live processes running entry.
+function T.count_processes(entry)
+  local n = 0
+  for _, pid in ipairs(process.list()) do
+    local info = process.info(pid)
+    if info and info.entry == entry then n = n + 1 end
+  end
+  return n
+end
+
 function T.run(cases)
   local passed, failed = 0, 0
   for _, case in ipairs(cases) do

@@ -155,35 +155,15 @@ if len(sys.argv) > 3:  # https: CERT KEY
 server.serve_forever()
 ]=]
 
-local function free_port()
-  local srv = assert(socket.bind("127.0.0.1", 0))
-  local _, port = srv:getsockname()
-  srv:close()
-  return port
-end
-
-local function wait_port(port, secs)
-  local deadline = time.now() + secs
-  while time.now() < deadline do
-    local c = socket.connect("127.0.0.1", port)
-    if c then
-      c:close()
-      return true
-    end
-    time.sleep(0.05)
-  end
-  return false
-end
-
 local peers, base, dir = {}, nil, nil
 
 -- Starts the peer (https with a certificate and its key) on a free port;
 -- returns its base URL.
 local function start_peer(cert, key)
-  local port = free_port()
+  local port = T.free_port()
   local argv = { "python3", dir .. "/peer.py", tostring(port), cert, key }
   peers[#peers + 1] = assert(exec.start(argv))
-  T.ok(wait_port(port, 10), "the python peer started")
+  T.ok(T.wait_port(port, 10), "the python peer started")
   return (cert and "https" or "http") .. "://127.0.0.1:" .. port
 end
 
@@ -393,7 +373,7 @@ local function cases()
       srv:close()
     end },
     { "a refused port: connection refused", function()
-      local res, err = http.request("GET", "http://127.0.0.1:" .. free_port() .. "/")
+      local res, err = http.request("GET", "http://127.0.0.1:" .. T.free_port() .. "/")
       T.eq(res, nil)
       T.eq(err, "connection refused")
     end },

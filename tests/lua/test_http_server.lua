@@ -70,26 +70,6 @@ local function curl(args)
   return exec.run(argv)
 end
 
--- Live processes running a connection (their count drops back once the
--- connections close).
-local function connection_processes()
-  local n = 0
-  for _, pid in ipairs(process.list()) do
-    local info = process.info(pid)
-    if info and info.entry == "http.conn:serve" then n = n + 1 end
-  end
-  return n
-end
-
-local function eventually(cond, secs, what)
-  local deadline = time.now() + (secs or 5)
-  while time.now() < deadline do
-    if cond() then return end
-    time.sleep(0.02)
-  end
-  error((what or "condition") .. " did not hold within " .. (secs or 5) .. " s", 2)
-end
-
 return { main = function()
   return T.run {
     { "a request reaches the handler as SPEC's table; curl gets the response", function()
@@ -321,7 +301,7 @@ return { main = function()
       T.eq(read_response(c), 503)
       T.ok(closed(c))
       a:close()
-      eventually(function()
+      T.eventually(function()
         local d = connect(port)
         local st = get(d, "/who")
         d:close()
@@ -332,7 +312,7 @@ return { main = function()
     end },
     { "a client that leaves mid-response costs nothing else", function()
       local srv, port = serve()
-      local base = connection_processes()
+      local base = T.count_processes("http.conn:serve")
       for _ = 1, 5 do
         local c = connect(port)
         assert(c:send("GET /stream?parts=50&pause=0.01 HTTP/1.1\r\nHost: t\r\n\r\n"))
@@ -342,7 +322,7 @@ return { main = function()
       local c = connect(port)
       T.eq(get(c, "/who"), 200)
       c:close()
-      eventually(function() return connection_processes() == base end, 5, "connection processes ended")
+      T.eventually(function() return T.count_processes("http.conn:serve") == base end, 5, "connection processes ended")
       srv:close()
     end },
     { "close(): the request in flight is answered, then the connection closes; no new ones", function()
@@ -367,7 +347,7 @@ return { main = function()
       T.eq(get(c, "/who"), 200)
       process.terminate(pid)
       T.next_event("exit")
-      eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
+      T.eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
       T.ok(closed(c), "its connections close too")
     end },
     { "an idle keep-alive connection gives its process up; the next request starts another", function()
@@ -376,7 +356,7 @@ return { main = function()
       local _, h1, b1 = get(c, "/who")
       local _, h2, b2 = get(c, "/who")
       T.eq(h1["x-pid"], h2["x-pid"]); T.eq(b2, "2", "one process while requests keep coming")
-      eventually(function() return connection_processes() == 0 end, 5, "the idle connection's process ended")
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "the idle connection's process ended")
       local s3, h3, b3 = get(c, "/who")
       T.eq(s3, 200, "the connection itself stayed open")
       T.ok(h3["x-pid"] ~= h1["x-pid"], "a new process"); T.eq(b3, "1")
@@ -393,10 +373,10 @@ return { main = function()
     end },
     { "a connection that never sends a request starts no process", function()
       local srv, port = serve()
-      local base = connection_processes()
+      local base = T.count_processes("http.conn:serve")
       local c = connect(port)
       time.sleep(0.2)
-      T.eq(connection_processes(), base)
+      T.eq(T.count_processes("http.conn:serve"), base)
       c:close()
       srv:close()
     end },
@@ -475,7 +455,7 @@ return { main = function()
       srv:close()
     end },
     { "no connection process is left behind", function()
-      eventually(function() return connection_processes() == 0 end, 5, "every connection process ended")
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
     end },
   }
 end }

@@ -15,15 +15,6 @@ local function fds()
   return n
 end
 
-local function connection_processes()
-  local n = 0
-  for _, pid in ipairs(process.list()) do
-    local info = process.info(pid)
-    if info and info.entry == "http.conn:serve" then n = n + 1 end
-  end
-  return n
-end
-
 local function read_response(c)
   local line, err = c:receive("*l")
   if not line then return nil, err end
@@ -95,8 +86,8 @@ return { main = function(clients, rounds)
       T.eq(answered, want, "responses")
       srv:close()
       local deadline = time.now() + 20
-      while time.now() < deadline and (connection_processes() > 0 or fds() > base_fds) do time.sleep(0.05) end
-      T.eq(connection_processes(), 0, "connection processes left")
+      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or fds() > base_fds) do time.sleep(0.05) end
+      T.eq(T.count_processes("http.conn:serve"), 0, "connection processes left")
       T.eq(fds(), base_fds, "descriptors left open")
       print(string.format("%d requests answered, %d connections cut mid-request", answered, cut))
     end },

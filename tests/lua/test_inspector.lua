@@ -7,26 +7,6 @@ local T = require("t")
 local json = require("json")
 local socket = require("socket")
 
-local function free_port()
-  local srv = assert(socket.bind("127.0.0.1", 0))
-  local _, port = srv:getsockname()
-  srv:close()
-  return port
-end
-
-local function wait_port(port, secs)
-  local deadline = time.now() + secs
-  while time.now() < deadline do
-    local c = socket.connect("127.0.0.1", port)
-    if c then
-      c:close()
-      return true
-    end
-    time.sleep(0.05)
-  end
-  return false
-end
-
 local function curl(args)
   local argv = { "curl", "-sS", "--max-time", "30" }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
@@ -38,15 +18,6 @@ local function metric(text, name)
   return tonumber(text:match("\n" .. name .. " (%d+)\n") or text:match("^" .. name .. " (%d+)\n"))
 end
 
-local function eventually(cond, secs, what)
-  local deadline = time.now() + secs
-  while time.now() < deadline do
-    if cond() then return end
-    time.sleep(0.05)
-  end
-  error((what or "condition") .. " did not hold within " .. secs .. " s", 2)
-end
-
 return { main = function(host, storm)
   storm = tonumber(storm) or 100000
   local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
@@ -54,13 +25,13 @@ return { main = function(host, storm)
 
   -- A host under --inspect; its base URL and its handle.
   local function start(count, extra)
-    local port = free_port()
+    local port = T.free_port()
     local argv = { host, "run", tests_dir, "--entry", "fixtures.inspected", "--inspect", "127.0.0.1:" .. port }
     for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
     argv[#argv + 1] = "--"
     argv[#argv + 1] = tostring(count)
     local p = assert(exec.start(argv))
-    T.ok(wait_port(port, 30), "the inspector listens")
+    T.ok(T.wait_port(port, 30), "the inspector listens")
     return "http://127.0.0.1:" .. port, p
   end
   local function stop(p)
@@ -113,7 +84,7 @@ return { main = function(host, storm)
         local victim = rows[#rows].pid
         local r = curl { "-i", "-X", "POST", url .. "/api/terminate?pid=" .. victim }
         T.match(r.stdout, "^HTTP/1%.1 200")
-        eventually(function()
+        T.eventually(function()
           return metric(curl { url .. "/metrics" }.stdout, "host_processes") == n
         end, 10, "the terminated process gone from the count")
         T.match(curl { "-i", "-X", "POST", url .. "/api/terminate?pid=" .. victim }.stdout, "^HTTP/1%.1 404")
@@ -131,7 +102,7 @@ return { main = function(host, storm)
         T.eq(r.code, 0, "the browser check: " .. r.stdout .. r.stderr)
         local victim = r.stdout:match("VICTIM (%S+)")
         T.ok(victim, "it named the process it terminated")
-        eventually(function()
+        T.eventually(function()
           return metric(curl { url .. "/metrics" }.stdout, "host_processes") == n
         end, 10, "the process terminated from the page gone")
       end },
@@ -154,7 +125,7 @@ return { main = function(host, storm)
     { "the inspector answers under a spawn storm of " .. storm .. " processes", function()
       local surl, sp = start(storm, { "--max-processes", tostring(storm + 100) })
       local done, serr = pcall(function()
-        eventually(function()
+        T.eventually(function()
           return metric(curl { surl .. "/metrics" }.stdout, "host_processes") == storm + 1
         end, 120, "every process spawned")
         local t0 = time.now()

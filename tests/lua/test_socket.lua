@@ -20,26 +20,6 @@ local function pair()
   return c, s
 end
 
--- Waits until something listens on port (a peer the test started).
-local function wait_port(port, secs)
-  local deadline = time.now() + secs
-  while time.now() < deadline do
-    local c = socket.connect("127.0.0.1", port)
-    if c then
-      c:close()
-      return true
-    end
-    time.sleep(0.05)
-  end
-  return false
-end
-
-local function free_port()
-  local srv, port = listener()
-  srv:close()
-  return port
-end
-
 local function rss_kb()
   local status = fs.read("/proc/self/status")
   return tonumber(status:match("VmRSS:%s*(%d+)"))
@@ -206,7 +186,7 @@ return { main = function()
       s:close()
     end },
     { "refused, unresolvable and taken addresses answer LuaSocket's words", function()
-      local v, err = socket.connect("127.0.0.1", free_port())
+      local v, err = socket.connect("127.0.0.1", T.free_port())
       T.eq(v, nil)
       T.eq(err, "connection refused")
       v, err = socket.connect("no-such-host.invalid", 80)
@@ -378,7 +358,7 @@ return { main = function()
       peer:close()
     end },
     { "a process's sockets close when it ends, before its monitors hear", function()
-      local port = free_port()
+      local port = T.free_port()
       local pid = assert(process.spawn_monitored("fixtures.socket_owner:listen_and_return", port))
       local ev = T.next_event("exit", 5)
       T.eq(ev.from, pid)
@@ -524,11 +504,11 @@ return { main = function()
       s:close()
     end },
     { "LuaSocket's socket.http fetches from python's http.server", function()
-      local port = free_port()
+      local port = T.free_port()
       local dir = T.tmpdir()
       fs.write(dir .. "/hello.txt", "hello over http\n")
       local py = assert(exec.start({ "python3", "-m", "http.server", tostring(port), "--bind", "127.0.0.1" }, { cwd = dir }))
-      T.ok(wait_port(port, 10), "python's http.server started")
+      T.ok(T.wait_port(port, 10), "python's http.server started")
       local http = require("socket.http")
       local body, code, headers = http.request("http://127.0.0.1:" .. port .. "/hello.txt")
       T.eq(code, 200)
@@ -541,9 +521,9 @@ return { main = function()
       os.execute("rm -rf " .. dir)
     end },
     { "redis-lua talks to redis-server", function()
-      local port = free_port()
+      local port = T.free_port()
       local rs = assert(exec.start { "redis-server", "--port", tostring(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no" })
-      T.ok(wait_port(port, 10), "redis-server started")
+      T.ok(T.wait_port(port, 10), "redis-server started")
       local redis = require("redis")
       local client = redis.connect("127.0.0.1", port)
       T.eq(client:ping(), true)

@@ -3,18 +3,10 @@
 local T = require("t")
 local http = require("http")
 local json = require("json")
-local socket = require("socket")
-
-local function free_port()
-  local srv = assert(socket.bind("127.0.0.1", 0))
-  local _, port = srv:getsockname()
-  srv:close()
-  return port
-end
 
 return { main = function(host)
   local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
-  local port = free_port()
+  local port = T.free_port()
   local p = assert(exec.start { host, "run", tests_dir .. "/../../scripts/web", "--", tostring(port) })
   local base = "http://127.0.0.1:" .. port
   local deadline = time.now() + 30
