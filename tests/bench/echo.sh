@@ -24,21 +24,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-out=$(mktemp -d)
-server_pid=""
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
+source tests/bench/servers.sh
 host_bin=${HOST_BIN:-build/host}  # scripts/dev echo builds it as Release
 gobin=build/echo-go
-if command -v go >/dev/null 2>&1; then
-  mkdir -p "$out/go" && cp tests/bench/peers/echo.go "$out/go/"
-  (cd "$out/go" && go mod init echobench >/dev/null 2>&1 && go build -o "$OLDPWD/$gobin" echo.go)
-fi
-[ -x "$gobin" ] || { echo "echo: no Go toolchain and no $gobin" >&2; exit 1; }
+build_go echo.go "$gobin"
 have_erl=0
 command -v escript >/dev/null 2>&1 && have_erl=1
 
@@ -50,20 +39,8 @@ start_server() {  # start_server NAME
     go) GOMAXPROCS="$workers" "$gobin" server "$port" & ;;
     erlang) ERL_FLAGS="+S $workers:$workers" escript tests/bench/peers/echo.erl "$port" & ;;
   esac
-  server_pid=$!
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "echo: $1 did not start" >&2
-  exit 1
+  started "$1" "$port"
 }
-stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
-rss_kb() { awk '/VmRSS/ { print $2 }' "/proc/$1/status"; }
 
 peers=(host go)
 [ "$have_erl" = 1 ] && peers+=(erlang)

@@ -26,21 +26,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-out=$(mktemp -d)
-server_pid=""
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
+source tests/bench/servers.sh
 host_bin=${HOST_BIN:-build/host}  # scripts/dev http builds it as Release
 gobin=build/http-go
-if command -v go >/dev/null 2>&1; then
-  mkdir -p "$out/go" && cp tests/bench/peers/http.go "$out/go/"
-  (cd "$out/go" && go mod init httpbench >/dev/null 2>&1 && go build -o "$OLDPWD/$gobin" http.go)
-fi
-[ -x "$gobin" ] || { echo "http: no Go toolchain and no $gobin" >&2; exit 1; }
+build_go http.go "$gobin"
 command -v wrk >/dev/null 2>&1 || { echo "http: wrk is not installed" >&2; exit 1; }
 peers=(host go)
 if command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
@@ -58,26 +47,7 @@ start_server() {  # start_server NAME
       sed -e "s/WORKERS/$workers/" -e "s/PORT/$port/" tests/bench/peers/nginx_lua.conf >"$out/nginx/nginx.conf"
       nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" & ;;
   esac
-  server_pid=$!
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "http: $1 did not start" >&2
-  exit 1
-}
-stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
-# The server's resident memory, its worker processes included (nginx).
-rss_kb() {
-  local total=0 p
-  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    total=$((total + $(awk '/VmRSS/ { print $2 }' "/proc/$p/status")))
-  done
-  echo "$total"
+  started "$1" "$port"
 }
 
 printf '%-10s %-7s %12s %9s %9s %9s\n' server path "requests/s" "p50" "p90" "p99"

@@ -1,0 +1,47 @@
+# Sourced by the I/O benchmarks (echo.sh, http.sh): what they share to run
+# one server after another on loopback. Sets out (a scratch directory,
+# removed at exit) and server_pid (the running server, killed at exit).
+out=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+# build_go SOURCE BINARY: the Go peer built from tests/bench/peers/SOURCE
+# into BINARY where Go is installed; fails when neither is there.
+build_go() {
+  if command -v go >/dev/null 2>&1; then
+    mkdir -p "$out/go" && cp "tests/bench/peers/$1" "$out/go/"
+    (cd "$out/go" && go mod init bench >/dev/null 2>&1 && go build -o "$OLDPWD/$2" "$1")
+  fi
+  [ -x "$2" ] || { echo "bench: no Go toolchain and no $2" >&2; exit 1; }
+}
+
+# started NAME PORT: after a server was started in the background, waits
+# until it listens on PORT (its PID in server_pid).
+started() {
+  server_pid=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "bench: $1 did not start" >&2
+  exit 1
+}
+
+stop_server() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+# The resident memory of a process and its children (nginx's workers), KB.
+rss_kb() {
+  local total=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    total=$((total + $(awk '/VmRSS/ { print $2 }' "/proc/$p/status")))
+  done
+  echo "$total"
+}
