@@ -261,6 +261,11 @@ struct Primitives {
       lua_setfield(L, -2, "names");
       lua_pushnumber(L, in->facts.started);
       lua_setfield(L, -2, "started");
+      if (in->parent.valid()) {  // under --inspect (Scheduler::track_parents)
+        const std::string parent = in->parent.to_string();
+        lua_pushlstring(L, parent.data(), parent.size());
+        lua_setfield(L, -2, "parent");
+      }
       return 1;
     });
   }
@@ -323,6 +328,7 @@ struct Primitives {
     std::string err = encode_values(L, 2, nargs, bytes, "arg");
     if (!err.empty()) return push_fail(L, err);
     SpawnOptions opts;
+    opts.parent = p.ctx_.self;
     if (mode == 1) opts.link_to = p.ctx_.self;
     if (mode == 2) {
       opts.monitor_by = p.ctx_.self;

@@ -120,6 +120,7 @@ int run(const cli::RunOptions& o) {
   std::optional<Reloader> reloader;
   if (o.watch) reloader.emplace(runtime);
 
+  if (!o.inspect.empty()) scheduler.track_parents();  // the inspector's tree shows who spawned whom
   SpawnResult root;
   {
     std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID

@@ -177,6 +177,11 @@ SpawnResult Scheduler::spawn(std::unique_ptr<Process> process, const std::string
     }
     slot->state.reset_ready();
   }
+  if (options.parent.valid() && track_parents_.load(std::memory_order_acquire)) {
+    ParentStripe& st = parent_stripe(pid);
+    std::lock_guard lock(st.mu);
+    st.of[pid] = options.parent;
+  }
   schedule(slot);
   if (Worker* w = own_worker()) w->note_spawn();
   else elsewhere_spawns_.fetch_add(1, std::memory_order_relaxed);
@@ -387,6 +392,11 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
 void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::string error, Ending ending) {
   const Pid pid = slot->pid();
   if (failed) failures_.fetch_add(1, std::memory_order_relaxed);
+  if (track_parents_.load(std::memory_order_acquire)) {
+    ParentStripe& st = parent_stripe(pid);
+    std::lock_guard lock(st.mu);
+    st.of.erase(pid);
+  }
   std::vector<Pid> links;
   std::vector<Monitor> monitors;
   {
@@ -484,6 +494,12 @@ std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool sel
         in.monitored_by.push_back(m.watcher);
     in.facts.quiet = in.state != RunState::Running && !self;
     if (slot->process) slot->process->Describe(in.facts);
+    lock.unlock();
+    if (track_parents_.load(std::memory_order_acquire)) {
+      ParentStripe& st = parent_stripe(pid);
+      std::lock_guard plock(st.mu);
+      if (auto it = st.of.find(pid); it != st.of.end()) in.parent = it->second;
+    }
     return in;
   }
 }

@@ -61,7 +61,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <array>
 #include <mutex>
+#include <unordered_map>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -93,6 +95,7 @@ struct SpawnOptions {
   Pid link_to;                   // link the new process with this one, atomically
   Pid monitor_by;                // and/or let this one monitor it, atomically
   std::uint64_t monitor_ref = 0;
+  Pid parent;                    // the process spawning it (kept only while track_parents is on)
 };
 
 struct SpawnResult {
@@ -188,6 +191,7 @@ class Scheduler {
   std::vector<Pid> live_pids();
   struct Inspection {
     RunState state = RunState::Ready;
+    Pid parent;              // who spawned it, while track_parents is on (else none)
     std::size_t queued = 0;  // messages not yet taken by a step
     std::int32_t outstanding = 0;  // commands it waits on (timers included)
     std::vector<Pid> links;
@@ -197,6 +201,9 @@ class Scheduler {
   // self: the caller is that process, in its own step (nothing to wait
   // for; it reads its own state).
   std::optional<Inspection> inspect(const Pid& pid, bool self = false);
+  // Who spawned whom (the inspector's tree): off by default, since it costs
+  // every spawn and exit a locked map update. Turn on before spawning.
+  void track_parents() { track_parents_.store(true, std::memory_order_release); }
   // What the workers did (the sums of Worker::Counters) and the wakes the
   // idle protocol issued; logged at debug level when the workers stop.
   struct Counters {
@@ -311,6 +318,15 @@ class Scheduler {
   std::atomic<std::uint64_t> elsewhere_messages_{0};
   std::atomic<std::uint64_t> elsewhere_spawns_{0};
   std::atomic<std::uint64_t> failures_{0};
+  // track_parents: each live process's parent, in stripes by PID index.
+  std::atomic<bool> track_parents_{false};
+  struct ParentStripe {
+    std::mutex mu;
+    std::unordered_map<Pid, Pid> of;  // guarded by mu
+  };
+  static constexpr std::size_t kParentStripes = 16;
+  std::array<ParentStripe, kParentStripes> parents_;
+  ParentStripe& parent_stripe(const Pid& pid) { return parents_[pid.index % kParentStripes]; }
   std::mutex live_mu_;                 // pairs with live_cv_ for wait_all_exited
   std::condition_variable live_cv_;
   std::atomic<bool> cancelling_{false};   // shutdown step 1 happened: new spawns get a cancel

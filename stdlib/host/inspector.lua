@@ -30,6 +30,7 @@ local function describe(pid, info)
     memory = info.memory, steps = info.steps, started = info.started,
     links = pid_list(info.links), monitors = pid_list(info.monitors),
     monitored_by = pid_list(info.monitored_by), names = pid_list(info.names),
+    parent = info.parent,  -- who spawned it (the host tracks it under --inspect)
   }
 end
 
@@ -166,6 +167,24 @@ function rel(label, pids){
   if(!pids.length) return "";
   return label+": "+pids.map(p=>'<a data-pid="'+esc(p)+'">'+esc(p)+'</a>').join("")+" ";
 }
+// The rows as the spawn tree: each process under the one that spawned it
+// (where that one is shown too), in the order they came.
+function tree(list){
+  const shown = {}, kids = {}, roots = [], out = [];
+  for (const p of list) shown[p.pid] = true;
+  for (const p of list) {
+    if (p.parent && shown[p.parent] && p.parent !== p.pid) (kids[p.parent] = kids[p.parent] || []).push(p);
+    else roots.push(p);
+  }
+  const stack = roots.slice().reverse().map(p => [p, 0]);
+  while (stack.length) {
+    const [p, d] = stack.pop();
+    out.push([p, d]);
+    const k = kids[p.pid] || [];
+    for (let i = k.length - 1; i >= 0; i--) stack.push([k[i], d + 1]);
+  }
+  return out;
+}
 async function refresh(){
   const f = $("filter").value;
   let data;
@@ -180,11 +199,12 @@ async function refresh(){
     '<span>'+k+' <b id="stat-'+k+'">'+s[k]+'</b> '+(k==="processes"?"":rate(k))+'</span>').join("");
   const prev = {};
   if(last) for(const p of last.processes) prev[p.pid]=p.steps;
-  const rows = data.processes.map(p => {
+  const rows = tree(data.processes).map(([p, depth]) => {
     const sr = dt>0 && prev[p.pid]!==undefined ? ((p.steps-prev[p.pid])/dt).toFixed(1) : "";
-    return '<tr data-pid="'+esc(p.pid)+'"><td class="pid">'+esc(p.pid)+'</td><td>'+esc(p.entry)+'</td><td class="status">'+
+    return '<tr data-pid="'+esc(p.pid)+'"><td class="pid" style="padding-left:'+(6+depth*14)+'px">'+
+      (depth?"&#x2514; ":"")+esc(p.pid)+'</td><td>'+esc(p.entry)+'</td><td class="status">'+
       esc(p.status)+'</td><td class="num mailbox">'+p.mailbox+'</td><td class="num">'+kb(p.memory)+'</td><td class="num">'+sr+
-      '</td><td>'+esc(p.names.join(", "))+'</td><td class="rel">'+rel("links",p.links)+rel("monitors",p.monitors)+
+      '</td><td>'+esc(p.names.join(", "))+'</td><td class="rel">'+rel("spawned by",p.parent?[p.parent]:[])+rel("links",p.links)+rel("monitors",p.monitors)+
       rel("monitored by",p.monitored_by)+'</td><td><button class="terminate" data-pid="'+esc(p.pid)+'">terminate</button></td></tr>';
   });
   $("rows").innerHTML = rows.join("");

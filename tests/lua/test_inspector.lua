@@ -70,6 +70,9 @@ return { main = function(host, storm)
         end
         T.ok(root, "the root is listed with its name")
         T.eq(root.entry, "fixtures.inspected:main")
+        for _, row in ipairs(data.processes) do
+          if row ~= root then T.eq(row.parent, root.pid, "spawned by the root: " .. row.pid) end
+        end
         T.eq(#root.monitors, 1, "the root monitors one")
         T.eq(#root.links, 1, "and is linked to one")
         local f = assert(json.decode(curl { url .. "/api/processes?filter=inspected.root" }.stdout))
