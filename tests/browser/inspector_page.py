@@ -99,7 +99,7 @@ def main():
             if name in d.text(r):
                 named = pid
         assert named, f"no row shows the name {name}"
-        assert any("spawned by " + named in d.text(r) for r in rows), "no row shows it was spawned by the root"
+        assert any("spawned by: " + named in d.text(r) for r in rows), "no row shows it was spawned by the root"
         wait_for("the processes counter to say " + str(expected),
                  lambda: any(d.text(e) == str(expected) for e in d.find_all("#stat-processes")))
         victim = next(p for p in by_pid if p != named)
