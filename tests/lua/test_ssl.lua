@@ -212,6 +212,40 @@ return { main = function()
       T.eq(c:receive("*a"), "the end", "all until the peer's close_notify")
       c:close()
     end },
+    { "a send and a receive before dohandshake start the handshake and wait for it", function()
+      local conn = client(py_port, { mode = "client", cafile = ca })
+      conn:sni("localhost")
+      T.eq(conn:send("early\n"), 6)
+      T.eq(conn:receive(), "early")
+      T.eq(conn:dohandshake(), true)
+      conn:close()
+    end },
+    { "a server with verify peer asks for a client certificate", function()
+      local srv, port = listener()
+      local results = channel.new(2)
+      coroutine.spawn(function()
+        for _ = 1, 2 do
+          local s = assert(srv:accept())
+          local conn = assert(ssl.wrap(s, { mode = "server", certificate = cert, key = key, verify = "peer",
+                                            cafile = ca }))
+          conn:settimeout(10)
+          local ok, err = conn:dohandshake()
+          results:send(ok or err)
+          if ok then conn:send("welcome\n") end
+          conn:close()
+        end
+      end)
+      local bare = client(port, { mode = "client", cafile = ca })
+      bare:dohandshake()  -- TLS 1.3 ends the client's side before the server looks
+      T.match(results:receive(), "^handshake failed: ")
+      bare:close()
+      local known = client(port, { mode = "client", cafile = ca, certificate = cert, key = key })
+      T.eq(known:dohandshake(), true)
+      T.eq(results:receive(), true)
+      T.eq(known:receive(), "welcome")
+      known:close()
+      srv:close()
+    end },
     { "a receive on TLS times out with its partial data", function()
       local c, s = tls_pair()
       c:send("partial")
