@@ -361,7 +361,7 @@ int m_sendto(lua_State* L) {
 
 // ---- TLS (stdlib/ssl.lua: LuaSec's API)
 
-// A string argument or nil (pushed as is); raises, naming it, otherwise.
+// Raises, naming the argument, where idx holds neither a string nor nil.
 void check_optstring(lua_State* L, int idx, const char* what, const char* method) {
   if (!lua_isnoneornil(L, idx) && lua_type(L, idx) != LUA_TSTRING)
     luaL_error(L, "bad argument to '%s' (%s: string expected, got %s)", method, what, luaL_typename(L, idx));
@@ -382,9 +382,9 @@ int m_tlswrap(lua_State* L) {
   check_optstring(L, 7, "key", "wrap");
   if (!live(s)) return answer_closed(L);
   expect_class_change(L, s);
+  lua_settop(L, 7);
   lua_pushboolean(L, lua_toboolean(L, 4));
   lua_replace(L, 4);
-  lua_settop(L, 7);
   return call(L, "tls_wrap", s, 6);
 }
 

@@ -144,7 +144,7 @@ TlsSession::~TlsSession() {
 }
 
 void TlsSession::set_host_name(std::string_view host_name) {
-  if (!ssl_ || server_ || state_ != State::Handshaking) return;
+  if (!ssl_ || server_ || started_ || state_ != State::Handshaking) return;
   const std::string name(host_name);
   ERR_clear_error();
   if (is_ip(name)) {
@@ -183,6 +183,7 @@ void TlsSession::fail(int rc, const char* during) {
 
 TlsSession::State TlsSession::handshake() {
   if (state_ != State::Handshaking) return state_;
+  started_ = true;
   ERR_clear_error();
   const int rc = SSL_do_handshake(ssl_);
   if (rc == 1) {

@@ -83,7 +83,8 @@ class TlsSession {
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;
 
-  // Sets the name a client sends (SNI) and checks; before the handshake only.
+  // Sets the name a client sends (SNI) and checks, as the constructor's
+  // host_name; ignored by a server and once the handshake has started.
   void set_host_name(std::string_view host_name);
 
   // Ciphertext read from the network, all of it kept.
@@ -129,6 +130,7 @@ class TlsSession {
   std::string error_;
   bool server_ = false;
   bool closed_ = false;  // close() queued the close_notify
+  bool started_ = false;  // handshake() was called: the host name is sent
 };
 
 }  // namespace host::lua
