@@ -407,6 +407,7 @@ return { main = function()
       local nokey, kerr = http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert } })
       T.eq(nokey, nil); T.match(kerr, "^invalid: opts.tls needs cert and key")
       srv:close()
+      os.execute("rm -rf " .. c.dir)
     end },
     { "a body over buffer_body_bytes is streamed: req.body is nil, req:read_body() gives its chunks", function()
       local srv, port = serve { buffer_body_bytes = 1000, max_body_bytes = 10 * 1024 * 1024 }

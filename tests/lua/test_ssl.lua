@@ -8,21 +8,8 @@ local ssl = require("ssl")
 -- The test's own CA and server certificate, in a directory of its own.
 local dir, ca, cert, key, other_ca
 local function make_certificates()
-  dir = T.tmpdir()
-  local function run(argv)
-    local r = assert(exec.run(argv, { cwd = dir, timeout = 60 }))
-    if r.code ~= 0 then error(table.concat(argv, " ") .. ": " .. r.stderr) end
-  end
-  run { "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "2", "-subj", "/CN=host test CA" }
-  run { "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.pem",
-        "-days", "2", "-subj", "/CN=another CA" }
-  run { "openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=localhost" }
-  assert(fs.write(dir .. "/ext.cnf", "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"))
-  run { "openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf" }
-  ca, cert, key, other_ca = dir .. "/ca.pem", dir .. "/server.pem", dir .. "/server.key", dir .. "/other.pem"
+  local c = require("certs").make()
+  dir, ca, cert, key, other_ca = c.dir, c.ca, c.cert, c.key, c.other_ca
 end
 
 -- A TLS echo server in python (its ssl module): echoes what each
