@@ -1,6 +1,8 @@
 // LuaProcess: a Process whose code is a Lua module, run in its own LuaJIT
 // state. Threads: one at a time (the worker stepping it, or the spawner
-// during Init).
+// during Init). Its definitions are spread over lua_process.cpp and the
+// lua_process_*.cpp files, one concern each (bindings/
+// lua_process_internal.hpp lists them).
 //
 // Prepare (called by Init, or ahead of time for a spare) creates the state
 // on its own arena (bindings/state_arena.hpp) behind a counting allocator
@@ -35,7 +37,9 @@ struct lua_State;
 
 namespace host::lua {
 
-class LuaProcess final : public Process {
+// It is its kernel's KernelHost (task_kernel.hpp): the C timers and
+// kernel_ext.lua's loader are its.
+class LuaProcess final : public Process, private KernelHost {
  public:
   explicit LuaProcess(LuaRuntime& runtime);
   ~LuaProcess() override;
@@ -66,6 +70,9 @@ class LuaProcess final : public Process {
 
  private:
   friend struct Primitives;
+  // Sets the process (and its kernel) this thread runs, for a scope
+  // (lua_process.cpp).
+  struct RunningHere;
   // The state's allocator (the arena behind the memory limit's count), and
   // the one lua_newstate and lua_close run with, which also knows the
   // global state: the hot path need not check for it.
@@ -90,8 +97,12 @@ class LuaProcess final : public Process {
   void push_loaded(lua_State* L) const;
   // Pushes the `process` API table.
   void push_process_api(lua_State* L);
-  // TaskKernel's ExtLoader: kernel_ext.lua's chunk and its primitives.
-  static void push_ext_chunk(lua_State* L, void* self);
+  // KernelHost: kernel_ext.lua's chunk and H, its primitives
+  // (lua_process_env.cpp); a sleep command of secs for a C timer, and its
+  // cancel (lua_process_waits.cpp).
+  void push_ext_chunk(lua_State* L) override;
+  std::uint64_t start_timer(double secs) override;
+  void cancel_timer(std::uint64_t tag) override;
   // Step's protected body: the events, then the ready tasks. Called through
   // lua_pcall from a registry slot (step_fn_ref_): lua_cpcall would make a
   // new C function object every step. Its arguments are step_events_ and
@@ -262,7 +273,7 @@ class LuaProcess final : public Process {
   std::mutex& monitors_lock() const;
   void add_monitor(const Pid& target, std::uint64_t ref);
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
-  // TaskKernel's C timers started (Primitives::start_timer: their tags),
+  // TaskKernel's C timers started (LuaProcess::start_timer: their tags),
   // and its waiting calls (TaskKernel::kCallTagMark and this count).
   std::uint32_t c_timers_ = 0;
   // The timer kernel_ext.lua's timed selects share (H.sel_wait), 0 for

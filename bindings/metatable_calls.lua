@@ -1,5 +1,5 @@
 -- getmetatable and setmetatable over the base library's, for the globals
--- a process has not named yet (bindings/lua_process.cpp, plain_globals,
+-- a process has not named yet (bindings/lua_process_env.cpp, plain_globals,
 -- says why). Lua, not C: LuaJIT compiles these into the caller's trace
 -- with the originals inline (a C wrapper made setmetatable in a compiled
 -- loop 150 times slower). Their arguments pass on as given (...), so that

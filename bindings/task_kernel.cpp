@@ -236,6 +236,11 @@ std::string failure_text(lua_State* L, lua_State* co, int rc) {
 
 }  // namespace
 
+inline TaskKernel& TaskKernel::self(lua_State*) {
+  HOST_ASSERT(running_ != nullptr, "a kernel's C function runs only while its process runs");
+  return *running_;
+}
+
 int TaskKernel::pin(lua_State* L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, pinned_ + 1);
   const bool free = lua_isnil(L, -1);
@@ -245,9 +250,8 @@ int TaskKernel::pin(lua_State* L) {
   return pinned_;
 }
 
-void TaskKernel::init(lua_State* L, ExtLoader loader, void* loader_ctx) {
-  loader_ = loader;
-  loader_ctx_ = loader_ctx;
+void TaskKernel::init(lua_State* L, KernelHost& host) {
+  host_ = &host;
   // A fresh state's registry is an empty table without an array part: its
   // first dozen slots (the pins) grew it four times, a rehash each, about
   // 2k instructions of a spawn. This one is sized for them. (It replaces
@@ -646,7 +650,7 @@ void TaskKernel::unmap_timer(lua_State* L, std::uint64_t tag) {
 }
 
 int TaskKernel::block_in_sleep(lua_State* L, double secs) {
-  map_timer(L, start_timer(loader_ctx_, secs), current_);
+  map_timer(L, host_->start_timer(secs), current_);
   // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
   // it up from a user's coroutine).
   lua_pushlightuserdata(L, &kBlock);
@@ -686,8 +690,8 @@ std::uint64_t TaskKernel::receive_timer(double deadline) {
   // None armed, or it fires after this deadline: a new one, which later
   // waits share. The one it replaces stays for the waits it serves, or
   // goes if it serves none.
-  if (receive_timer_ && !serves(receive_timer_)) cancel_timer(loader_ctx_, receive_timer_);
-  receive_timer_ = start_timer(loader_ctx_, std::max(0.0, deadline - monotonic_seconds()));
+  if (receive_timer_ && !serves(receive_timer_)) host_->cancel_timer(receive_timer_);
+  receive_timer_ = host_->start_timer(std::max(0.0, deadline - monotonic_seconds()));
   receive_timer_due_ = deadline;
   return receive_timer_;
 }
@@ -696,7 +700,7 @@ void TaskKernel::release_timer(std::uint64_t timer) {
   // The shared timer stays for the next timed wait (settle_receive_timer
   // drops it at the step's end if none came); an older one goes with its
   // last wait.
-  if (timer && timer != receive_timer_ && !serves(timer)) cancel_timer(loader_ctx_, timer);
+  if (timer && timer != receive_timer_ && !serves(timer)) host_->cancel_timer(timer);
 }
 
 bool TaskKernel::serves(std::uint64_t timer) const {
@@ -705,14 +709,14 @@ bool TaskKernel::serves(std::uint64_t timer) const {
 
 void TaskKernel::settle_receive_timer() {
   if (receive_timer_ && !serves(receive_timer_)) {
-    cancel_timer(loader_ctx_, receive_timer_);
+    host_->cancel_timer(receive_timer_);
     receive_timer_ = 0;
   }
 }
 
 void TaskKernel::drop_receive_timers() {
   for (const Parked& w : parked_)
-    if (w.timer) cancel_timer(loader_ctx_, w.timer);  // a shared one's second cancel does nothing
+    if (w.timer) host_->cancel_timer(w.timer);  // a shared one's second cancel does nothing
   receive_timer_ = 0;
 }
 
@@ -1062,7 +1066,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   // them.
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
-    if (lua_type(L, -2) == LUA_TNUMBER) cancel_timer(loader_ctx_, static_cast<std::uint64_t>(lua_tonumber(L, -2)));
+    if (lua_type(L, -2) == LUA_TNUMBER) host_->cancel_timer(static_cast<std::uint64_t>(lua_tonumber(L, -2)));
   lua_pop(L, 1);
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
@@ -1189,7 +1193,7 @@ void TaskKernel::push_ext(lua_State* L) {
       if (paused) lua_gc(L, LUA_GCRESTART, -1);  // the next cycle once the heap has grown by the pause
     }
   } paused_collector(L);
-  loader_(L, loader_ctx_);  // chunk, H
+  host_->push_ext_chunk(L);  // chunk, H
   lua_createtable(L, 0, 12);
   static const std::pair<const char*, void*> sentinels[] = {
       {"BLOCK", &kBlock}, {"YIELD", &kYield}, {"UPGRADE", &kUpgrade}, {"RECEIVE", &kReceive}};

@@ -28,6 +28,26 @@ struct lua_State;
 
 namespace host::lua {
 
+// What a kernel asks of the process that holds it: the one way TaskKernel
+// reaches outside itself, implemented by LuaProcess (bindings/
+// lua_process_env.cpp, lua_process_waits.cpp). Called on the thread
+// running the process, inside its step (or its start).
+class KernelHost {
+ public:
+  // Pushes the extension chunk (kernel_ext.lua) and H, its C primitives:
+  // the first time the process needs kernel_ext (TaskKernel::push_ext).
+  virtual void push_ext_chunk(lua_State* L) = 0;
+  // Starts a sleep command of secs, a C timer (time.sleep, a timed
+  // receive), and returns its tag: kTimerTagMark and a count, none of
+  // kernel_ext's, none still out. Its completion comes back to complete().
+  virtual std::uint64_t start_timer(double secs) = 0;
+  // Cancels a C timer (one started in this step is only dropped).
+  virtual void cancel_timer(std::uint64_t tag) = 0;
+
+ protected:
+  ~KernelHost() = default;
+};
+
 class TaskKernel {
  public:
   // What run() found: every task waits, some task only yielded to other
@@ -35,11 +55,18 @@ class TaskKernel {
   // failed (failure()).
   enum Outcome { kWaiting = 0, kContinue = 1, kDone = 2, kFailed = 3 };
 
-  // Pushes the extension chunk (kernel_ext.lua) and H, its C primitives.
-  using ExtLoader = void (*)(lua_State* L, void* ctx);
+  // Sets up the kernel in a fresh state; it needs no library open. host
+  // holds the kernel and outlives it.
+  void init(lua_State* L, KernelHost& host);
 
-  // Sets up the kernel in a fresh state; it needs no library open.
-  void init(lua_State* L, ExtLoader loader, void* loader_ctx);
+  // The kernel whose process this thread runs now: its host sets it
+  // around every entry into the process's state (a step, a start, a
+  // close), and gives the outer one back as it leaves (a spawn runs the
+  // child's start inside the parent's step). The kernel's C functions
+  // (l_receive, I.wake, ...) find their kernel there: one load, where a
+  // light userdata upvalue on each closure cost lua_touserdata's index
+  // resolution (about 49 instructions a receive).
+  static void set_running(TaskKernel* kernel) { running_ = kernel; }
 
   // Pops LuaJIT's own coroutine library, which kernel_ext.lua wraps (the
   // global coroutine is the wrapper): the loader gives it before it pushes
@@ -130,12 +157,7 @@ class TaskKernel {
   // success's result nil pushed at base).
   bool exited(lua_State* L, int base);
 
-  // Defined by the owner (bindings/lua_process.cpp), for the process whose
-  // kernel's loader context is ctx: starts a sleep command of secs and
-  // returns its tag (kTimerTagMark and a count: none of kernel_ext's, none
-  // still out); cancels one.
-  static std::uint64_t start_timer(void* loader_ctx, double secs);
-  static void cancel_timer(void* loader_ctx, std::uint64_t tag);
+  // The C timers' tags (KernelHost::start_timer).
   static constexpr std::uint64_t kTimerTagMark = std::uint64_t{1} << 52;
   // Waiting calls (docs/ARCHITECTURE.md, "A call that waits"): a binding
   // that must wait on something outside the process (a file, a program,
@@ -263,12 +285,10 @@ class TaskKernel {
   static int l_receive(lua_State* L);
   static int l_receive_raw(lua_State* L);  // receive.lua's
   static int receive(lua_State* L, bool raw);
-  // The kernel of the process whose state L is. Defined by its owner,
-  // bindings/lua_process.cpp: the state's allocator's userdata is the
-  // LuaProcess, which holds the kernel (Primitives::of), so finding it is
-  // two field reads, where a light userdata upvalue on each closure cost
-  // lua_touserdata's index resolution (about 49 instructions a receive).
+  // The kernel of the process whose state L is: the running one
+  // (set_running).
   static TaskKernel& self(lua_State* L);
+  static inline constinit thread_local TaskKernel* running_ = nullptr;
 
   // Creates a task for the function at idx and the nargs values above it
   // (all popped), queues it and leaves its thread on top of L.
@@ -444,8 +464,7 @@ class TaskKernel {
   // after_resume, with this lua_resume result; -1: none (settle's).
   std::int8_t unsettled_rc_ = -1;
 
-  ExtLoader loader_ = nullptr;
-  void* loader_ctx_ = nullptr;
+  KernelHost* host_ = nullptr;
   RunQueue yielded_;  // tasks that let other processes run (time.sleep(0))
   int events_ref_ = -2;
   int deliver_ref_ = -2;  // kernel_ext's E.deliver, once event() first needed it

@@ -47,7 +47,7 @@ inline constexpr std::chrono::milliseconds kTimerTick{1};
 // one helper per worker, each retiring when it runs out of work).
 inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 
-// Lazy JIT (bindings/lua_process.cpp): a Lua process starts interpreted and
+// Lazy JIT (bindings/lua_process_jit.cpp): a Lua process starts interpreted and
 // switches LuaJIT's compiler on once it has run kJitWarmupInstructions
 // bytecodes (or names `jit`). Switching it on probes the CPU with cpuid,
 // which this kind of virtual machine traps: about 35 us a state, more than

@@ -1,7 +1,7 @@
 // Kernel randomness for small requests, from a per-thread batch.
 //
 // Why: each process's math.random starts from its own seed
-// (bindings/lua_process.cpp, seed_random). A system call per process would
+// (bindings/lua_process_env.cpp, seed_random). A system call per process would
 // cost a noticeable part of a spawn (BENCHMARKS.md's ledger); one
 // getrandom of 4 KB per thread serves 512 seeds.
 #pragma once

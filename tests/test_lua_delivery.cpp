@@ -1,5 +1,5 @@
 // How a Lua process's step hands the messages that arrived to its kernel
-// (bindings/lua_process.cpp, deliver_events): a run of messages that nobody
+// (bindings/lua_process_delivery.cpp, deliver_events): a run of messages that nobody
 // waits for goes to the inbox in one call, and a message whose bytes cannot
 // be decoded is dropped (logged) without taking its neighbours with it.
 #include <doctest/doctest.h>

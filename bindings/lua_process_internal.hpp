@@ -1,0 +1,246 @@
+// What the files of a LuaProcess share, and no one else includes: the
+// thread-locals that say which process this thread runs, small helpers of
+// the C API, and Primitives, the C functions a process's Lua code calls
+// (each file defines its group; the declarations below say which).
+// Threads: the one running the process (a step, its start, its close, a
+// spare's preparation).
+//
+// The files (docs/ARCHITECTURE.md, "A Lua process"):
+//   lua_process.cpp           the state on its allocator, its start, its step, its end
+//   lua_process_api.cpp       the process and log APIs' C functions
+//   lua_process_waits.cpp     time, the waiting call, the C timers (KernelHost's)
+//   lua_process_env.cpp       the lazy environment: _G's metatable, the libraries, assert
+//   lua_process_modules.cpp   require's searcher, the host's Lua modules, sockets
+//   lua_process_delivery.cpp  a step's events into the Lua state: hand-over, inbox, kernel
+//   lua_process_jit.cpp       the JIT probe
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <lua.hpp>
+
+#include "bindings/codec.hpp"
+#include "bindings/lua_process.hpp"
+#include "bindings/stack_args.hpp"
+#include "host/assert.hpp"
+
+namespace host::lua {
+
+// The process whose state this thread runs (a step, its start, its close,
+// a spare's preparation), for Primitives::of. Nested: a spawn runs the
+// child's start inside the parent's step, and gives the parent back after
+// (LuaProcess's RunningHere, which sets TaskKernel's running kernel too).
+inline constinit thread_local LuaProcess* t_running = nullptr;
+
+// While LuaProcess::Init runs a module's top-level code on this thread:
+// when that code has run as long as a step may (jit_probe_hook); min until
+// the hook first fires there. max otherwise.
+inline constinit thread_local std::chrono::steady_clock::time_point t_load_deadline =
+    std::chrono::steady_clock::time_point::max();
+
+// The Lua steps taken on this thread (LuaProcess::Step counts them), and
+// the thread's tag (1-255, given at its first sampled step; 0 until
+// then): probe_jit's measure of a process's share of its core.
+// Constant-initialized, so that reading them needs no guard.
+struct ThreadSteps {
+  std::uint32_t count = 0;
+  std::uint8_t tag = 0;
+};
+inline constinit thread_local ThreadSteps this_thread_steps;
+
+// The process whose state L is, by the public API (its allocator's data).
+inline LuaProcess* owner_by_api(lua_State* L) {
+  void* ud = nullptr;
+  lua_getallocf(L, &ud);
+  return static_cast<LuaProcess*>(ud);
+}
+
+// Globals are read raw here: _G's __index is lazy_global itself.
+inline void raw_global(lua_State* L, const char* name) {
+  lua_pushstring(L, name);
+  lua_rawget(L, LUA_GLOBALSINDEX);
+}
+
+// The API tables every process has as globals (built by the kernel), and
+// the kernel's wrapper of the coroutine library.
+// fs and exec are Lua modules over waiting calls (bindings/fs.lua, exec.lua).
+inline constexpr const char* kApiNames[] = {"process", "channel", "time", "log", "coroutine", "fs", "exec"};
+
+inline bool is_api(const char* name) {
+  for (const char* api : kApiNames)
+    if (std::strcmp(api, name) == 0) return true;
+  return false;
+}
+
+// LuaJIT's standard libraries, by name.
+inline constexpr std::pair<const char*, lua_CFunction> kLibraries[] = {
+    {"string", luaopen_string}, {"table", luaopen_table}, {"math", luaopen_math},
+    {"io", luaopen_io},         {"os", luaopen_os},       {"debug", luaopen_debug},
+    {"bit", luaopen_bit},       {"ffi", luaopen_ffi},     {"package", luaopen_package},
+    {"jit", luaopen_jit}};
+
+// The opener of a standard library; null for any other name.
+inline lua_CFunction opener(const char* name) {
+  for (auto& [n, f] : kLibraries)
+    if (std::strcmp(n, name) == 0) return f;
+  return nullptr;
+}
+
+// Pushes nil, err and returns 2: the "fails for reasons outside the caller's
+// code" convention of SPEC section 4.
+inline int push_fail(lua_State* L, const std::string& err) {
+  lua_pushnil(L);
+  lua_pushlstring(L, err.data(), err.size());
+  return 2;
+}
+
+// Pushes exactly one value decoded from bytes (nil when they hold none, the
+// first when several); on bad bytes pushes nothing and returns false.
+inline bool push_one_value(lua_State* L, const std::string& bytes, std::string* err, StringCache* strings = nullptr) {
+  int n = decode_values(L, bytes, err, strings);
+  if (n < 0) return false;
+  if (n == 0) lua_pushnil(L);
+  else if (n > 1) lua_pop(L, n - 1);
+  return true;
+}
+
+// Argument idx (>= 1) must be a string (numbers are not coerced: a PID, a
+// name or a topic given as a number is a programming error). Raises "bad
+// argument #idx to 'fname' (string expected, got TYPE)". Read from the
+// stack directly (stack_args.hpp): a send checks two.
+[[gnu::cold, gnu::noinline]] inline void raise_not_string(lua_State* L, int idx) { luaL_typerror(L, idx, "string"); }
+inline const char* check_string(lua_State* L, int idx, std::size_t* len = nullptr) {
+  const char* s = stack_args::string(L, idx, len);
+  if (!s) raise_not_string(L, idx);
+  return s;
+}
+
+// Pushes fn and, where variant is not negative, makes it a closure over
+// the variant (upvalue 1). Each function finds its process with
+// Primitives::of.
+inline void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
+  if (variant < 0) {
+    lua_pushcfunction(L, fn);
+    return;
+  }
+  lua_pushinteger(L, variant);
+  lua_pushcclosure(L, fn, 1);
+}
+
+// The C functions behind the process API (made lazily by process_field),
+// log and time.now, the globals' and the package searcher's hooks, and H,
+// the table of primitives kernel_ext.lua gets. Each finds its LuaProcess
+// with of(L).
+struct Primitives {
+  // The process whose state L is: the one this thread runs (one load,
+  // where the C API's lua_getallocf was about 10 instructions), else the
+  // allocator's data. Debug builds check that L is that process's: a
+  // state is touched only by the thread running it.
+  static LuaProcess& of(lua_State* L) {
+    LuaProcess* p = t_running;
+    if (!p) [[unlikely]] p = owner_by_api(L);
+    HOST_ASSERT(p == owner_by_api(L), "a process's state is used only on the thread running it");
+    return *p;
+  }
+
+  // getmetatable and setmetatable as globals: bindings/metatable_calls.lua's
+  // over the base library's, made when the script first names one (about
+  // 1 KB of heap that a process which never does is spared).
+  static constexpr const char* kMetatableCalls[] = {"getmetatable", "setmetatable"};
+
+  // lua_process_api.cpp: the process API (process.*, log.*).
+  static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret);
+  static bool resolve_new(lua_State* L, LuaProcess& p, int idx, std::string_view dest, Pid& out, int& nret);
+  template <typename F> static int on_target(lua_State* L, F&& fn);
+  static int ok_or_fail(lua_State* L, const std::string& err);
+  static void push_pids(lua_State* L, const std::vector<Pid>& pids);
+  static int list(lua_State* L);
+  static int info(lua_State* L);
+  static int host_stats(lua_State* L);
+  static int pid(lua_State* L);
+  static int memory(lua_State* L);
+  static int send(lua_State* L);
+  static int spawn(lua_State* L);
+  static int link(lua_State* L);
+  static int unlink(lua_State* L);
+  static int monitor(lua_State* L);
+  static int demonitor(lua_State* L);
+  static int unmonitor(lua_State* L);
+  static int cancel(lua_State* L);
+  static int terminate(lua_State* L);
+  static int register_name(lua_State* L);
+  static int lookup(lua_State* L);
+  static int unregister(lua_State* L);
+  static int load_entry(lua_State* L);
+  static int process_field(lua_State* L);
+  static int log_at(lua_State* L);
+  static void push_log_api(lua_State* L);
+
+  // lua_process_waits.cpp: time and the calls that wait (time.*, the
+  // waiting call, the timers' commands, the timed selects' shared timer).
+  static int now(lua_State* L);
+  static int sleep(lua_State* L);
+  static void add_sleep(LuaProcess& p, std::uint64_t tag, double secs);
+  static int duration(lua_State* L);
+  static int wait_call(lua_State* L);
+  static int start_call(lua_State* L, CommandId id, std::int64_t arg, int first, int n);
+  static int sleep_cmd(lua_State* L);
+  static int cancel_cmd(lua_State* L);
+  static int sel_wait(lua_State* L);
+  static int sel_idle(lua_State* L);
+  static int sel_timer(lua_State* L);
+  static void push_time_api(lua_State* L);
+
+  // lua_process_env.cpp: the lazy environment (_G's metatable, the
+  // libraries, assert, the API tables, kernel_ext's H).
+  static int print(lua_State* L);
+  static void base_global(lua_State* L, const char* name);
+  static int lazy_global(lua_State* L);
+  static int assert_(lua_State* L);
+  static bool has_own_assert(lua_State* L);
+  static void open_base(lua_State* L, LuaProcess& p);
+  static void push_string_lib(lua_State* L);
+  static void open_lib(lua_State* L, const char* name);
+  static void run_opener(lua_State* L, const char* name, int nresults);
+  static void seed_random(lua_State* L);
+  static int plain(lua_State* L);
+  static bool is_metatable_call(const char* k);
+  static void install_metatable_calls(lua_State* L, LuaProcess& p);
+  static int metatable_call(lua_State* L);
+  static void wrap_metatable_calls(lua_State* L, int idx);
+  static void plain_globals(lua_State* L);
+  static int exit(lua_State* L);
+  static int needs_close(lua_State* L);
+  static void wrap_needs_close(lua_State* L, int idx, const char* key);
+  static void push_api(lua_State* L, LuaProcess& p, const char* name);
+  static void push_ext_api(lua_State* L, LuaProcess& p, const char* name);
+  static int describe(lua_State* L);
+
+  // lua_process_modules.cpp: require's searcher, the host's Lua modules,
+  // sockets in a process.
+  static void push_io_api(lua_State* L, LuaProcess& p, const char* name);
+  static void push_socket_module(lua_State* L, LuaProcess& p);
+  static void claim_socket(lua_State* L, std::uint64_t id);
+  static void give_socket(lua_State* L, std::uint64_t id);
+  static void drop_socket(lua_State* L, std::uint64_t id);
+  static SocketShards& socket_service(lua_State* L);
+  static void mark_needs_close(lua_State* L);
+  static int wall_time(lua_State* L);
+  static void open_package(lua_State* L);
+  static int load_std(lua_State* L);
+  static int load_api(lua_State* L);
+  static int searcher(lua_State* L);
+
+  // lua_process_jit.cpp: the JIT probe.
+  static void jit_probe_hook(lua_State* L, lua_Debug*);
+  static void compile(lua_State* L, LuaProcess* p);
+  static void jit_opened(lua_State* L);
+};
+
+}  // namespace host::lua

@@ -1,0 +1,209 @@
+// What require finds: the package searcher put first (the script
+// directory's and stdlib's modules from the shared bytecode cache, the
+// API tables and the standard libraries by name, host.call), the host's
+// Lua modules over waiting calls (fs, exec, socket), and a process's side
+// of the sockets it holds (claim, give, drop: socket_object.cpp calls
+// them). Threads: the one running the process.
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include <lua.hpp>
+
+#include "bindings/codec.hpp"
+#include "bindings/lua_process_internal.hpp"
+#include "bindings/socket_object.hpp"
+
+namespace host::lua {
+
+// fs, exec or socket: its chunk called with the waiting call, its
+// command, and (socket's gettime) the wall clock.
+void Primitives::push_io_api(lua_State* L, LuaProcess& p, const char* name) {
+  struct Module {
+    const char* name;
+    const std::string& (LuaRuntime::*bytecode)() const;
+    CommandId command;
+  };
+  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_bytecode, io_cmd::kFs},
+                                       {"exec", &LuaRuntime::exec_bytecode, io_cmd::kExec},
+                                       {"socket", &LuaRuntime::socket_bytecode, io_cmd::kSocket}};
+  const Module* m = modules;
+  while (std::strcmp(m->name, name) != 0) ++m;
+  const std::string& bc = (p.rt_.*m->bytecode)();
+  if (luaL_loadbuffer(L, bc.data(), bc.size(), (std::string("=") + name).c_str()) != 0) lua_error(L);
+  lua_pushcfunction(L, wait_call);
+  lua_pushinteger(L, m->command);
+  lua_pushcfunction(L, wall_time);
+  lua_call(L, 3, 1);
+}
+
+// The socket module's table in this process, loading it if need be
+// (require("socket"), or a socket that arrived in a message).
+void Primitives::push_socket_module(lua_State* L, LuaProcess& p) {
+  p.push_loaded(L);
+  lua_getfield(L, -1, "socket");
+  if (!lua_istable(L, -1)) {  // nil, or require's mark that it is loading
+    lua_pop(L, 1);
+    push_io_api(L, p, "socket");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "socket");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "socket.core");
+  }
+  lua_remove(L, -2);
+}
+
+void Primitives::claim_socket(lua_State* L, std::uint64_t id) {
+  auto& p = of(L);
+  p.rt_.io().sockets.claim(id, p.ctx_.self);
+}
+
+void Primitives::give_socket(lua_State* L, std::uint64_t id) {
+  auto& p = of(L);
+  p.rt_.io().sockets.give(id, p.ctx_.self);
+}
+
+void Primitives::drop_socket(lua_State* L, std::uint64_t id) {
+  auto& p = of(L);
+  p.rt_.io().sockets.drop(id, p.ctx_.self);
+}
+
+SocketShards& Primitives::socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
+
+void Primitives::mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
+
+// Seconds since the epoch, with their fraction (LuaSocket's gettime).
+int Primitives::wall_time(lua_State* L) {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  lua_pushnumber(L, static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9);
+  return 1;
+}
+
+// Opens package and puts our searcher first: modules of the script
+// directory and stdlib/ come from the shared bytecode cache; the host's
+// API and LuaJIT's libraries by name; then LuaJIT's own searchers, whose
+// path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
+void Primitives::open_package(lua_State* L) {
+  raw_global(L, "package");
+  bool opened = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (opened) return;
+  open_lib(L, "package");
+  raw_global(L, "package");
+  lua_getfield(L, -1, "loaders");
+  // Shift the loaders up by one and put ours at 1 (before preload). The
+  // others run only for modules outside the script directory and stdlib,
+  // which may be native code (LUA_CPATH), as may loadlib's.
+  int n = static_cast<int>(lua_objlen(L, -1));
+  for (int i = n; i >= 1; --i) {
+    lua_rawgeti(L, -1, i);
+    lua_pushcclosure(L, needs_close, 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushcfunction(L, searcher);
+  lua_rawseti(L, -2, 1);
+  lua_pop(L, 1);
+  wrap_needs_close(L, -1, "loadlib");
+  lua_pop(L, 1);
+}
+
+int Primitives::load_std(lua_State* L) {
+  const char* name = lua_tostring(L, lua_upvalueindex(1));
+  run_opener(L, name, 1);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    raw_global(L, name);
+  }
+  return 1;
+}
+
+int Primitives::load_api(lua_State* L) {
+  push_api(L, of(L), lua_tostring(L, lua_upvalueindex(1)));
+  return 1;
+}
+
+int Primitives::searcher(lua_State* L) {
+  auto& p = of(L);
+  std::string name = luaL_checkstring(L, 1);
+  if (opener(name.c_str()) && name != "package") {  // package is already loaded when require runs
+    lua_pushstring(L, name.c_str());
+    lua_pushcclosure(L, load_std, 1);
+    return 1;
+  }
+  if (name == "_G") {  // as in plain LuaJIT, where the base library is always open
+    open_base(L, p);
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      lua_pushvalue(S, LUA_GLOBALSINDEX);
+      return 1;
+    });
+    return 1;
+  }
+  if (is_api(name.c_str())) {
+    lua_pushstring(L, name.c_str());
+    lua_pushcclosure(L, load_api, 1);
+    return 1;
+  }
+  // The host's socket module shadows LuaSocket's (its C core would block
+  // a worker); LuaSocket's Lua modules (socket.http, socket.url) load
+  // from the system's path as usual, on top of it.
+  if (name == "socket" || name == "socket.core") {
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      push_socket_module(S, of(S));
+      return 1;
+    });
+    return 1;
+  }
+  if (name == "host.commands") {  // the host's own commands, for stdlib modules (http)
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      lua_createtable(S, 0, 1);
+      lua_pushinteger(S, io_cmd::kHttp);
+      lua_setfield(S, -2, "http");
+      return 1;
+    });
+    return 1;
+  }
+  if (name == "host.stats") {  // the scheduler's counters, for the inspector (stdlib/host/inspector.lua)
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      lua_pushcfunction(S, host_stats);
+      return 1;
+    });
+    return 1;
+  }
+  if (name == "host.call") {  // the waiting-call primitive itself (wait_call)
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      lua_pushcfunction(S, wait_call);
+      return 1;
+    });
+    return 1;
+  }
+  if (p.rt_.modules().locate(name).empty()) {
+    lua_pushfstring(L, "\n\tno module '%s' in the script directory or stdlib", name.c_str());
+    return 1;
+  }
+  std::string err;
+  auto mod = p.rt_.modules().get(name, &err);
+  if (!mod) return luaL_error(L, "error loading module '%s': %s", name.c_str(), err.c_str());
+  if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), name.c_str()) != 0) return lua_error(L);
+  p.rt_.note_module_use(p.ctx_.self, name);
+  p.script_modules_.push_back(name);
+  return 1;
+}
+
+void install_moved_value_hooks() {
+  moved_value_hooks.encode = &encode_socket;
+  moved_value_hooks.decode = &decode_socket;
+}
+
+void claim_socket(lua_State* L, std::uint64_t id) { Primitives::claim_socket(L, id); }
+
+void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id); }
+
+void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
+
+SocketShards& socket_service(lua_State* L) { return Primitives::socket_service(L); }
+
+void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
+
+}  // namespace host::lua
