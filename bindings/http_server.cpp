@@ -266,6 +266,8 @@ struct HttpServer::Conn {
   bool in_flight = false;  // a request handed over, not yet answered
   bool responding_head = false;  // it is a HEAD request
   bool head_written = false;     // its response's head is written (a stream)
+  bool no_body = false;          // its response has no body (HEAD, 204, 304): a stream writes nothing
+  bool raw_stream = false;       // its streamed body goes out as it is, ended by the close (HTTP/1.0)
   bool keep_alive = true;        // of the request in flight
   unsigned short minor = 1;      // its HTTP/1.x version
   bool chunk_waiting = false;
@@ -448,20 +450,24 @@ struct HttpOps {
   static int on_message_complete(http_parser* p) {
     Conn* c = conn_of(p);
     c->in_message = false;
-    if (c->streaming) {  // the streamed request is queued already
+    end_header(c);  // a trailer's
+    if (c->streaming) {  // the streamed request is queued already (or answered)
       c->streaming = false;
       c->stream_done = true;
       c->discarding = false;
-      const bool keep = c->ready.empty() ? c->keep_alive : c->ready.back().keep_alive;
-      if (!keep || p->upgrade) {
-        c->no_more = true;
-        http_parser_pause(p, 1);
-      }
+      // The stream's state is the connection's: nothing after a streamed
+      // request is parsed, and the connection closes once it is answered
+      // (a client that pipelined after an upload sends the rest again).
+      c->no_more = true;
+      if (!c->ready.empty()) c->ready.back().keep_alive = false;
+      else c->keep_alive = false;
+      http_parser_pause(p, 1);
       return 0;
     }
     c->ready.push_back(std::move(c->cur));
     c->cur = Request{};
-    if (!c->ready.back().keep_alive || p->upgrade) {
+    if (p->upgrade) c->ready.back().keep_alive = false;  // answered (not switched), then closed
+    if (!c->ready.back().keep_alive) {
       c->no_more = true;  // answered, then closed
       http_parser_pause(p, 1);
     }
@@ -524,6 +530,7 @@ struct HttpOps {
       parse(c, buf->base, static_cast<std::size_t>(nread));
     }
     body_news(c);
+    if (!may_read(c)) stop_reading(c);  // even while a request is being answered (serve returns early then)
     serve(c);
   }
   // Reading pauses while a streamed body holds this much nobody took.
@@ -554,6 +561,10 @@ struct HttpOps {
       stop_reading(c);
       c->eof = true;
       if (c->in_message) c->in_message = false;
+      if (c->streaming) {
+        c->streaming = false;
+        if (c->stream_error.empty()) c->stream_error = "closed";
+      }
     }
     return true;
   }
@@ -653,8 +664,14 @@ struct HttpOps {
           c->stream_error = "timeout";
           c->streaming = false;
           c->no_more = true;
+          c->in_message = false;
+          c->keep_alive = false;  // closed once answered
           stop_reading(c);
           body_news(c);
+          return;
+        }
+        if (c->discarding) {  // the unread rest of an answered body stopped coming
+          finish(c, true);
           return;
         }
         Request late;
@@ -784,6 +801,10 @@ struct HttpOps {
     }
     c->in_flight = false;
     c->head_written = false;
+    if (c->body_waiting) {  // another coroutine still reading the body it answered
+      c->body_waiting = false;
+      sched(c).complete_yield(c->pid, c->body_tag, CallResultWriter().nil().string("closed").finish());
+    }
     if (c->flight_streamed) {  // what the handler did not read of its body is dropped as it comes
       c->flight_streamed = false;
       c->stream_buf.clear();
@@ -791,7 +812,11 @@ struct HttpOps {
     }
     c->waiting = true;
     c->wait_tag = tag;
-    if (!c->keep_alive) c->no_more = true;
+    if (!c->keep_alive) {  // its response said Connection: close: what else was sent goes unanswered
+      c->ready.clear();
+      finish(c, true);
+      return;
+    }
     serve(c);
   }
 
@@ -800,8 +825,8 @@ struct HttpOps {
   // CallError on a status or header that cannot be written.
   static std::string response_head(Conn* c, const CallValue& status_v, const CallValue& headers_v, long long length,
                                     bool chunked, bool* close_after) {
-    if (!status_v.is_number() || status_v.number != static_cast<int>(status_v.number) || status_v.number < 200 ||
-        status_v.number > 999)
+    if (!status_v.is_number() || !(status_v.number >= 200 && status_v.number <= 999) ||
+        status_v.number != static_cast<int>(status_v.number))
       fail("invalid: status " + (status_v.is_number() ? number_text(status_v.number) : std::string("not a number")) +
            " (an integer from 200 to 999)");
     const int status = static_cast<int>(status_v.number);
@@ -848,13 +873,22 @@ struct HttpOps {
       fail("invalid: headers must be a table");
     }
     if (!has_date) out += date_header();
+    // A stream to an HTTP/1.0 client, which knows no chunks, is ended by
+    // the close.
+    const bool raw = chunked && c->minor == 0;
     if (!no_body) {
-      if (chunked)
+      if (raw) {
+      } else if (chunked) {
         out += "Transfer-Encoding: chunked\r\n";
-      else
+      } else {
         out += "Content-Length: " + std::to_string(length) + "\r\n";
+      }
     }
-    *close_after = asked_close || !c->keep_alive || c->draining || c->eof;
+    // Closed after it: asked for, the request's own (HTTP/1.0, close, an
+    // upgrade), the server closing, or the client done sending with
+    // nothing more queued.
+    *close_after = asked_close || raw || !c->keep_alive || c->draining || c->flight_streamed ||
+                   (c->eof && c->ready.empty() && !c->in_message);
     if (*close_after)
       out += "Connection: close\r\n";
     else if (c->minor == 0)
@@ -868,12 +902,14 @@ struct HttpOps {
     const bool stream_body = arg(args, 5).type == CallValue::Type::Boolean && arg(args, 5).boolean;
     const CallValue& body = arg(args, 4);
     if (!body.is_nil() && !body.is_string()) fail("invalid: body must be a string");
-    const int status = arg(args, 2).is_number() ? static_cast<int>(arg(args, 2).number) : 0;
     bool close_after = false;
     std::string out = response_head(c, arg(args, 2), arg(args, 3), static_cast<long long>(body.string.size()),
                                     stream_body, &close_after);
+    const int status = static_cast<int>(arg(args, 2).number);  // checked by response_head
     if (close_after) c->keep_alive = false;
-    if (!c->responding_head && status != 204 && status != 304) out += body.string;
+    c->no_body = c->responding_head || status == 204 || status == 304;
+    c->raw_stream = stream_body && c->minor == 0;
+    if (!c->no_body) out += body.string;
     write_bytes(c, std::move(out));
     if (stream_body) {
       c->head_written = true;
@@ -885,7 +921,9 @@ struct HttpOps {
 
   static void chunk(Conn* c, std::uint64_t tag, const CallValue& data) {
     if (!data.is_string()) fail("invalid: a body chunk must be a string");
-    if (!c->responding_head && !data.string.empty()) {
+    if (!c->no_body && !data.string.empty() && c->raw_stream) {
+      write_bytes(c, data.string);
+    } else if (!c->no_body && !data.string.empty()) {
       char size[32];
       std::snprintf(size, sizeof size, "%zx\r\n", data.string.size());
       std::string out = size;
@@ -974,6 +1012,11 @@ struct HttpOps {
     svc->note_owner(c->pid, 1);
     // It ended already (its exit hook may have missed it).
     if (!svc->scheduler_.alive(c->pid)) {
+      if (c->internal) {
+        std::lock_guard lock(svc->owners_mu_);
+        svc->internal_pids_.erase(c->pid);
+        svc->internal_processes_.store(svc->internal_pids_.size(), std::memory_order_relaxed);
+      }
       process_ended(c);
       return false;
     }
@@ -1023,6 +1066,10 @@ struct HttpOps {
       if (c->closing) return;  // the write failed: closed already
     }
     c->closing = true;
+    c->no_more = true;
+    stop_reading(c);  // (a graceful close reads again, to drop what comes, once its write side is shut)
+    c->ready.clear();
+    c->stream_buf.clear();
     HttpServer* svc = c->svc;
     if (c->waiting) sched(c).complete_yield(c->pid, c->wait_tag, ended());
     if (c->chunk_waiting) sched(c).complete_yield(c->pid, c->chunk_tag, {}, "closed");
@@ -1107,7 +1154,8 @@ struct HttpOps {
                             const std::string& conn_entry = HttpServer::kConnEntry) {
     // args: "serve", host, port, entry, opts
     const std::string& host = arg(args, 1).string;
-    const int port = arg(args, 2).is_number() ? static_cast<int>(arg(args, 2).number) : -1;
+    const double port_v = arg(args, 2).is_number() ? arg(args, 2).number : -1;
+    const int port = port_v >= 0 && port_v <= 65535 ? static_cast<int>(port_v) : -1;
     const std::string& entry = arg(args, 3).string;
     if (port < 0 || port > 65535) fail("invalid: port must be from 0 to 65535");
     const std::string module = entry.substr(0, entry.find(':'));
@@ -1118,13 +1166,15 @@ struct HttpOps {
     const CallValue& opts = arg(args, 4);
     auto size_opt = [&](const char* name, std::size_t& out) {
       if (const CallValue* v = opts.field(name)) {
-        if (!v->is_number() || v->number < 1) fail(std::string("invalid: opts.") + name + " must be a positive number");
+        if (!v->is_number() || !(v->number >= 1 && v->number < 1e15))
+          fail(std::string("invalid: opts.") + name + " must be a positive number");
         out = static_cast<std::size_t>(v->number);
       }
     };
     auto secs_opt = [&](const char* name, std::uint64_t& out) {
       if (const CallValue* v = opts.field(name)) {
-        if (!v->is_number() || v->number <= 0) fail(std::string("invalid: opts.") + name + " must be a positive number of seconds");
+        if (!v->is_number() || !(v->number > 0 && v->number < 1e9))
+          fail(std::string("invalid: opts.") + name + " must be a positive number of seconds");
         out = static_cast<std::uint64_t>(v->number * 1000.0 + 0.5);
         if (out == 0) out = 1;
       }
@@ -1258,7 +1308,8 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
       return;
     }
     if (op == "close") {
-      auto it = servers_.find(static_cast<std::uint64_t>(arg(args, 1).number));
+      const double id = arg(args, 1).number;
+      auto it = id >= 1 && id < 9.0e15 ? servers_.find(static_cast<std::uint64_t>(id)) : servers_.end();
       if (it != servers_.end()) Ops::close_server(it->second);
       scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
       return;
@@ -1266,10 +1317,11 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
     // Calls on a connection, from the process serving it. A connection
     // that is gone (the client left, the server closed) ends the process's
     // loop: no values.
-    auto it = conns_.find(static_cast<std::uint64_t>(arg(args, 1).number));
+    const double id = arg(args, 1).number;
+    auto it = id >= 1 && id < 9.0e15 ? conns_.find(static_cast<std::uint64_t>(id)) : conns_.end();
     Conn* c = it == conns_.end() ? nullptr : it->second;
     if (!c || c->pid != caller) {
-      if (op == "chunk")
+      if (op == "chunk" || op == "body")
         scheduler_.complete_yield(caller, tag, {}, "closed");
       else
         scheduler_.complete_yield(caller, tag, ended());
@@ -1309,7 +1361,7 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
     }
     if (op == "finish") {
       if (!c->in_flight || !c->head_written) fail("invalid: no streamed response is open on this connection");
-      if (!c->responding_head) Ops::write_bytes(c, "0\r\n\r\n");
+      if (!c->no_body && !c->raw_stream) Ops::write_bytes(c, "0\r\n\r\n");
       if (c->closing) {
         scheduler_.complete_yield(caller, tag, ended());
         return;

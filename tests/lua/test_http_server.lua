@@ -203,6 +203,40 @@ return { main = function()
       c3:close()
       srv:close()
     end },
+    { "framing: a 204 with a function body writes no chunks; HTTP/1.0 gets a stream raw, then the close", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local s1, h1 = get(c, "/nobody_stream")
+      T.eq(s1, 204); T.eq(h1["transfer-encoding"], nil)
+      T.eq(get(c, "/who"), 200, "the connection is still in step")
+      c:close()
+      local d = connect(port)
+      assert(d:send("GET /stream?parts=3 HTTP/1.0\r\n\r\n"))
+      local line = d:receive("*l")
+      T.match(line, "^HTTP/1%.1 200")
+      local headers = {}
+      while true do
+        local h = assert(d:receive("*l"))
+        if h == "" then break end
+        headers[#headers + 1] = h:lower()
+      end
+      local all = table.concat(headers, "\n")
+      T.ok(not all:find("transfer%-encoding"), "no chunks for HTTP/1.0")
+      T.match(all, "connection: close")
+      local ok, rest = closed(d)
+      T.ok(ok); T.eq(rest, "part 1\npart 2\npart 3\n")
+      srv:close()
+    end },
+    { "a handler's Connection: close ends the connection even with requests queued behind it", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("GET /close HTTP/1.1\r\nHost: t\r\n\r\nGET /who HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local status, headers, body = read_response(c)
+      T.eq(status, 200); T.eq(headers.connection, "close"); T.eq(body, "bye")
+      local ok, rest = closed(c)
+      T.ok(ok); T.eq(rest, "", "the queued request is not answered")
+      srv:close()
+    end },
     { "a malformed request gets 400 and the connection closes; the handler never sees it", function()
       local srv, port = serve()
       for _, bad in ipairs {
@@ -417,12 +451,15 @@ return { main = function()
       local c = connect(port)
       assert(c:send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: " .. #body .. "\r\n\r\n"))
       for i = 1, #body, 65536 do assert(c:send(body:sub(i, i + 65535))) end
-      local status, _, rbody = read_response(c)
+      local status, rh, rbody = read_response(c)
       T.eq(status, 200)
       local r = json.decode(rbody)
       T.eq(r.total, #body); T.eq(r.streamed, true); T.ok(r.chunks > 1, "in several chunks: " .. r.chunks)
       T.eq(r.err, json.null)
-      -- A small body on the same connection arrives whole, read_body gives it once.
+      T.eq(rh.connection, "close", "nothing after a streamed request is parsed: the connection closes")
+      T.ok(closed(c))
+      -- A small body arrives whole; read_body gives it once.
+      c = connect(port)
       assert(c:send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n0123456789"))
       local _, _, small = read_response(c)
       local sr = json.decode(small)
@@ -435,14 +472,18 @@ return { main = function()
       local _, _, ch = read_response(c)
       local cr = json.decode(ch)
       T.eq(cr.total, 5000); T.eq(cr.streamed, true)
-      -- A handler that answers before reading it all: the rest is dropped,
-      -- the connection serves the next request.
+      c:close()
+      -- A handler that answers before reading it all: the rest is dropped
+      -- as it comes, the response goes out, the connection then closes.
+      c = connect(port)
       assert(c:send("POST /upload?stop=1000 HTTP/1.1\r\nHost: t\r\nContent-Length: " .. #body .. "\r\n\r\n"))
-      for i = 1, #body, 65536 do assert(c:send(body:sub(i, i + 65535))) end
+      for i = 1, #body, 65536 do if not c:send(body:sub(i, i + 65535)) then break end end
       local _, _, partial = read_response(c)
       T.ok(json.decode(partial).total < #body, "stopped early")
-      T.eq(get(c, "/who"), 200, "the next request after a dropped body")
       c:close()
+      local n = connect(port)
+      T.eq(get(n, "/who"), 200, "the server goes on")
+      n:close()
       -- Past max_body_bytes in the middle of a streamed chunked body: the
       -- handler's read fails with too_large, then the connection closes.
       local lim, lport = serve { buffer_body_bytes = 1000, max_body_bytes = 3000 }
