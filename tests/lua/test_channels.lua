@@ -151,9 +151,10 @@ return { main = function()
       T.raises(function() return channel.select { a:case_receive(), timeout = "soon" } end, 'invalid duration: "soon"')
     end },
     { "timed selects share one timer: each still times out at its own deadline", function()
-      -- kernel_ext keeps one timer for the selects with a timeout
-      -- (sel_wait): a select with a later deadline waits on it and gets a
-      -- new one when it fires; an earlier deadline gets a timer of its own.
+      -- The process's timers share one sleep command (TaskKernel::
+      -- settle_timers): a select with a later deadline waits on it and
+      -- the command is armed again when it fires; an earlier deadline
+      -- gets it armed again at once.
       local a = channel.new()
       -- 200 selects that a value ends long before their 5 s: the shared
       -- timer stays, and ends none of them early.
