@@ -192,6 +192,25 @@ return { main = function()
       local took = time.now() - t1
       T.ok(took >= 0.025 and took < 1, "the short select took " .. took .. " s")
     end },
+    { "timers of every kind share one table and fire in deadline order", function()
+      -- time.sleep, a timed receive, a select's timeout and time.after are
+      -- entries in one table with one sleep command (TaskKernel::
+      -- settle_timers); started in any order, they end by deadline.
+      local order, done = {}, channel.new(4)
+      local function note(what) order[#order + 1] = what; done:send(true) end
+      coroutine.spawn(function() time.sleep(0.08); note("sleep") end)
+      coroutine.spawn(function()
+        local m, err = process.receive(0.02)
+        note(m == nil and err == "timeout" and "receive" or "receive got a message")
+      end)
+      coroutine.spawn(function()
+        local r = channel.select { channel.new():case_receive(), timeout = 0.05 }
+        note(r.timeout and "select" or "select got a value")
+      end)
+      coroutine.spawn(function() time.after(0.11):receive(); note("after") end)
+      for _ = 1, 4 do done:receive() end
+      T.eq(table.concat(order, " "), "receive select sleep after")
+    end },
     { "select on a closed channel receives nil, false", function()
       local a = channel.new(); a:close()
       local r = channel.select { a:case_receive() }
