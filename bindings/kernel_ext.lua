@@ -39,13 +39,15 @@
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
 --   I.set_trap_links(b)  process.set_options{trap_links = b}
+--   I.timer_start(secs) -> id   a timer in the C half's table, which calls
+--                      E.complete(id) when it fires; I.timer_stop(id)
 -- and gets back E:
 --   E.deliver(ch, msg)          a message the C half does not take itself
 --                               (to the inbox or a listener)
 --   E.try_receive(ch)           see below (process.receive once I.slow_inbox)
 --   E.receive_timeout(t, secs)  task t blocks in process.receive(secs)
 --   E.timed_waiter(t, secs)     the waiter of such a receive (C's slow_inbox)
---   E.complete(tag, err)        a sleep command completed
+--   E.complete(id)              timer id fired
 --   E.watched(ref, ev)          an exit event for a process.watch channel?
 --                               (true: delivered there)
 --   E.reset()                   drop timers and waiters (process.upgrade)
@@ -318,25 +320,24 @@ end
 
 
 ---------------------------------------------------------------------------
--- Timers: sleep commands and what runs when they complete.
-local next_tag = 0
-local timers = {}  -- tag -> function(err) called when the command completes, or a waiter that it times out
+-- Timers: the C half keeps them (one table for every timed wait of the
+-- process, with one sleep command armed for the earliest: TaskKernel's
+-- timers), and calls E.complete(id) when one fires.
+local timers = {}  -- id -> function called when it fires, or a waiter that it times out
 
--- Starts a sleep command; fn() runs when it completes (unless stopped);
--- fn may be a select's or a timed receive's waiter instead (time_out):
--- no closure to make for each.
+-- Starts a timer; fn() runs when it fires (unless stopped); fn may be a
+-- select's or a timed receive's waiter instead (time_out): no closure to
+-- make for each.
 local function start_timer(seconds, fn)
-  next_tag = next_tag + 1
-  local tag = next_tag
-  timers[tag] = fn
-  H.sleep_cmd(tag, seconds)
-  return tag
+  local id = I.timer_start(seconds)
+  timers[id] = fn
+  return id
 end
 
-stop_timer = function(tag)
-  if timers[tag] then
-    timers[tag] = nil
-    H.cancel_cmd(tag)
+stop_timer = function(id)
+  if timers[id] then
+    timers[id] = nil
+    I.timer_stop(id)
   end
 end
 
@@ -352,102 +353,13 @@ local function time_out(w)
   end
 end
 
--- Timed selects share one timer, kept from one select to the next (as the
--- C half's timed receives share theirs): a timer started and cancelled
--- for every select was about 2.1k instructions of request.call's 16k.
--- The C half keeps the timer (H.sel_wait: the one armed, or a new one for
--- this select's deadline; a select whose deadline comes first gets a
--- timer of its own, start_timer) and drops it at the end of a step that
--- leaves no select waiting on it (H.sel_idle,
--- LuaProcess::settle_select_timer). sel_list holds the selects' waiters
--- that wait on it (a waiter's deadline false once its select ended).
-local sel_tag, sel_due, sel_count, sel_n = 0, 0, 0, 0
-local sel_list = {}
-local sel_fire
-
--- tag is the shared timer now, firing at due (C armed it: H.sel_wait,
--- H.sel_timer); it takes kernel_ext's next tag.
-local function sel_adopt(tag, due)
-  next_tag = tag
-  sel_tag, sel_due = tag, due
-  timers[tag] = sel_fire
-end
-
-sel_fire = function()
-  sel_tag = 0
-  local t = H.now()
-  local n, next_due = 0, nil
-  for i = 1, sel_n do
-    local w = sel_list[i]
-    sel_list[i] = nil
-    local deadline = w.deadline
-    if deadline and deadline <= t then
-      w.deadline = false
-      sel_count = sel_count - 1
-      time_out(w)
-    elseif deadline then
-      n = n + 1
-      sel_list[n] = w
-      if not next_due or deadline < next_due then next_due = deadline end
-    end
-  end
-  sel_n = n
-  if next_due then
-    sel_adopt(next_tag + 1, next_due)
-    H.sel_timer(sel_tag, next_due - t)
-  else
-    H.sel_timer(0)
-  end
-end
-
--- Select waiter w, with a timeout of secs, waits on the shared timer
--- (true), or needs one of its own (false).
-local function sel_wait(w, secs)
-  local tag, deadline = H.sel_wait(secs, next_tag + 1, sel_due)
-  if tag == 0 then return false end
-  if tag ~= sel_tag then  -- a new one: the old one fired or was dropped
-    if sel_tag ~= 0 then timers[sel_tag] = nil end
-    sel_adopt(tag, deadline)
-  end
-  w.deadline = deadline
-  sel_count = sel_count + 1
-  if sel_n >= 32 and sel_n >= 2 * sel_count then  -- mostly ended ones: keep the rest
-    local n = 0
-    for i = 1, sel_n do
-      local v = sel_list[i]
-      sel_list[i] = nil
-      if v.deadline then
-        n = n + 1
-        sel_list[n] = v
-      end
-    end
-    sel_n = n
-  end
-  sel_n = sel_n + 1
-  sel_list[sel_n] = w
-  return true
-end
-
--- The select of waiter w, which waited on the shared timer, ended.
-local function sel_done(w)
-  if w.deadline then
-    w.deadline = false
-    sel_count = sel_count - 1
-  end
-  if sel_count == 0 then
-    for i = 1, sel_n do sel_list[i] = nil end
-    sel_n = 0
-    if sel_tag ~= 0 then H.sel_idle() end
-  end
-end
-
-function E.complete(tag, err)
-  local fn = timers[tag]
+function E.complete(id)
+  local fn = timers[id]
   if fn then
-    timers[tag] = nil
-    if type(fn) == "table" then time_out(fn) else fn(err) end
+    timers[id] = nil
+    if type(fn) == "table" then time_out(fn) else fn() end
   end
-  -- Else: a completion for a timer already stopped; nothing waits for it.
+  -- Else: a timer already stopped; nothing waits for it.
 end
 
 -- Task t's waiter in the inbox's receive queue for a process.receive that
@@ -556,7 +468,7 @@ local function channel_select(cases)
   if secs and secs <= 0 then return { timeout = true } end
   if n == 0 and not secs then error("select with no cases and no default would block forever", 2) end
   local t = check_blockable(2)
-  local sel = { task = false, sel = false, done = false, deadline = false }  -- the receive cases' waiter
+  local sel = { task = false, sel = false, done = false }  -- the receive cases' waiter
   sel.task, sel.sel = t, sel
   for i = 1, n do
     local c = cases[i]
@@ -566,11 +478,9 @@ local function channel_select(cases)
       push_waiter(c.channel[SENDQ], waiter(t, sel, c.value))
     end
   end
-  local shared = secs and sel_wait(sel, secs)
-  local tag = secs and not shared and start_timer(secs, sel)
+  local tag = secs and start_timer(secs, sel)
   local r = block()
-  if shared then sel_done(sel)
-  elseif tag and not r.timeout then stop_timer(tag) end
+  if tag and not r.timeout then stop_timer(tag) end
   for i = 1, n do
     local c = cases[i]
     prune_stale(c.channel[c.op == "receive" and RECVQ or SENDQ])
@@ -606,10 +516,7 @@ end
 -- process.upgrade: the old code's timers and waiters go; what events and
 -- listeners hold stays (the C half clears the inbox's waiters itself).
 function E.reset()
-  for tag in pairs(timers) do stop_timer(tag) end
-  for i = 1, sel_n do sel_list[i] = nil end
-  sel_tag, sel_count, sel_n = 0, 0, 0
-  H.sel_timer(0)
+  timers = {}  -- the C half dropped them (TaskKernel::restart)
   qclear(events[RECVQ]); qclear(events[SENDQ])
   for _, l in pairs(listeners) do qclear(l[RECVQ]); qclear(l[SENDQ]) end
 end

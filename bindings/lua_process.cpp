@@ -381,7 +381,7 @@ int LuaProcess::step_body(lua_State* S) {
   if (outcome == TaskKernel::kContinue) p.deliver_events(S, events);
   switch (outcome) {
     case TaskKernel::kWaiting:
-      out.status = p.pending_sleeps_.empty() && !p.has_pending_calls() ? Status::Idle : Status::Blocked;
+      out.status = p.has_pending_calls() ? Status::Blocked : Status::Idle;
       break;
     case TaskKernel::kContinue:
       out.status = Status::Continue;
@@ -435,7 +435,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload))
     handed = hand_over(events[0]);
   if (handed == HandOver::kDone) {
-    out.status = pending_sleeps_.empty() && !has_pending_calls() ? Status::Idle : Status::Blocked;
+    out.status = has_pending_calls() ? Status::Blocked : Status::Idle;
   } else if (handed == HandOver::kFailed) {
     rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
@@ -458,17 +458,14 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
     out.error = std::string("kernel error: ") + (msg ? msg : "(error object is not a string)");
   }
   if (rc != 0) lua_settop(L, 0);  // the error; a call that returned left nothing
-  kernel_.settle_receive_timer();
-  settle_select_timer();
-  if (!pending_sleeps_.empty() || !pending_cancels_.empty()) {
-    // A process that ended starts no timer (nor call: the worker starts
-    // no command of a finished step), but still drops the ones its last
-    // step stopped waiting for (a receive that a message ended): left in
-    // the wheel, they would fire for nobody and keep shutdown from seeing
-    // that nothing can run (Scheduler::nothing_can_run).
-    if (out.status == Status::Done || out.status == Status::Failed) pending_sleeps_.clear();
-    flush_commands(out);
-  }
+  // The timers' command (TaskKernel::settle_timers), into out: armed for
+  // the earliest timer, or cancelled once none is left. A process that
+  // ended keeps none, but still cancels its command: left in the wheel, it
+  // would fire for nobody and keep shutdown from seeing that nothing can
+  // run (Scheduler::nothing_can_run).
+  if (out.status == Status::Done || out.status == Status::Failed) kernel_.drop_timers();
+  kernel_.settle_timers();
+  if (out.status == Status::Idle && has_pending_calls()) out.status = Status::Blocked;  // it armed one
 }
 
 void LuaProcess::Interrupt() {

@@ -37,8 +37,8 @@ struct lua_State;
 
 namespace host::lua {
 
-// It is its kernel's KernelHost (task_kernel.hpp): the C timers and
-// kernel_ext.lua's loader are its.
+// It is its kernel's KernelHost (task_kernel.hpp): the timers' sleep
+// command and kernel_ext.lua's loader are its.
 class LuaProcess final : public Process, private KernelHost {
  public:
   explicit LuaProcess(LuaRuntime& runtime);
@@ -98,7 +98,7 @@ class LuaProcess final : public Process, private KernelHost {
   // Pushes the `process` API table.
   void push_process_api(lua_State* L);
   // KernelHost: kernel_ext.lua's chunk and H, its primitives
-  // (lua_process_env.cpp); a sleep command of secs for a C timer, and its
+  // (lua_process_env.cpp); the timers' sleep command of secs, and its
   // cancel (lua_process_waits.cpp).
   void push_ext_chunk(lua_State* L) override;
   std::uint64_t start_timer(double secs) override;
@@ -191,7 +191,6 @@ class LuaProcess final : public Process, private KernelHost {
   bool compile_shape(lua_State* L, const std::string& payload);
   // A run of messages queued at once (deliver_events).
   void queue_run(lua_State* L, std::span<Event> run);
-  void flush_commands(StepOutput& out);
   void probe_jit(std::uint32_t steps_here);
   // Drops monitor `ref` of target; false when it held none such.
   bool forget_monitor(const Pid& target, std::uint64_t ref);
@@ -239,11 +238,9 @@ class LuaProcess final : public Process, private KernelHost {
   std::unique_ptr<ShapeCache> shapes_;
   // The PID strings of its messages' senders and its sends' destinations.
   PeerStrings peers_;
-  std::vector<std::pair<std::uint64_t, std::int64_t>> pending_sleeps_;  // (tag, ns) since the last step
-  std::vector<std::uint64_t> pending_cancels_;
-  // Whether this step started waiting calls (Primitives::wait_call
-  // writes their commands straight into the step's output; the sleeps
-  // join them at its end, flush_commands).
+  // Whether this step started commands: waiting calls (Primitives::
+  // wait_call writes them straight into the step's output), and at its
+  // end the timers' (TaskKernel::settle_timers).
   bool has_pending_calls() const { return step_out_->yield_count() != 0; }
   TaskKernel kernel_;
   std::uint32_t jit_estimate_ = 0;  // bytecodes run, as the probe estimates them (up to the warm-up)
@@ -273,26 +270,17 @@ class LuaProcess final : public Process, private KernelHost {
   std::mutex& monitors_lock() const;
   void add_monitor(const Pid& target, std::uint64_t ref);
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
-  // TaskKernel's C timers started (LuaProcess::start_timer: their tags),
-  // and its waiting calls (TaskKernel::kCallTagMark and this count).
+  // The timer commands TaskKernel started (LuaProcess::start_timer: their
+  // tags), and its waiting calls (TaskKernel::kCallTagMark and this count).
   std::uint32_t c_timers_ = 0;
-  // The timer kernel_ext.lua's timed selects share (H.sel_wait), 0 for
-  // none; select_timer_idle_ says no select waits on it now (H.sel_idle).
-  // Kept from one select to the next, as timed receives keep theirs
-  // (TaskKernel::receive_timer), and dropped at the end of a step that
-  // leaves it idle (settle_select_timer), so that shutdown does not wait
-  // for it (Scheduler::nothing_can_run). When it fires, kernel_ext knows.
-  std::uint64_t select_timer_ = 0;
   std::uint8_t jit_step_firings_ = 0;
   std::uint8_t jit_long_history_ = 0;
   // Sampled steps in a row that found the process hot (probe_jit), and
   // the tag of the thread of the last sample.
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
-  bool select_timer_idle_ = false;  // see select_timer_
   bool jit_after_load_ = false;  // jit named in Init: the compiler comes on when it ends (Primitives::open_lib)
   double started_ = 0;  // when Init ran, in time.now() seconds (process.info)
-  void settle_select_timer();
 };
 
 // Lets the value codec move sockets between processes (codec.hpp's

@@ -8,7 +8,7 @@
 // The files (docs/ARCHITECTURE.md, "A Lua process"):
 //   lua_process.cpp           the state on its allocator, its start, its step, its end
 //   lua_process_api.cpp       the process and log APIs' C functions
-//   lua_process_waits.cpp     time, the waiting call, the C timers (KernelHost's)
+//   lua_process_waits.cpp     time, the waiting call, the timers' command (KernelHost's)
 //   lua_process_env.cpp       the lazy environment: _G's metatable, the libraries, assert
 //   lua_process_modules.cpp   require's searcher, the host's Lua modules, sockets
 //   lua_process_delivery.cpp  a step's events into the Lua state: hand-over, inbox, kernel
@@ -183,18 +183,12 @@ struct Primitives {
   static void push_log_api(lua_State* L);
 
   // lua_process_waits.cpp: time and the calls that wait (time.*, the
-  // waiting call, the timers' commands, the timed selects' shared timer).
+  // waiting call).
   static int now(lua_State* L);
   static int sleep(lua_State* L);
-  static void add_sleep(LuaProcess& p, std::uint64_t tag, double secs);
   static int duration(lua_State* L);
   static int wait_call(lua_State* L);
   static int start_call(lua_State* L, CommandId id, std::int64_t arg, int first, int n);
-  static int sleep_cmd(lua_State* L);
-  static int cancel_cmd(lua_State* L);
-  static int sel_wait(lua_State* L);
-  static int sel_idle(lua_State* L);
-  static int sel_timer(lua_State* L);
   static void push_time_api(lua_State* L);
 
   // lua_process_env.cpp: the lazy environment (_G's metatable, the

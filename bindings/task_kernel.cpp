@@ -650,7 +650,7 @@ void TaskKernel::unmap_timer(lua_State* L, std::uint64_t tag) {
 }
 
 int TaskKernel::block_in_sleep(lua_State* L, double secs) {
-  map_timer(L, host_->start_timer(secs), current_);
+  add_timer(monotonic_seconds() + secs, TimerKind::kSleep, current_);
   // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
   // it up from a user's coroutine).
   lua_pushlightuserdata(L, &kBlock);
@@ -685,89 +685,135 @@ void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std
   wake(L, co, 2);
 }
 
-std::uint64_t TaskKernel::receive_timer(double deadline) {
-  if (receive_timer_ && receive_timer_due_ <= deadline) return receive_timer_;
-  // None armed, or it fires after this deadline: a new one, which later
-  // waits share. The one it replaces stays for the waits it serves, or
-  // goes if it serves none.
-  if (receive_timer_ && !serves(receive_timer_)) host_->cancel_timer(receive_timer_);
-  receive_timer_ = host_->start_timer(std::max(0.0, deadline - monotonic_seconds()));
-  receive_timer_due_ = deadline;
-  return receive_timer_;
+void TaskKernel::Timers::push(const Timer& t) {
+  entries.push_back(t);
+  sift_up(entries.size() - 1);
 }
 
-void TaskKernel::release_timer(std::uint64_t timer) {
-  // The shared timer stays for the next timed wait (settle_receive_timer
-  // drops it at the step's end if none came); an older one goes with its
-  // last wait.
-  if (timer && timer != receive_timer_ && !serves(timer)) host_->cancel_timer(timer);
-}
-
-bool TaskKernel::serves(std::uint64_t timer) const {
-  return std::any_of(parked_.begin(), parked_.end(), [timer](const Parked& w) { return w.timer == timer; });
-}
-
-void TaskKernel::settle_receive_timer() {
-  if (receive_timer_ && !serves(receive_timer_)) {
-    host_->cancel_timer(receive_timer_);
-    receive_timer_ = 0;
+void TaskKernel::Timers::remove_at(std::size_t i) {
+  entries[i] = entries.back();
+  entries.pop_back();
+  if (i < entries.size()) {
+    sift_up(i);
+    sift_down(i);
   }
+}
+
+namespace {
+// The timers' heap order: the earlier deadline first, and of two equal
+// ones the older timer.
+template <typename T>
+bool fires_before(const T& a, const T& b) {
+  return a.due < b.due || (a.due == b.due && a.id < b.id);
+}
+}  // namespace
+
+void TaskKernel::Timers::sift_up(std::size_t i) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / 2;
+    if (!fires_before(entries[i], entries[parent])) break;
+    std::swap(entries[i], entries[parent]);
+    i = parent;
+  }
+}
+
+void TaskKernel::Timers::sift_down(std::size_t i) {
+  for (;;) {
+    std::size_t first = i;
+    for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < entries.size(); ++c)
+      if (fires_before(entries[c], entries[first])) first = c;
+    if (first == i) break;
+    std::swap(entries[i], entries[first]);
+    i = first;
+  }
+}
+
+std::uint64_t TaskKernel::add_timer(double due, TimerKind kind, lua_State* co) {
+  if (!timers_) timers_ = std::make_unique<Timers>();
+  const std::uint64_t id = ++timers_->next_id;
+  timers_->push(Timer{due, id, co, kind});
+  return id;
+}
+
+void TaskKernel::stop_timer(std::uint64_t id) {
+  if (!timers_) return;
+  // Usually the only entry, or one of a few; the newest are nearer the end.
+  std::vector<Timer>& e = timers_->entries;
+  for (std::size_t i = e.size(); i-- > 0;)
+    if (e[i].id == id) return timers_->remove_at(i);
+}
+
+void TaskKernel::drop_timers() {
+  if (timers_) timers_->entries.clear();  // the command goes at the step's end (settle_timers)
 }
 
 void TaskKernel::drop_receive_timers() {
   for (const Parked& w : parked_)
-    if (w.timer) host_->cancel_timer(w.timer);  // a shared one's second cancel does nothing
-  receive_timer_ = 0;
+    if (w.timer) stop_timer(w.timer);
+}
+
+void TaskKernel::settle_timers() {
+  if (!timers_) return;
+  Timers& t = *timers_;
+  if (t.entries.empty()) {
+    if (t.armed) host_->cancel_timer(t.armed);
+    timers_.reset();  // an idle process that once slept holds none
+    return;
+  }
+  // One armed for an earlier deadline stays: it fires early, and the
+  // next is armed then (fire_timers).
+  const double due = t.entries.front().due;
+  if (t.armed && t.armed_due <= due) return;
+  if (t.armed) host_->cancel_timer(t.armed);
+  t.armed = host_->start_timer(std::max(0.0, due - monotonic_seconds()));
+  t.armed_due = due;
+}
+
+void TaskKernel::fire_timers(lua_State* L, bool failed) {
+  Timers& t = *timers_;
+  t.armed = 0;
+  // A command that failed ends the waits it was armed for all the same,
+  // so that one that keeps failing cannot keep a process stepping.
+  const double now = failed ? std::max(monotonic_seconds(), t.armed_due) : monotonic_seconds();
+  // Each entry is taken off before what it wakes runs: kernel_ext's
+  // functions may start and stop timers.
+  while (!t.entries.empty() && t.entries.front().due <= now) {
+    const Timer e = t.entries.front();
+    t.remove_at(0);
+    switch (e.kind) {
+      case TimerKind::kSleep:
+        wake(L, e.co, 0);
+        break;
+      case TimerKind::kReceive:
+        for (std::size_t i = 0; i < parked_.size(); ++i) {
+          if (parked_[i].timer != e.id) continue;
+          lua_State* co = parked_[i].co;
+          parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+          lua_pushnil(L);
+          lua_pushliteral(L, "timeout");
+          wake(L, co, 2);
+          break;
+        }
+        break;
+      case TimerKind::kLua:
+        push_ext(L);
+        lua_getfield(L, -1, "complete");
+        lua_replace(L, -2);
+        lua_pushnumber(L, static_cast<lua_Number>(e.id));
+        lua_call(L, 1, 0);
+        break;
+    }
+  }
 }
 
 void TaskKernel::complete(lua_State* L) {
-  if (const lua_Number tag = lua_tonumber(L, -2); tag >= static_cast<lua_Number>(kTimerTagMark)) {
-    lua_pop(L, 2);  // its error too: a wait ends either way (kernel_ext's do)
-    const auto timer = static_cast<std::uint64_t>(tag);
-    // A timed receive's (receive_timer): the entries it serves whose time
-    // is up time out; the others get a timer for their own deadline.
-    if (timer == receive_timer_) receive_timer_ = 0;
-    bool served = false;
-    const double now = monotonic_seconds();
-    for (std::size_t i = 0; i < parked_.size();) {
-      Parked& w = parked_[i];
-      if (w.timer != timer) {
-        ++i;
-        continue;
-      }
-      served = true;
-      if (w.deadline > now) {
-        w.timer = receive_timer(w.deadline);
-        ++i;
-        continue;
-      }
-      lua_State* co = w.co;
-      parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
-      lua_pushnil(L);
-      lua_pushliteral(L, "timeout");
-      wake(L, co, 2);
-    }
-    if (served) return;
-    // A sleep's, through the tasks table.
-    lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
-    lua_pushnumber(L, tag);
-    lua_rawget(L, -2);
-    lua_State* co = lua_tothread(L, -1);
-    lua_pop(L, 2);
-    if (!co) return;  // stopped, or dropped by an upgrade
-    unmap_timer(L, timer);
-    wake(L, co, 0);
-    return;
-  }
-  if (!ext_loaded()) {  // no timer can be waiting for it
-    lua_pop(L, 2);
-    return;
-  }
-  push_ext(L);
-  lua_getfield(L, -1, "complete");
-  lua_replace(L, -2);
-  lua_insert(L, -3);
-  lua_call(L, 2, 0);
+  // The timers' command (its error too: a wait ends either way), or one
+  // already cancelled, whose completion was on its way: nothing waits for
+  // it.
+  const lua_Number tag = lua_tonumber(L, -2);
+  const bool failed = !lua_isnil(L, -1);
+  lua_pop(L, 2);
+  if (timers_ && timers_->armed != 0 && tag == static_cast<lua_Number>(timers_->armed)) fire_timers(L, failed);
 }
 
 void TaskKernel::push_event_names(lua_State* L) {
@@ -971,10 +1017,10 @@ void TaskKernel::after_resume(lua_State* L, lua_State* co, int rc) {
       // waits in the inbox.
       if (lua_gettop(co) >= 2 && !slow_inbox_ && inbox_queue_empty(L, kRecvq)) {
         // With a timeout, and nobody before it: parked as a plain receive,
-        // with a C timer (see receive_timer_).
+        // with a timer (see check_blockable).
         const double secs = lua_tonumber(co, 2);
         const double deadline = monotonic_seconds() + secs;
-        park(co, false, receive_timer(deadline), deadline);
+        park(co, false, add_timer(deadline, TimerKind::kReceive, co), deadline);
       } else if (lua_gettop(co) >= 2) {
         push_ext(L);
         lua_getfield(L, -1, "receive_timeout");
@@ -1035,7 +1081,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   // what they hold), links, monitors and names stay.
   ready_.clear();
   yielded_.clear();
-  drop_receive_timers();
+  drop_timers();  // kernel_ext's too (E.reset forgets them below)
   parked_.clear();
   receive_one_.clear();
   for (int which : {kRecvq, kSendq}) {
@@ -1062,12 +1108,8 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
   lua_remove(L, fn + 1);
   lua_settop(co, 0);
-  // The old tasks go with their table, and their C timers' commands with
-  // them.
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
-  for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
-    if (lua_type(L, -2) == LUA_TNUMBER) host_->cancel_timer(static_cast<std::uint64_t>(lua_tonumber(L, -2)));
-  lua_pop(L, 1);
+  // The old tasks go with their table (a waiting call's completion then
+  // finds no task, and is dropped).
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
   start(L, n);
@@ -1194,7 +1236,7 @@ void TaskKernel::push_ext(lua_State* L) {
     }
   } paused_collector(L);
   host_->push_ext_chunk(L);  // chunk, H
-  lua_createtable(L, 0, 12);
+  lua_createtable(L, 0, 14);
   static const std::pair<const char*, void*> sentinels[] = {
       {"BLOCK", &kBlock}, {"YIELD", &kYield}, {"UPGRADE", &kUpgrade}, {"RECEIVE", &kReceive}};
   for (auto& [name, p] : sentinels) {
@@ -1204,7 +1246,7 @@ void TaskKernel::push_ext(lua_State* L) {
   static const luaL_Reg fns[] = {
       {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current},
       {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links},
-      {"inbox_tables", l_inbox_tables}};
+      {"inbox_tables", l_inbox_tables}, {"timer_start", l_timer_start}, {"timer_stop", l_timer_stop}};
   for (const luaL_Reg& r : fns) {
     lua_pushcfunction(L, r.func);
     lua_setfield(L, -2, r.name);
@@ -1228,6 +1270,20 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);
   ext_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+// I.timer_start(secs) -> id: a timer of kernel_ext's, which calls
+// E.complete(id) when it fires (unless stopped first).
+int TaskKernel::l_timer_start(lua_State* L) {
+  const double secs = luaL_checknumber(L, 1);
+  lua_pushnumber(L, static_cast<lua_Number>(self(L).add_timer(monotonic_seconds() + secs, TimerKind::kLua, nullptr)));
+  return 1;
+}
+
+// I.timer_stop(id)
+int TaskKernel::l_timer_stop(lua_State* L) {
+  self(L).stop_timer(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
+  return 0;
 }
 
 // I.wake(t, ...)
@@ -1367,13 +1423,13 @@ int TaskKernel::receive(lua_State* L, bool raw) {
     // the kernel's resume for certain, so it waits from here, as a plain
     // block (no after_resume), unless others wait in the inbox's receive
     // queue, which only happens once kernel_ext has loaded (see message).
-    // With a timeout, its C timer is found through its entry (complete),
+    // With a timeout, its timer finds it through its entry (fire_timers),
     // not through the tasks table: a message that ends the wait stops it
     // without a table write, so the step's hand-over may take it too.
     if (k.inbox_recvq_empty(L)) {
       if (timed) {
         const double deadline = monotonic_seconds() + secs;
-        k.park(L, raw, k.receive_timer(deadline), deadline);
+        k.park(L, raw, k.add_timer(deadline, TimerKind::kReceive, L), deadline);
       } else {
         k.park(L, raw);
       }

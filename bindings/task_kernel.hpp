@@ -37,11 +37,11 @@ class KernelHost {
   // Pushes the extension chunk (kernel_ext.lua) and H, its C primitives:
   // the first time the process needs kernel_ext (TaskKernel::push_ext).
   virtual void push_ext_chunk(lua_State* L) = 0;
-  // Starts a sleep command of secs, a C timer (time.sleep, a timed
-  // receive), and returns its tag: kTimerTagMark and a count, none of
-  // kernel_ext's, none still out. Its completion comes back to complete().
+  // Starts the timers' sleep command, of secs (at a step's end:
+  // settle_timers), and returns its tag: kTimerTagMark and a count, none
+  // still out. Its completion comes back to complete().
   virtual std::uint64_t start_timer(double secs) = 0;
-  // Cancels a C timer (one started in this step is only dropped).
+  // Cancels that command (one started in an earlier step).
   virtual void cancel_timer(std::uint64_t tag) = 0;
 
  protected:
@@ -132,18 +132,24 @@ class TaskKernel {
   void event(lua_State* L, EventName kind, std::initializer_list<EventName> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
-  // C timers, for time.sleep (Primitives::sleep) and process.receive's
-  // timeout while the inbox is on its fast paths: kernel_ext.lua's timers
-  // need it loaded, 180k instructions and 39 KB of heap that a process
-  // which only sleeps or waits with a timeout never needs. Each is a sleep
-  // command (start_timer's tag). A sleep's tag maps to its task in the
-  // tasks table until complete() wakes the task with nothing, or an
-  // upgrade drops the task (restart cancels its command). A timed
-  // receive's tag is in its entry in parked_ until complete() wakes it
-  // with nil, "timeout", a message takes the receive (its command
-  // cancelled, no table written: the step's hand-over may take it), or an
-  // upgrade drops it. check_blockable raises where the running code cannot
-  // block (outside a task; inside a C call), as kernel_ext's does; then
+  // Timers: every timed wait of the process is an entry in one table
+  // (timers_), whatever it wakes: a task in time.sleep (Primitives::sleep),
+  // a process.receive with a timeout while the inbox is on its fast paths
+  // (its entry's id in its parked_ entry), or kernel_ext.lua's timers
+  // (time.after/ticker/timer, a select's timeout, a timed receive by its
+  // rules: I.timer_start and I.timer_stop, fired through E.complete). The
+  // table holds one sleep command (KernelHost::start_timer), armed at a
+  // step's end (settle_timers) for its earliest entry, or for an earlier
+  // deadline it already had: it fires early, and is armed again then for
+  // what is left. So timed waits share one command however many there
+  // are: a server that waits with process.receive(d) for each message
+  // starts one every d seconds, not one a message, and request.call's
+  // select one per call at most (each start and cancel about 1.1k
+  // instructions in the scheduler's timer service). A time.sleep or a
+  // timed receive needs no kernel_ext.lua (180k instructions and 39 KB of
+  // heap that a process which only sleeps or waits with a timeout never
+  // needs). check_blockable raises where the running code cannot block
+  // (outside a task; inside a C call), as kernel_ext's does; then
   // block_in_sleep yields the running task, what the C function returns.
   void check_blockable(lua_State* L) const;
   int block_in_sleep(lua_State* L, double secs);
@@ -157,7 +163,7 @@ class TaskKernel {
   // success's result nil pushed at base).
   bool exited(lua_State* L, int base);
 
-  // The C timers' tags (KernelHost::start_timer).
+  // The timers' command's tags (KernelHost::start_timer).
   static constexpr std::uint64_t kTimerTagMark = std::uint64_t{1} << 52;
   // Waiting calls (docs/ARCHITECTURE.md, "A call that waits"): a binding
   // that must wait on something outside the process (a file, a program,
@@ -223,11 +229,14 @@ class TaskKernel {
     static const std::string none;
     return failure_ ? *failure_ : none;
   }
-  // At a step's end (LuaProcess::Step): the timed receives' shared timer
-  // goes once no receive waits on it, so that a process waiting without a
-  // deadline holds no timer (shutdown waits for none: see
-  // Scheduler::nothing_can_run).
-  void settle_receive_timer();
+  // At a step's end (LuaProcess::Step): the timers' command armed for the
+  // earliest entry, or cancelled once there is none, so that a process
+  // waiting without a deadline holds no timer (shutdown waits for none:
+  // see Scheduler::nothing_can_run).
+  void settle_timers();
+  // Every timer gone (an upgrade; a process that ended), the command with
+  // them at settle_timers.
+  void drop_timers();
 
   // process.receive: the C function, then one of bindings/receive.lua's
   // two Lua forms (set_receive_chunk its bytecode), each of which makes
@@ -282,6 +291,8 @@ class TaskKernel {
   static int l_slow_inbox(lua_State* L);
   static int l_inbox_tables(lua_State* L);
   static int l_set_trap_links(lua_State* L);
+  static int l_timer_start(lua_State* L);
+  static int l_timer_stop(lua_State* L);
   static int l_receive(lua_State* L);
   static int l_receive_raw(lua_State* L);  // receive.lua's
   static int receive(lua_State* L, bool raw);
@@ -346,22 +357,25 @@ class TaskKernel {
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
-  // A sleep's C timer's entry in the tasks table (tasks[tag] = task co),
-  // and its removal once the timer fired.
+  // A waiting call's entry in the tasks table (tasks[tag] = task co), and
+  // its removal once it completed.
   void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
   void unmap_timer(lua_State* L, std::uint64_t tag);
-  // The timer a timed receive that ends at deadline waits on (see
-  // receive_timer_); whether a parked receive waits on timer; and every
-  // parked receive's timer cancelled (an upgrade, the inbox going to
-  // kernel_ext's rules).
-  std::uint64_t receive_timer(double deadline);
-  // A parked receive's wait ended by a message: its timer goes unless it
-  // is the shared one or serves another wait.
-  void release_timer(std::uint64_t timer);
+  // The timers (see check_blockable): an entry that wakes what kind says
+  // at due (monotonic_seconds), and its id (> 0); an entry's removal
+  // (nothing once it fired or went); what fired (complete); and every
+  // entry gone (drop_timers).
+  enum class TimerKind : std::uint8_t { kSleep, kReceive, kLua };
+  std::uint64_t add_timer(double due, TimerKind kind, lua_State* co);
+  void stop_timer(std::uint64_t id);
+  void fire_timers(lua_State* L, bool failed);
+  // Every parked receive's timer stopped (the inbox going to kernel_ext's
+  // rules).
+  void drop_receive_timers();
   // Takes the oldest parked receive off parked_ for a message that ends
-  // its wait, its timer released with it (release_timer); returns its
-  // task. Every such end goes through here: one that skipped the release
-  // left an older timer armed and held shutdown.
+  // its wait, its timer stopped with it; returns its task. Every such end
+  // goes through here: one that skipped the stop left its timer armed and
+  // held shutdown.
   // Inline, with the usual case (one parked, no timer) touching no call:
   // with link-time optimisation g++ had made it a call of 31
   // instructions a message (PingPong, callgrind).
@@ -369,11 +383,9 @@ class TaskKernel {
     const Parked w = parked_.front();
     if (parked_.size() == 1) parked_.pop_back();
     else parked_.erase(parked_.begin());
-    if (w.timer != 0) release_timer(w.timer);
+    if (w.timer != 0) stop_timer(w.timer);
     return w.co;
   }
-  bool serves(std::uint64_t timer) const;
-  void drop_receive_timers();
 
   // The fields a step or a message reads come first, together: in a ring of
   // 1000 processes each hop finds its process's lines evicted, and every
@@ -386,7 +398,7 @@ class TaskKernel {
   // oldest first: older than every waiter in recvq, so a message goes to
   // the first of them before anyone in recvq. Usually zero or one. raw:
   // waiting in receive.lua's call, which takes a message as its values.
-  // timer: a timed receive's C timer (0: none); deadline: when it ends, in
+  // timer: a timed receive's timer's id (0: none); deadline: when it ends, in
   // monotonic_seconds (for slow_inbox, which hands it to kernel_ext).
   struct Parked {
     lua_State* co;
@@ -486,16 +498,26 @@ class TaskKernel {
   std::uint8_t exit_code_ = 0;
   const std::string* receive_chunk_ = nullptr;  // see push_receive
   std::unique_ptr<std::string> failure_;  // fail()'s reason (a pointer: the process object's size, see LuaProcess)
-  // Timed receives share one C timer (receive_timer): armed for the
-  // earliest deadline it was asked for, kept while later waits come (a
-  // message that ends a wait leaves it for the next), and a new one only
-  // for an earlier deadline. When it fires, the waits whose time is up
-  // time out and the others get a timer for their own deadline. A
-  // server that waits with process.receive(d) for each message starts one
-  // timer every d seconds, not one a message (each start and cancel about
-  // 1.1k instructions in the scheduler's timer service).
-  std::uint64_t receive_timer_ = 0;   // 0: none armed
-  double receive_timer_due_ = 0;      // when it fires, in monotonic_seconds
+  // The timers' table (see check_blockable), made at the first timer: a
+  // pointer, for the process object's size (see LuaProcess). entries is a
+  // min-heap on (due, id): of equal deadlines, the older fires first.
+  struct Timer {
+    double due;
+    std::uint64_t id;
+    lua_State* co;  // kSleep's task
+    TimerKind kind;
+  };
+  struct Timers {
+    std::vector<Timer> entries;
+    std::uint64_t next_id = 0;
+    std::uint64_t armed = 0;  // the sleep command's tag; 0: none
+    double armed_due = 0;     // when it fires, in monotonic_seconds
+    void push(const Timer& t);
+    void remove_at(std::size_t i);
+    void sift_up(std::size_t i);
+    void sift_down(std::size_t i);
+  };
+  std::unique_ptr<Timers> timers_;
 };
 
 }  // namespace host::lua

@@ -263,9 +263,9 @@ TEST_CASE("processes that only wait in receive do not hold the host for the grac
 }
 
 TEST_CASE("a process that waited with a timeout and now waits without one holds no timer at exit") {
-  // Timed receives share a timer kept from one wait to the next
-  // (TaskKernel::receive_timer_); once a step ends with none waiting on
-  // it, it goes. Left armed, the child's 3 s timer would hold shutdown
+  // Timed waits share one sleep command kept from one wait to the next
+  // (TaskKernel::settle_timers); once a step ends with no timer left, it
+  // goes. Left armed, the child's 3 s timer would hold shutdown
   // until it fired (Scheduler::nothing_can_run: a timer due within the
   // grace period may wake a process).
   ScriptDir d;
@@ -275,9 +275,9 @@ TEST_CASE("a process that waited with a timeout and now waits without one holds 
 
 TEST_CASE("a timed receive that a message ends in the step's body leaves no timer of its own armed") {
   // Two tasks of the child wait with timeouts: the main one 3 s, then one
-  // of its coroutines 0.2 s, whose earlier deadline gets a timer of its
-  // own (TaskKernel::receive_timer) while the 3 s one stays with the main
-  // task. The coroutine times out; then the root's first message of a
+  // of its coroutines 0.2 s, whose earlier deadline gets the process's
+  // sleep command armed again (TaskKernel::settle_timers) while the 3 s
+  // timer stays with the main task. The coroutine times out; then the root's first message of a
   // topic the child does not keep yet goes through the step's body
   // (TaskKernel::message) to the main task, which waits in receive.lua's
   // call by then (20 messages in): its 3 s timer must go with its wait,
@@ -304,10 +304,10 @@ TEST_CASE("a timed receive that a message ends in the step's body leaves no time
 }
 
 TEST_CASE("a process whose timed select ended and now waits without a timeout holds no timer at exit") {
-  // Timed selects share a timer kept from one select to the next
-  // (kernel_ext's sel_wait); a step that ends with no select waiting on
-  // it drops it (LuaProcess::settle_select_timer). Left armed, the
-  // child's 3 s timer would hold shutdown until it fired.
+  // Timed selects share a sleep command kept from one select to the
+  // next (TaskKernel::settle_timers); a step that ends with no timer left
+  // drops it. Left armed, the child's 3 s timer would hold shutdown until
+  // it fired.
   ScriptDir d;
   d.write("main.lua",
           kRootThenChildStart +

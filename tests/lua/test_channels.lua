@@ -151,9 +151,10 @@ return { main = function()
       T.raises(function() return channel.select { a:case_receive(), timeout = "soon" } end, 'invalid duration: "soon"')
     end },
     { "timed selects share one timer: each still times out at its own deadline", function()
-      -- kernel_ext keeps one timer for the selects with a timeout
-      -- (sel_wait): a select with a later deadline waits on it and gets a
-      -- new one when it fires; an earlier deadline gets a timer of its own.
+      -- The process's timers share one sleep command (TaskKernel::
+      -- settle_timers): a select with a later deadline waits on it and
+      -- the command is armed again when it fires; an earlier deadline
+      -- gets it armed again at once.
       local a = channel.new()
       -- 200 selects that a value ends long before their 5 s: the shared
       -- timer stays, and ends none of them early.
@@ -190,6 +191,25 @@ return { main = function()
       T.eq(channel.select { a:case_receive(), timeout = 0.03 }.timeout, true)
       local took = time.now() - t1
       T.ok(took >= 0.025 and took < 1, "the short select took " .. took .. " s")
+    end },
+    { "timers of every kind share one table and fire in deadline order", function()
+      -- time.sleep, a timed receive, a select's timeout and time.after are
+      -- entries in one table with one sleep command (TaskKernel::
+      -- settle_timers); started in any order, they end by deadline.
+      local order, done = {}, channel.new(4)
+      local function note(what) order[#order + 1] = what; done:send(true) end
+      coroutine.spawn(function() time.sleep(0.08); note("sleep") end)
+      coroutine.spawn(function()
+        local m, err = process.receive(0.02)
+        note(m == nil and err == "timeout" and "receive" or "receive got a message")
+      end)
+      coroutine.spawn(function()
+        local r = channel.select { channel.new():case_receive(), timeout = 0.05 }
+        note(r.timeout and "select" or "select got a value")
+      end)
+      coroutine.spawn(function() time.after(0.11):receive(); note("after") end)
+      for _ = 1, 4 do done:receive() end
+      T.eq(table.concat(order, " "), "receive select sleep after")
     end },
     { "select on a closed channel receives nil, false", function()
       local a = channel.new(); a:close()
