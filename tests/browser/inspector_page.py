@@ -51,6 +51,9 @@ class Driver:
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}}}}
         self.session = self.call("POST", "/session", caps)["sessionId"]
 
+    def js(self, script, *args):
+        return self.s("POST", "/execute/sync", {"script": script, "args": list(args)})
+
     def find_all(self, css):
         return [list(e.values())[0] for e in self.s("POST", "/elements", {"using": "css selector", "value": css})]
 
@@ -89,24 +92,27 @@ def main():
         wait_for("chromedriver start", lambda: d.call("GET", "/status").get("ready"))
         d.start(browser)
         d.s("POST", "/url", {"url": url})
-        rows = wait_for(f"{expected} rows", lambda: (lambda r: r if len(r) == expected else None)(d.find_all("#rows tr")))
+        # The page redraws its rows every second: each is read in one
+        # script (no element kept between calls), and a click that meets a
+        # redrawn button is tried again.
+        read_rows = "return [...document.querySelectorAll('#rows tr')].map(r => [r.dataset.pid, r.innerText])"
+        rows = wait_for(f"{expected} rows", lambda: (lambda r: r if len(r) == expected else None)(d.js(read_rows)))
         print(f"the page shows {len(rows)} rows")
-        by_pid = {}
-        named = None
-        for r in rows:
-            pid = d.attr(r, "data-pid")
-            by_pid[pid] = r
-            if name in d.text(r):
-                named = pid
+        named = next((pid for pid, text in rows if name in text), None)
         assert named, f"no row shows the name {name}"
-        assert any("spawned by: " + named in d.text(r) for r in rows), "no row shows it was spawned by the root"
+        assert any("spawned by: " + named in text for _, text in rows), "no row shows it was spawned by the root"
         wait_for("the processes counter to say " + str(expected),
-                 lambda: any(d.text(e) == str(expected) for e in d.find_all("#stat-processes")))
-        victim = next(p for p in by_pid if p != named)
-        buttons = [b for b in d.find_all("button.terminate") if d.attr(b, "data-pid") == victim]
-        assert buttons, f"no terminate button for {victim}"
-        d.s("POST", f"/element/{buttons[0]}/click", {})
-        wait_for(f"{victim}'s row to go", lambda: all(d.attr(r, "data-pid") != victim for r in d.find_all("#rows tr")))
+                 lambda: d.js("return document.getElementById('stat-processes').innerText") == str(expected))
+        victim = next(pid for pid, _ in rows if pid != named)
+
+        def click():
+            for b in d.find_all("button.terminate"):
+                if d.attr(b, "data-pid") == victim:
+                    d.s("POST", f"/element/{b}/click", {})
+                    return True
+            return False
+        wait_for(f"a click on {victim}'s terminate button", click)
+        wait_for(f"{victim}'s row to go", lambda: all(pid != victim for pid, _ in d.js(read_rows)))
         note = d.text(d.find_all("#note")[0])
         assert victim in note, f"the note says {note!r}"
         print(f"clicked terminate on {victim}; its row is gone; the note says {note!r}")
