@@ -197,22 +197,24 @@ std::string error_response(int status) {
   return out;
 }
 
+// "IP:PORT", or "[IPv6]:PORT".
+std::string address_text(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    uv_ip6_name(in6, ip, sizeof ip);
+    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+  uv_ip4_name(in, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(in->sin_port));
+}
+
 std::string peer_text(const uv_tcp_t* tcp) {
   sockaddr_storage ss{};
   int len = sizeof ss;
   if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char ip[INET6_ADDRSTRLEN] = "";
-  int port = 0;
-  if (ss.ss_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    uv_ip6_name(in6, ip, sizeof ip);
-    port = ntohs(in6->sin6_port);
-    return "[" + std::string(ip) + "]:" + std::to_string(port);
-  }
-  auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-  uv_ip4_name(in, ip, sizeof ip);
-  port = ntohs(in->sin_port);
-  return std::string(ip) + ":" + std::to_string(port);
+  return address_text(ss);
 }
 
 std::string bind_error(int rc) {
@@ -254,8 +256,7 @@ struct HttpServer::Conn {
   std::unique_ptr<TlsSession> tls;  // https: what is read and written passes through it
   http_parser parser{};
   Request cur;             // the request being parsed
-  std::string field;       // the header name being parsed
-  bool last_was_value = false;
+  bool new_header = true;  // the next header-name bytes start a header (after a value, at a message's start)
   bool in_message = false; // some of a request has come
   std::size_t header_bytes = 0;
   int parse_error = 0;     // a limit a callback hit: the response it owes
@@ -325,16 +326,15 @@ struct HttpOps {
     c->parse_error = 431;
     return false;
   }
+  // The last header's name in lower case, once it is complete.
   static void end_header(Conn* c) {
-    if (!c->last_was_value) return;
-    c->cur.headers.back().first = lower(std::move(c->cur.headers.back().first));
-    c->last_was_value = false;
+    if (!c->cur.headers.empty()) c->cur.headers.back().first = lower(std::move(c->cur.headers.back().first));
   }
   static int on_message_begin(http_parser* p) {
     Conn* c = conn_of(p);
     c->cur = Request{};
     c->header_bytes = 0;
-    c->last_was_value = false;
+    c->new_header = true;
     c->in_message = true;
     if (!c->in_flight && c->ready.empty()) set_timer(c, TimerMode::Request);
     return 0;
@@ -348,10 +348,10 @@ struct HttpOps {
   static int on_header_field(http_parser* p, const char* at, std::size_t n) {
     Conn* c = conn_of(p);
     if (!count_header(c, n)) return 1;
-    if (c->last_was_value || c->cur.headers.empty() || c->field.empty()) {
+    if (c->new_header) {
       end_header(c);
       c->cur.headers.emplace_back();
-      c->field = "x";  // a field is being read
+      c->new_header = false;
     }
     c->cur.headers.back().first.append(at, n);
     return 0;
@@ -360,14 +360,13 @@ struct HttpOps {
     Conn* c = conn_of(p);
     if (!count_header(c, n)) return 1;
     c->cur.headers.back().second.append(at, n);
-    c->last_was_value = true;
-    c->field.clear();
+    c->new_header = true;
     return 0;
   }
   static int on_headers_complete(http_parser* p) {
     Conn* c = conn_of(p);
     end_header(c);
-    c->field.clear();
+    c->new_header = true;  // a trailer starts a header of its own
     Request& r = c->cur;
     r.method = http_method_str(static_cast<enum http_method>(p->method));
     r.head = p->method == HTTP_HEAD;
@@ -1228,20 +1227,7 @@ struct HttpOps {
     sockaddr_storage bound{};
     int len = sizeof bound;
     uv_tcp_getsockname(&srv->tcp, reinterpret_cast<sockaddr*>(&bound), &len);
-    char ip[INET6_ADDRSTRLEN] = "";
-    int bound_port = 0;
-    std::string address;
-    if (bound.ss_family == AF_INET6) {
-      auto* in6 = reinterpret_cast<const sockaddr_in6*>(&bound);
-      uv_ip6_name(in6, ip, sizeof ip);
-      bound_port = ntohs(in6->sin6_port);
-      address = "[" + std::string(ip) + "]:" + std::to_string(bound_port);
-    } else {
-      auto* in = reinterpret_cast<const sockaddr_in*>(&bound);
-      uv_ip4_name(in, ip, sizeof ip);
-      bound_port = ntohs(in->sin_port);
-      address = std::string(ip) + ":" + std::to_string(bound_port);
-    }
+    const std::string address = address_text(bound);
     srv->id = ++svc->next_id_;
     svc->servers_.emplace(srv->id, srv);
     svc->server_count_.fetch_add(1, std::memory_order_relaxed);
