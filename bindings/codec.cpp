@@ -419,10 +419,6 @@ class Decoder {
  public:
   Decoder(lua_State* L, std::string_view in, StringCache* strings)
       : L_(L), strings_(strings), p_(in.data()), end_(in.data() + in.size()) {}
-  // The mode of push_value_of_kept_strings: strings only as `kept` keeps
-  // them, and a nested table only where the stack has room as it is.
-  Decoder(lua_State* L, std::string_view in, const StringCache& kept)
-      : L_(L), kept_(&kept), p_(in.data()), end_(in.data() + in.size()) {}
 
   bool value(int depth) {
     if (p_ >= end_) return fail("truncated");
@@ -451,10 +447,7 @@ class Decoder {
         std::uint64_t n;
         if (!varint(n)) return false;
         if (n > static_cast<std::uint64_t>(end_ - p_)) return fail("truncated string");
-        if (kept_) {
-          const char* text = kept_->find(std::string_view(p_, n));
-          if (!text || !stack_args::push_string_object(L_, text)) return fail("a string not kept");
-        } else if (strings_) {
+        if (strings_) {
           strings_->push(L_, std::string_view(p_, n));
         } else {
           lua_pushlstring(L_, p_, n);
@@ -472,7 +465,7 @@ class Decoder {
         if (n > left || m > left || n + 2 * m > left) return fail("table size beyond the input");
         // A table takes three slots (itself, a key, a value); at depth 0
         // decode_values has made room for them (n + 4 slots for n values).
-        if (depth > 0 && !(kept_ ? stack_args::has_room(L_, 4) : lua_checkstack(L_, 4) != 0))
+        if (depth > 0 && !lua_checkstack(L_, 4))
           return fail("out of Lua stack");
         lua_createtable(L_, static_cast<int>(n), static_cast<int>(m));
         const int t = lua_gettop(L_);
@@ -495,10 +488,6 @@ class Decoder {
         return true;
       }
       case kNullPointer:
-        // Not in the hand-over's mode: the state's first light userdata
-        // allocates its segment map. Its caller then decodes the message
-        // in a protected call.
-        if (kept_) return fail("a light userdata cannot be pushed here");
         lua_pushlightuserdata(L_, nullptr);
         return true;
       case kMoved: {
@@ -507,10 +496,7 @@ class Decoder {
         if (n > static_cast<std::uint64_t>(end_ - p_)) return fail("truncated string");
         const std::string_view cls(p_, n);
         p_ += n;
-        // Not in the hand-over's mode (kept strings, no allocation): its
-        // caller then decodes the message in a protected call, where the
-        // hook may run Lua.
-        if (kept_ || !moved_value_hooks.decode) return fail("a moved value cannot be received here");
+        if (!moved_value_hooks.decode) return fail("a moved value cannot be received here");
         if (!moved_value_hooks.decode(L_, id, cls)) return fail("a moved value could not be made");
         return true;
       }
@@ -536,7 +522,6 @@ class Decoder {
   bool count(std::uint64_t& n) { return varint(n); }
   const std::string& error() const { return error_; }
   bool fail(const char* why) {
-    if (kept_) return false;  // push_value_of_kept_strings declines: nobody reads why
     error_ = make_error(ErrorKind::Invalid, std::string("corrupt value: ") + why);
     return false;
   }
@@ -553,7 +538,6 @@ class Decoder {
 
   lua_State* L_;
   StringCache* strings_ = nullptr;
-  const StringCache* kept_ = nullptr;
   const char* p_;
   const char* end_;
   bool bad_key_ = false;  // the last value decoded was nil or NaN: no table key
@@ -789,15 +773,6 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error, Stri
     if (!dec.value(0)) return fail(dec.error());
   if (!dec.at_end()) return fail(make_error(ErrorKind::Invalid, "corrupt value: trailing bytes"));
   return static_cast<int>(n);
-}
-
-bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const StringCache& kept) {
-  if (bytes.size() < 2 || bytes[0] != 1) return false;  // one value
-  const int top = lua_gettop(L);
-  Decoder dec(L, bytes.substr(1), kept);
-  if (dec.value(0) && dec.at_end()) return true;
-  stack_args::drop_to(L, top);
-  return false;
 }
 
 std::string encode_strings(std::span<const std::string> values) {

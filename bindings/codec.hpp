@@ -72,16 +72,6 @@ class StringCache;
 // Short strings come from `strings` when given (see StringCache).
 int decode_values(lua_State* L, std::string_view bytes, std::string* error, StringCache* strings = nullptr);
 
-// Pushes the one value that bytes encode (a message's payload) and
-// returns true, making nothing but its tables: each string in it must be
-// one that `kept` keeps (StringCache::find), and each nested table must
-// find its slots on L's stack as it is. Otherwise (or for bytes that are
-// not one value) false, with L's stack as it was. For LuaProcess::hand_over,
-// outside any protected call, which first makes sure that the tables'
-// allocations can neither fail nor start a collection step, and gives the
-// stack room for the outermost table (three slots).
-bool push_value_of_kept_strings(lua_State* L, std::string_view bytes, const StringCache& kept);
-
 // Pushes s, from `strings` when given: out of line, so that the cache's
 // lookup is not inlined into every caller of push_simple_value (inlined
 // there too, it cost the topic's lookup in deliver_events a call). The

@@ -25,7 +25,6 @@ void collect_sooner(lua_State* L, std::size_t limit) {
   if (threshold > start) LP::set_gc_threshold(L, start);
 }
 
-bool below_threshold(lua_State* L, std::size_t bytes) { return LP::gc_total(L) + bytes < LP::gc_threshold(L); }
 
 bool stopped(lua_State* L) { return LP::gc_threshold(L) >= kStopped; }
 

@@ -38,13 +38,6 @@ inline bool available() { return luajit_private::available(); }
 // (collectgarbage("stop")). Only when available().
 void collect_sooner(lua_State* L, std::size_t limit);
 
-// Whether L's heap stays below the collector's threshold with `bytes`
-// more allocated: C API calls that allocate no more than that run no
-// collection step (LuaJIT's allocation check steps only at or past the
-// threshold), so no finalizer and no error of the collector's. Only when
-// available().
-bool below_threshold(lua_State* L, std::size_t bytes);
-
 // Whether a script has stopped L's collector (collectgarbage("stop")), so
 // that code which pauses it for a while knows not to restart it after.
 // Only when available().

@@ -21,7 +21,7 @@
 --                      a fifth field, true once I.slow_inbox was called, and
 --                      a sixth, true once its buffer holds message tables
 --                      (until then, each message's three values: the C
---                      half's and receive.lua's; I.listening, I.slow_inbox
+--                      half's and inbox.lua's; I.listening, I.slow_inbox
 --                      and I.inbox_tables make it tables)
 --   I.inbox_tables()   the inbox's buffer as message tables from now on
 --   I.listening(l)     process.listen was called: l maps topics to their
@@ -32,9 +32,10 @@
 --                      inbox's recvq: called once the inbox has senders or
 --                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
---   I.receive()        the C process.receive, for inbox:receive(), in
---                      receive.lua's form: a message handed to the task
---                      while it waited comes as from, topic, payload
+--   I.receive()        the C process.receive's raw call, for inbox:receive()
+--                      through inbox.lua's receive form
+--   I.queues           bindings/inbox.lua: the queue functions, the message
+--                      constructor and receive's Lua form
 --   I.events           the events channel table: the C half builds the
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
@@ -75,31 +76,10 @@ local setmetatable, getmetatable = I.setmetatable, I.getmetatable
 local E = {}
 
 ---------------------------------------------------------------------------
--- Queues: { head, tail, items... } with the items from index 3, so the C
--- half reads them with integer keys; O(1) push and shift.
-local HEAD, TAIL, FIRST = 1, 2, 3
--- (With its first item's slot in the array part from the start: added by
--- the first push, it rehashed the table.)
-local function queue()
-  local q = { FIRST, FIRST - 1, false }
-  q[FIRST] = nil
-  return q
-end
-local function qpush(q, v) local t = q[TAIL] + 1; q[TAIL] = t; q[t] = v end
-local function qshift(q)
-  local h, t = q[HEAD], q[TAIL]
-  if h > t then return nil end
-  local v = q[h]; q[h] = nil
-  -- Back to the start when empty, so the keys stay in the array part
-  -- instead of marching through the hash part (a rehash every few pushes).
-  if h == t then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[HEAD] = h + 1 end
-  return v
-end
-local function qlen(q) return q[TAIL] - q[HEAD] + 1 end
-local function qclear(q)
-  for i = q[HEAD], q[TAIL] do q[i] = nil end
-  q[HEAD], q[TAIL] = FIRST, FIRST - 1
-end
+-- Queues: { head, tail, items... }, bindings/inbox.lua's (the layout the C
+-- half reads too); O(1) push and shift.
+local Q = I.queues
+local queue, qpush, qshift, qlen, qclear = Q.queue, Q.push, Q.shift, Q.len, Q.clear
 
 -- Records of a fixed shape, made from a constructor of constants and then
 -- filled in: LuaJIT copies such a constructor's template with its keys in
@@ -198,27 +178,14 @@ end
 -- end (prune_stale); a queue whose stale waiters sit below live ones
 -- (several tasks selecting on one channel) is compacted when it has grown
 -- to twice its live waiters (push_waiter): every push O(1) amortized.
-local function prune_stale(q)
-  local h, t = q[HEAD], q[TAIL]
-  while t >= h and not is_live(q[t]) do
-    q[t] = nil
-    t = t - 1
-  end
-  if t < h then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[TAIL] = t end
-end
+local function is_stale(w) return not is_live(w) end
+local function prune_stale(q) Q.drop_last_while(q, is_stale) end
 
 local compact_at = setmetatable({}, { __mode = "k" })  -- queue -> its length that compacts it (default 32)
 
 local function push_waiter(q, w)
   if qlen(q) >= (compact_at[q] or 32) then
-    local n = FIRST - 1
-    for i = q[HEAD], q[TAIL] do
-      local v = q[i]
-      q[i] = nil
-      if is_live(v) then n = n + 1; q[n] = v end
-    end
-    q[HEAD], q[TAIL] = FIRST, n
-    local live = n - FIRST + 1
+    local live = Q.keep(q, is_live)
     compact_at[q] = live >= 16 and 2 * live or nil
   end
   qpush(q, w)
@@ -284,21 +251,12 @@ local function check_channel(ch, fname)
   end
 end
 
-local inbox_receive = I.receive
+-- process.receive's Lua form (bindings/inbox.lua), for inbox:receive().
+local inbox_receive = Q.receive_form(I.receive)
 
 function Channel.receive(ch)
-  -- The inbox on the C kernel's fast paths: its receive, plus ok. The
-  -- table of a message handed over while the task waited is made here, a
-  -- template copy in this code, as bindings/receive.lua does: a call from
-  -- C to the message constructor costs more.
-  if ch == inbox and not inbox[SLOW] then
-    local a, b, c = inbox_receive()
-    if b == nil then return a, true end
-    if a == nil and c then return b(), true end  -- its payload's shape's constructor
-    local m = { from = false, topic = false, payload = false }
-    m.from, m.topic, m.payload = a, b, c
-    return m, true
-  end
+  -- The inbox on the C kernel's fast paths: its receive, plus ok.
+  if ch == inbox and not inbox[SLOW] then return inbox_receive(), true end
   check_channel(ch, "receive")
   local ready_now, v, ok = try_receive(ch)
   if ready_now then return v, ok end

@@ -222,8 +222,7 @@ bool LuaProcess::Prepare() {
     // hook after the first steps.
     lua_sethook(S, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
     p.kernel_.init(S, p);
-    p.kernel_.set_message_chunk(&p.rt_.message_bytecode());
-    p.kernel_.set_receive_chunk(&p.rt_.receive_bytecode());
+    p.kernel_.set_inbox_chunk(&p.rt_.inbox_bytecode());
     p.peers_.init(S, [&p](lua_State* T) { return p.kernel_.pin(T); });
     lua_pushcfunction(S, step_body);
     p.step_fn_ = lua_topointer(S, -1);
@@ -360,7 +359,11 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
 int LuaProcess::step_body(lua_State* S) {
   LuaProcess& p = Primitives::of(S);
   StepOutput& out = *p.step_out_;
-  p.kernel_.settle(S);  // hand_over's task, if it left one
+  if (p.step_events_.size() == 1 && p.hand_over_inside(S)) {
+    out.status = p.has_pending_calls() ? Status::Blocked : Status::Idle;
+    return 0;
+  }
+  p.kernel_.settle(S);  // a hand-over's task, if it left one
   // The events go to the kernel in batches, the tasks running after each:
   // a task in a receive loop drains one batch before the next becomes Lua
   // values, so a flood of messages (a producer's whole step) never exists
@@ -423,21 +426,20 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   // One protected call a step: the events, then the ready tasks, then the
   // result's encoding. Only memory errors and the time limit's interrupt
   // (raised by the hook outside any task) end up here as errors. A step
-  // of one message for a waiting task may need none (hand_over; the
-  // message's kind and its payload's tag and size checked first, so that
-  // a large table declines at once).
+  // of one message for a waiting task may need none (hand_over, inside
+  // the LuaJIT seam; the message's kind and its payload's tag and size
+  // checked first, so that a large table declines at once); else the
+  // body's first act hands it over (hand_over_inside).
   // step_body finds its arguments here (the allocator's userdata leads to
   // this process), not in a light userdata to push and read back.
   step_events_ = events;
   step_out_ = &out;
   int rc = 0;
-  HandOver handed = HandOver::kDeclined;
-  if (events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload))
-    handed = hand_over(events[0]);
-  if (handed == HandOver::kDone) {
+  const bool handed =
+      events.size() == 1 && events[0].kind == EventKind::Message && may_hand_over(events[0].payload) &&
+      hand_over(events[0]);
+  if (handed) {
     out.status = has_pending_calls() ? Status::Blocked : Status::Idle;
-  } else if (handed == HandOver::kFailed) {
-    rc = LUA_ERRRUN;  // the hand-over's protected call's error, on the stack as lua_pcall leaves one
   } else {
     stack_args::push_kept(L, step_fn_, luajit_private::kTagFunc, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);

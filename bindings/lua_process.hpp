@@ -108,72 +108,46 @@ class LuaProcess final : public Process, private KernelHost {
   // new C function object every step. Its arguments are step_events_ and
   // step_out_.
   static int step_body(lua_State* L);
-  // A step of one message, made without step_body where it can be
-  // (TaskKernel::raw_receiver says when): the message's values pushed
-  // onto the waiting task's stack and the task resumed. Made of nothing
-  // new where they can be (its sender and topic strings already kept, its
-  // payload nil, a boolean, a number or a kept string), or of new tables
-  // alone (a small table payload whose strings are all kept, where the
-  // heap is far enough below both the collector's threshold and the
-  // memory limit that making them can neither start a collection step
-  // nor fail; or, for a small table of a shape the process keeps
-  // receiving, nil, its shape's constructor and true, the values in the
-  // shape cache's scratch table: shape_cache.hpp); any other payload by
-  // the decoder in a protected call (hand_over_decoded). kDone when that
-  // was the whole step; kDeclined when step_body must run, with the
-  // message still in step_events_ or, once the task was resumed, with
-  // step_events_ empty; kFailed when a protected call of the hand-over
-  // raised (the decoder's or a constructor's allocation, a collection
-  // step's finalizer, a shape's compile, ShapeCache::compile), its error
-  // on L_'s stack.
-  // may_hand_over is Step's first check, on the payload's form.
-  enum class HandOver : std::uint8_t { kDeclined, kDone, kFailed };
-  HandOver hand_over(const Event& ev);
+  // Route 1's case outside step_body, inside the LuaJIT seam: a step of
+  // one message for the sole task waiting in inbox.lua's form
+  // (TaskKernel::raw_receiver), its values pushed straight onto the
+  // task's stack and the task resumed, where nothing has to be made
+  // (no allocation outside a protected call): its sender and topic
+  // strings already kept, and its payload nil, a boolean, a number, a
+  // kept string, or a small table of a shape the process keeps receiving
+  // (hand_over_shaped: nil, the shape's constructor and true; the values
+  // in the shape cache's scratch table, shape_cache.hpp). True when that
+  // was the whole step; false when step_body must run: with the message
+  // still in step_events_ (declined: it takes route 1 inside the
+  // protected call, TaskKernel::message, on the public API), or, once
+  // the task was resumed, with step_events_ empty. Always false without
+  // the seam. may_hand_over is Step's first check, on the payload's form.
+  bool hand_over(const Event& ev);
   bool may_hand_over(const std::string& payload);
+  // Route 1 inside step_body (its first act), for a step of one message
+  // that hand_over declined: the message made on L (the main thread) as
+  // deliver_events makes it, moved to the sole waiting task of either
+  // form, and the task resumed. True when that was the whole step; false
+  // when the body goes on (step_events_ emptied once the message was taken
+  // or dropped as undecodable).
+  bool hand_over_inside(lua_State* L);
   // hand_over's table payloads (out of line: the other payloads' path
-  // stays as short as it was). raw: the task is raw_receiver's, else
-  // plain_receiver's.
-  [[gnu::noinline]] HandOver hand_over_table(lua_State* co, const char* from, const char* topic,
-                                             const std::string& payload, bool raw);
-  // For a task waiting in the C function of process.receive, a
-  // constructor on L_ (its nargs arguments above it, pushed by
-  // hand_over_plain or hand_over_table) makes the message's table: this
-  // calls it, protected, gives the table to co and resumes it. step_body's
-  // delivery cost such a process about 500 instructions more a message (a
-  // ring's node).
-  HandOver hand_over_made(lua_State* co, int nargs);
-  // hand_over for a task waiting in the C function of process.receive
-  // (TaskKernel::plain_receiver; out of line, as hand_over_table).
-  [[gnu::noinline]] HandOver hand_over_plain(const Event& ev);
-  // hand_over's payload that no other way makes, by the decoder in a
-  // protected call (out of line), for raw_receiver's task co, or (not
-  // raw) plain_receiver's, which takes the message made of it.
-  [[gnu::noinline]] HandOver hand_over_decoded(lua_State* co, const char* from, const char* topic,
-                                               const std::string& payload, bool raw);
+  // stays as short as it was).
+  [[gnu::noinline]] bool hand_over_shaped(lua_State* co, const char* from, const char* topic,
+                                          const std::string& payload);
   // Every hand-over's end: the message taken (step_body, if it runs, only
   // goes on from here) and co, which holds what it takes, resumed.
-  [[gnu::always_inline]] HandOver resume_handed(lua_State* co) {
+  [[gnu::always_inline]] bool resume_handed(lua_State* co) {
     step_events_ = {};
-    return kernel_.resume_handed_over(co) ? HandOver::kDone : HandOver::kDeclined;
+    return kernel_.resume_handed_over(co);
   }
   // hand_over's payload values made of nothing new: nil, a boolean, a
   // number or a kept string. False (nothing pushed) for any other.
   bool push_handed_payload(lua_State* co, const std::string& payload);
-  // The largest table payload hand_over makes itself, in encoded bytes
-  // (larger ones: the decoder), and the
-  // bytes of heap it then asks to be free: each encoded byte of a table
-  // makes at most 24 (a table's 64-byte header for its 3 bytes of tag and
-  // counts, a hash node pair of 48 for a key's and a value's 2 at least,
-  // an array slot of 8 for an element's 1).
+  // The largest table payload hand_over takes, in encoded bytes.
   static constexpr std::size_t kHandOverTableBytes = 256;
-  static std::size_t hand_over_table_heap(std::size_t bytes) { return 32 * bytes + 64; }
   // The heap a shape's constructor takes to compile, at most (about 2 KB).
   static constexpr std::size_t kShapeCompileHeap = 16 * 1024;
-  // After a small table payload hand_over could not make (a string not
-  // kept), the next kHandOverBackoff go to the decoder without trying,
-  // so that a process whose tables carry new strings does not decode each
-  // twice.
-  static constexpr std::uint32_t kHandOverBackoff = 64;
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.
@@ -233,7 +207,7 @@ class LuaProcess final : public Process, private KernelHost {
   ProcessContext ctx_;
   // Topics and short strings of the messages it receives.
   StringCache received_strings_;
-  // Constructors of its table payloads' shapes (hand_over_table,
+  // Constructors of its table payloads' shapes (hand_over_shaped,
   // push_shaped_payload), made at its first table payload.
   std::unique_ptr<ShapeCache> shapes_;
   // The PID strings of its messages' senders and its sends' destinations.

@@ -375,7 +375,7 @@ int Primitives::load_entry(lua_State* L) {
 }
 
 // __index of the process table: makes the call `name` and keeps it in the
-// table. The C primitives, process.receive (bindings/receive.lua over the
+// table. The C primitives, process.receive (bindings/inbox.lua's form over the
 // kernel's C receive), and kernel_ext.lua's calls (inbox, events, listen,
 // watch, upgrade, ...).
 int Primitives::process_field(lua_State* L) {

@@ -1,10 +1,10 @@
 // A step's events into the Lua state, by the three routes
-// (docs/ARCHITECTURE.md, "The message path"): the hand-over of a lone
-// message to the sole waiting task, outside the step's protected call
-// (hand_over and its variants); and, inside it (deliver_events, from
-// step_body), runs of messages appended to the inbox (queue_run), single
-// messages, completions and lifecycle events to the kernel. Threads: the
-// one running the process.
+// (docs/ARCHITECTURE.md, "The message path"): a message to the task that
+// waits for it (TaskKernel::message, inside the step's protected call;
+// and hand_over, its case outside that call inside the LuaJIT seam),
+// runs of messages appended to the inbox (queue_run), and the rest to
+// the Lua kernel; completions and lifecycle events to the kernel too.
+// Threads: the one running the process.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,6 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
-#include "bindings/gc_pressure.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "bindings/stack_args.hpp"
 #include "host/assert.hpp"
@@ -192,81 +191,83 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
 
 bool LuaProcess::may_hand_over(const std::string& payload) { return payload.empty() || payload.size() >= 2; }
 
-LuaProcess::HandOver LuaProcess::hand_over(const Event& ev) {
+bool LuaProcess::hand_over(const Event& ev) {
+  // Three slots, so the pushes below never grow the stack (an
+  // allocation); has_room is false without the seam.
   lua_State* co = kernel_.raw_receiver();
-  if (!co) return hand_over_plain(ev);
+  if (!co || !stack_args::has_room(co, 3)) return false;
   // What every push below relies on: the task is suspended in receive,
   // with nothing on its stack, and is not the main thread the step runs.
   HOST_ASSERT(co != L_ && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
               "a message is handed over only to a task waiting in receive");
-  // Three slots, so the pushes below never grow the stack (an allocation).
-  if (!stack_args::has_room(co, 3)) return HandOver::kDeclined;
-  const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (receive.lua needs a sender)
-  if (!from) return HandOver::kDeclined;
+  const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (inbox.lua's receive needs a sender)
+  if (!from) return false;
   const char* topic = received_strings_.find_topic(ev.topic);
-  if (!topic) return HandOver::kDeclined;
+  if (!topic) return false;
   if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
-    return hand_over_table(co, from, topic, ev.payload, true);
+    return hand_over_shaped(co, from, topic, ev.payload);
   stack_args::push_string_object(co, from);
   stack_args::push_string_object(co, topic);
-  if (!push_handed_payload(co, ev.payload)) return hand_over_decoded(co, from, topic, ev.payload, true);
+  if (!push_handed_payload(co, ev.payload)) {
+    stack_args::drop_to(co, 0);
+    return false;
+  }
   return resume_handed(co);
 }
 
-LuaProcess::HandOver LuaProcess::hand_over_decoded(lua_State* co, const char* from, const char* topic,
-                                                   const std::string& payload, bool raw) {
-  // What the other ways do not make (a string the process does not keep,
-  // a table with one, a large or nested table, a heap near the collector's
-  // threshold or the memory limit) the decoder makes in a protected call
-  // on the main thread (idle during a step), which moves it to the task:
-  // about 600 instructions less than step_body's delivery. For a task in
-  // the C function of process.receive (not raw), message.lua's
-  // constructor makes the message of it there too. An error there
-  // (memory, the collector's step and its finalizers) fails the step as
-  // step_body's would; a payload that does not decode goes to step_body,
-  // which logs and drops it.
-  stack_args::drop_to(co, 0);  // a waiting task's stack holds nothing else
-  if (raw) {
-    stack_args::push_string_object(co, from);
-    stack_args::push_string_object(co, topic);
+bool LuaProcess::hand_over_shaped(lua_State* co, const char* from, const char* topic,
+                                                  const std::string& payload) {
+  // A small payload of a shape the process keeps receiving goes to the
+  // task as its shape's constructor (nil, the constructor, true), the
+  // values in the cache's scratch table: the constructor makes the
+  // message in the task's own code, its allocations protected by the
+  // task's resume (shape_cache.hpp). A shape not compiled yet is
+  // compiled by the step's delivery (push_shaped_payload).
+  if (payload.size() > kHandOverTableBytes) return false;
+  if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
+  if (shapes_->fill(payload, received_strings_, from, topic) != ShapeCache::Match::kFilled) return false;
+  namespace LL = luajit_private;
+  const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
+                                   LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
+  if (!stack_args::push_tvalues(co, values, 3)) {
+    shapes_->clear_scratch();
+    return false;
   }
-  struct Made {
-    LuaProcess* self;
-    const std::string& payload;
-    lua_State* to;
-    const char* from;
-    const char* topic;
-    bool raw;
-    bool ok = false;
-  } made{this, payload, co, from, topic, raw};
-  const int rc = lua_cpcall(
-      L_,
-      [](lua_State* S) {
-        auto* m = static_cast<Made*>(lua_touserdata(S, 1));
-        if (!m->raw) {
-          m->self->kernel_.push_message_ctor(S);
-          stack_args::push_string_object(S, m->from);
-          stack_args::push_string_object(S, m->topic);
-        }
-        // A string alone is made as it is: through the cache, a stream of
-        // new ones would push out the strings the process keeps (its
-        // topics among them). A table's keep their cache.
-        if (std::string_view s; short_string_value(m->payload, &s)) {
-          lua_pushlstring(S, s.data(), s.size());
-        } else {
-          std::string err;
-          if (!push_one_value(S, m->payload, &err, &m->self->received_strings_)) return 0;
-        }
-        if (!m->raw) lua_call(S, 3, 1);
-        if (!stack_args::move(S, m->to, 1)) lua_xmove(S, m->to, 1);
-        m->ok = true;
-        return 0;
-      },
-      &made);
-  if (rc != 0) return HandOver::kFailed;
-  if (!made.ok) {
-    stack_args::drop_to(co, 0);
-    return HandOver::kDeclined;
+  return resume_handed(co);
+}
+
+bool LuaProcess::hand_over_inside(lua_State* L) {
+  // Route 1 inside step_body's protected call, on the public API: every
+  // lone message for a sole waiting task that hand_over did not take (a
+  // sender or topic not kept yet, a payload to decode or a shape to
+  // compile, a task in the C function's form, a build without the seam).
+  // The message is made by the pushes deliver_events makes (kept strings,
+  // shapes and the decoder), on the main thread, idle during a step, and
+  // moved to the task. Against deliver_events, message() and run, this
+  // saves about 600 instructions a message (a ring's node in the C
+  // function's form; BENCHMARKS.md's ledger).
+  const Event& ev = step_events_[0];
+  bool raw = false;
+  lua_State* co = ev.kind == EventKind::Message ? kernel_.sole_receiver(&raw) : nullptr;
+  // inbox.lua's form takes no message from the host (from nil): it could
+  // not tell it from nil, "timeout".
+  if (!co || (raw && !ev.from.valid())) return false;
+  HOST_ASSERT(co != L && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
+              "a message is handed over only to a task waiting in receive");
+  if (!raw) kernel_.push_message_ctor(L);
+  if (!push_message(L, ev)) {  // logged and dropped: the task waits on
+    lua_settop(L, 0);
+    step_events_ = {};
+    return false;
+  }
+  int n = 3;
+  if (!raw) {
+    lua_call(L, 3, 1);
+    n = 1;
+  }
+  if (!stack_args::move(L, co, n)) {
+    lua_checkstack(co, n);  // room a C function's yield leaves: never grows
+    lua_xmove(L, co, n);
   }
   return resume_handed(co);
 }
@@ -280,92 +281,6 @@ inline bool LuaProcess::push_handed_payload(lua_State* co, const std::string& pa
     const char* kept = received_strings_.find(s);
     return kept && stack_args::push_string_object(S, kept);
   });
-}
-
-LuaProcess::HandOver LuaProcess::hand_over_plain(const Event& ev) {
-  // Only once message.lua's constructor is loaded: until then step_body
-  // delivers each message and counts it, and the count's 16th loads the
-  // constructor and puts receive.lua's form into the process table (which
-  // a process that does not keep a copy of the C function then takes).
-  lua_State* co = kernel_.plain_receiver();
-  if (!co || !kernel_.message_ctor_loaded() || !stack_args::has_room(co, 1)) return HandOver::kDeclined;
-  const char* from = peers_.known_sender(ev.from);
-  if (!from) return HandOver::kDeclined;
-  const char* topic = received_strings_.find_topic(ev.topic);
-  if (!topic) return HandOver::kDeclined;
-  if (ev.payload.size() >= 2 && static_cast<std::uint8_t>(ev.payload[1]) == kTable)
-    return hand_over_table(co, from, topic, ev.payload, false);
-  // message.lua's constructor makes the table.
-  lua_State* L = L_;
-  kernel_.push_message_ctor(L);
-  stack_args::push_string_object(L, from);
-  stack_args::push_string_object(L, topic);
-  if (!push_handed_payload(L, ev.payload)) {
-    lua_settop(L, 0);
-    return hand_over_decoded(co, from, topic, ev.payload, false);
-  }
-  return hand_over_made(co, 3);
-}
-
-LuaProcess::HandOver LuaProcess::hand_over_made(lua_State* co, int nargs) {
-  // On the main thread, idle during a step. An error (memory, the time
-  // limit's hook, a finalizer's) fails the step as step_body's would.
-  lua_State* L = L_;
-  if (lua_pcall(L, nargs, 1, 0) != 0) return HandOver::kFailed;
-  if (!stack_args::move(L, co, 1)) lua_xmove(L, co, 1);
-  return resume_handed(co);
-}
-
-LuaProcess::HandOver LuaProcess::hand_over_table(lua_State* co, const char* from, const char* topic,
-                                                 const std::string& payload, bool raw) {
-  // A small payload of a shape seen before goes to the task as its shape's
-  // constructor, which makes the message in the task's own code, its
-  // allocations protected by the task's resume (shape_cache.hpp);
-  // hand_over left the three slots that takes. A task in the C function
-  // of process.receive takes the message the constructor made for it.
-  // After a small table with a string the process does not keep, the
-  // next kHandOverBackoff go straight to the decoder.
-  const bool small = payload.size() <= kHandOverTableBytes && !received_strings_.skip_find();
-  if (small) {
-    if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
-    switch (shapes_->fill(payload, received_strings_, from, topic)) {
-      case ShapeCache::Match::kFilled: {
-        namespace LL = luajit_private;
-        if (!raw) {
-          stack_args::push_kept(L_, shapes_->constructor(), LL::kTagFunc, shapes_->constructor_ref());
-          return hand_over_made(co, 0);
-        }
-        const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
-                                         LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
-        if (!stack_args::push_tvalues(co, values, 3)) {
-          shapes_->clear_scratch();
-          return HandOver::kDeclined;
-        }
-        return resume_handed(co);
-      }
-      case ShapeCache::Match::kUnknown:
-        if (!compile_shape(L_, payload)) return HandOver::kFailed;
-        break;
-      case ShapeCache::Match::kNotShape:
-        break;
-    }
-  }
-  if (!raw) return hand_over_decoded(co, from, topic, payload, false);
-  // A small table of kept strings is made here, outside the protected
-  // call, where none of its allocations can fail (the limit) nor step
-  // the collector (its finalizers, its errors). Three slots more than
-  // hand_over's: the table's first key and value. Else the decoder.
-  const std::size_t heap = hand_over_table_heap(payload.size());
-  if (!small || !stack_args::has_room(co, 6) || used_ + heap > limit_ || !gc_pressure::available() ||
-      !gc_pressure::below_threshold(co, heap))
-    return hand_over_decoded(co, from, topic, payload, true);
-  stack_args::push_string_object(co, from);
-  stack_args::push_string_object(co, topic);
-  if (!push_value_of_kept_strings(co, payload, received_strings_)) {
-    received_strings_.missed_find(kHandOverBackoff);
-    return hand_over_decoded(co, from, topic, payload, true);
-  }
-  return resume_handed(co);
 }
 
 bool LuaProcess::compile_shape(lua_State* L, const std::string& payload) {

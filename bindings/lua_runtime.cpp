@@ -12,12 +12,11 @@
 
 namespace host::lua {
 
-// Generated from bindings/kernel_ext.lua, bindings/receive.lua,
-// bindings/message.lua, bindings/metatable_calls.lua, bindings/fs.lua and
-// bindings/exec.lua.
+// Generated from bindings/kernel_ext.lua, bindings/inbox.lua,
+// bindings/metatable_calls.lua, bindings/fs.lua, bindings/exec.lua and
+// bindings/socket.lua.
 extern const char* const k_kernel_ext_source;
-extern const char* const k_receive_source;
-extern const char* const k_message_source;
+extern const char* const k_inbox_source;
 extern const char* const k_metatable_calls_source;
 extern const char* const k_fs_source;
 extern const char* const k_exec_source;
@@ -39,13 +38,11 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
       }()) {
   std::string err = ModuleCache::compile("=kernel_ext", k_kernel_ext_source, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
-  err = ModuleCache::compile("=receive", k_receive_source, receive_bytecode_, /*strip=*/true);
-  if (!err.empty()) throw std::runtime_error("process.receive does not compile: " + err);
+  err = ModuleCache::compile("=inbox", k_inbox_source, inbox_bytecode_, /*strip=*/true);
+  if (!err.empty()) throw std::runtime_error("the inbox's Lua half does not compile: " + err);
   // The codec's check of LuaJIT's table layout (reads_tables_raw) runs
   // once; here, rather than in some process's first send.
   (void)reads_tables_raw();
-  err = ModuleCache::compile("=message", k_message_source, message_bytecode_, /*strip=*/true);
-  if (!err.empty()) throw std::runtime_error("the message constructor does not compile: " + err);
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
   for (auto [name, source, out] : {std::tuple{"=fs", k_fs_source, &fs_bytecode_},

@@ -59,8 +59,7 @@ class LuaRuntime {
   NameRegistry& names() { return names_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
-  const std::string& receive_bytecode() const { return receive_bytecode_; }
-  const std::string& message_bytecode() const { return message_bytecode_; }
+  const std::string& inbox_bytecode() const { return inbox_bytecode_; }
   const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
   // The fs, exec and socket modules' Lua halves (bindings/fs.lua, exec.lua,
   // socket.lua).
@@ -89,8 +88,7 @@ class LuaRuntime {
   friend class LuaProcess;
   std::atomic<std::size_t> processes_{0};
   std::string kernel_ext_bytecode_;
-  std::string receive_bytecode_;
-  std::string message_bytecode_;
+  std::string inbox_bytecode_;
   std::string metatable_calls_bytecode_;
   std::string fs_bytecode_;
   std::string exec_bytecode_;

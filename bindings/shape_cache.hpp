@@ -17,7 +17,7 @@
 //   end
 //
 // copies two templates (LuaJIT's TDUP) and sets their values, in the task
-// that receives the message (bindings/receive.lua calls it when the C
+// that receives the message (bindings/inbox.lua's receive calls it when the C
 // receive returns nil, the constructor, true). Its allocations happen in
 // the resumed task, protected by its resume like any other of its own.
 // The same chunk returns a second constructor, of the payload alone

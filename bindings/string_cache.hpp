@@ -58,17 +58,6 @@ class StringCache {
     return n == 0 || *p == *q;
   }
 
-  // For a caller that finds only (LuaProcess::hand_over's tables): after
-  // a lookup that missed (missed_find), skip_find says true for the next
-  // `backoff` calls, so that a process whose messages carry strings the
-  // cache does not keep does not look them up twice each.
-  void missed_find(std::uint32_t backoff) { find_backoff_ = backoff; }
-  bool skip_find() {
-    if (find_backoff_ == 0) return false;
-    --find_backoff_;
-    return true;
-  }
-
   // A message topic: find and push as above for one of up to kMaxLength
   // bytes; a longer one, up to kMaxTopicLength, is kept apart from them
   // (kTopicSlots of its own, so that long strings elsewhere in messages
@@ -206,7 +195,6 @@ class StringCache {
 
   std::unique_ptr<Slots> slots_;
   std::uint32_t next_ = 0;  // the slot a miss replaces
-  std::uint32_t find_backoff_ = 0;  // see skip_find
 };
 
 }  // namespace host::lua

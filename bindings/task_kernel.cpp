@@ -24,21 +24,22 @@ namespace {
 // as light userdata, which no script can make.
 char kBlock, kYield, kUpgrade, kReceive;
 
-// Queues of the inbox's shape, shared with kernel_ext.lua: { head, tail,
-// items... } with the items from index 3.
+// Queues as bindings/inbox.lua lays them out (its owner; kernel_ext.lua's
+// channels take theirs from there): { head, tail, items... } with the
+// items from index 3. QueueRef and new_queue are their C side.
 constexpr int kHead = 1, kTail = 2, kFirst = 3;
 // The inbox's fields (a channel of kernel_ext.lua).
 constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
 // The inbox's own flag: true once kernel_ext.lua handles it (slow_inbox_),
-// for the Lua fast path of process.receive (bindings/receive.lua).
+// for process.receive's drain loop (bindings/inbox.lua).
 constexpr int kSlow = 5;
 // inbox[kTables]: true once the inbox's buffer holds message tables (see
-// TaskKernel::flat_inbox_), for bindings/receive.lua.
+// TaskKernel::flat_inbox_), for bindings/inbox.lua.
 constexpr int kTables = 6;
 
 int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
 
-// A queue of kernel_ext.lua's shape at a stack index, its head and tail
+// A queue (inbox.lua's layout) at a stack index, its head and tail
 // read once (each C API call costs a few ns on the message path).
 class QueueRef {
  public:
@@ -419,7 +420,7 @@ bool TaskKernel::queues_directly(lua_State* L) { return !listening_ && inbox_tak
 
 void TaskKernel::begin_queue(lua_State* L, int n) {
   inbox_queued_ = true;
-  // Its messages queue up: receive.lua takes them without a C call each.
+  // Its messages queue up: receive's drain loop takes them without a C call each.
   enable_fast_receive();
   if (flat_inbox_) {
     // Each message's values go into the buffer as they come (queue_pushed).
@@ -457,6 +458,17 @@ void TaskKernel::end_queue(lua_State* L, int base, int n) {
   lua_pushinteger(L, n);
   lua_insert(L, base + 3);  // append(buf, n, from, topic, payload, ...)
   lua_call(L, 3 * n + 2, 0);
+}
+
+void TaskKernel::load_inbox(lua_State* L) {
+  if (inbox_module_ref_ != -2) return;
+  if (luaL_loadbuffer(L, inbox_chunk_->data(), inbox_chunk_->size(), "=inbox") != 0) lua_error(L);
+  lua_call(L, 0, 1);
+  lua_getfield(L, -1, "new");
+  message_ctor_ref_ = pin(L);
+  lua_getfield(L, -1, "append");
+  message_append_ref_ = pin(L);
+  inbox_module_ref_ = pin(L);
 }
 
 void TaskKernel::push_ctor_call(lua_State* L, int base) {
@@ -520,15 +532,12 @@ void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   const int topic = base + 2;
   // { from =, topic =, payload = }: from a process's kMessagesBeforeCtor-th
-  // message on, by bindings/message.lua's constructor (loading it costs
+  // message on, by bindings/inbox.lua's constructor (loading it costs
   // about what 10 messages save, so a process that gets a few messages
   // never pays for it); until then through the C API, with the keys made
   // once (lua_setfield would hash and look up each key every time).
-  if (message_ctor_ref_ == -2 && message_chunk_ && ++messages_ >= kMessagesBeforeCtor) {
-    if (luaL_loadbuffer(L, message_chunk_->data(), message_chunk_->size(), "=message") != 0) lua_error(L);
-    lua_call(L, 0, 2);
-    message_append_ref_ = pin(L);
-    message_ctor_ref_ = pin(L);
+  if (wanted_receive_ == ReceiveForm::kC && inbox_chunk_ && ++messages_ >= kMessagesBeforeCtor) {
+    load_inbox(L);
     enable_waiting_receive();  // messages come one by one: see push_receive
   }
   // A listener's topic goes to its channel (kernel_ext's topic -> channel
@@ -541,9 +550,9 @@ void TaskKernel::message(lua_State* L) {
     to_listener = !lua_isnil(L, -1);
     if (!to_listener) lua_settop(L, base + 3);
   }
-  // A task waiting in bindings/receive.lua's C call takes the message as
+  // A task waiting in bindings/inbox.lua's C call takes the message as
   // its three values and makes the table itself, in its own code; not one
-  // from the host (from nil), which receive.lua could not tell from
+  // from the host (from nil), which inbox.lua could not tell from
   // nil, "timeout".
   if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw &&
       stack_args::type(L, base + 1) != LUA_TNIL) {
@@ -1158,7 +1167,7 @@ void TaskKernel::slow_inbox(lua_State* L) {
 }
 
 namespace {
-// The registry's key for the waiting form of receive.lua a process has
+// The registry's key for the waiting form of inbox.lua's receive a process has
 // (install_receive replaces it in the process table only if it is still
 // there).
 char kWaitingReceive;
@@ -1170,18 +1179,20 @@ void TaskKernel::push_receive(lua_State* L) {
     lua_pushcfunction(L, l_receive);
     return;
   }
-  // bindings/receive.lua's chunk, called with the inbox (for the draining
-  // form), the C receive it calls (one Lua frame, its own, between it and
-  // the script) and which form.
+  // bindings/inbox.lua's receive_form, called with the C receive it calls
+  // (one Lua frame, its own, between it and the script) and, for the
+  // drain loop, the inbox.
   const bool draining = wanted_receive_ == ReceiveForm::kDraining;
+  load_inbox(L);
   if (draining) make_inbox_queues(L);
-  if (luaL_loadbuffer(L, receive_chunk_->data(), receive_chunk_->size(), "=receive") != 0) lua_error(L);
-  if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
-  else lua_pushnil(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_module_ref_);
+  lua_getfield(L, -1, "receive_form");
+  lua_remove(L, -2);
   lua_pushinteger(L, 2);
   lua_pushcclosure(L, l_receive_raw, 1);
-  lua_pushboolean(L, draining);
-  lua_call(L, 3, 1);
+  if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  else lua_pushnil(L);
+  lua_call(L, 2, 1);
   if (!draining) {
     lua_pushlightuserdata(L, &kWaitingReceive);
     lua_pushvalue(L, -2);
@@ -1221,6 +1232,7 @@ void TaskKernel::push_ext(lua_State* L) {
     return;
   }
   make_inbox_queues(L);  // kernel_ext reads them from the inbox table
+  load_inbox(L);         // and takes its queue functions from inbox.lua
   // What loading it makes lives as long as the state: no collection while
   // it loads (a young process's heap triples with it, and the cycle that
   // started was a sixth of the load's 245k instructions). Restarted by the
@@ -1263,9 +1275,11 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "inbox");
   push_events(L);
   lua_setfield(L, -2, "events");
-  lua_pushinteger(L, 2);  // called from inbox:receive: errors name its caller
+  lua_pushinteger(L, 3);  // called from inbox:receive's receive form: errors name its caller
   lua_pushcclosure(L, l_receive_raw, 1);
   lua_setfield(L, -2, "receive");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_module_ref_);
+  lua_setfield(L, -2, "queues");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);
@@ -1356,7 +1370,7 @@ int TaskKernel::l_slow_inbox(lua_State* L) {
 namespace {
 // How many Lua frames up the script's call to the C receive is: the
 // closure's upvalue when a Lua function stands between (kernel_ext's
-// inbox:receive, receive.lua), for its errors to name the script's line.
+// inbox.lua's receive form), for its errors to name the script's line.
 // Read only on the paths that need it, not on every receive.
 int caller_level(lua_State* L) {
   return lua_isnoneornil(L, lua_upvalueindex(1)) ? 1 : static_cast<int>(lua_tointeger(L, lua_upvalueindex(1)));
@@ -1368,7 +1382,7 @@ int TaskKernel::l_receive_raw(lua_State* L) { return receive(L, true); }
 
 // process.receive([timeout]) -> the next inbox message, or nil, "timeout";
 // with raw, a message handed over while it waited comes as its from, topic
-// and payload (bindings/receive.lua makes the table).
+// and payload (bindings/inbox.lua makes the table).
 int TaskKernel::receive(lua_State* L, bool raw) {
   TaskKernel& k = self(L);
   if (k.wanted_receive_ != k.installed_receive_) k.install_receive(L);
@@ -1393,7 +1407,7 @@ int TaskKernel::receive(lua_State* L, bool raw) {
         return 1;
       }
       buf.shift_values(3);
-      // receive.lua makes the table of one with a sender itself.
+      // inbox.lua makes the table of one with a sender itself.
       if (raw && stack_args::type(L, top + 2) != LUA_TNIL) return 3;
       k.push_message_table(L, top + 2);
       return 1;

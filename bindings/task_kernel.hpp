@@ -13,8 +13,8 @@
 // Tasks are threads, kept alive by a table of live tasks; the run queues
 // hold their lua_State pointers. A woken task's values wait on its own stack
 // until it is resumed. The inbox is a channel table of kernel_ext.lua's
-// shape (which C reads with integer keys), plus C's list of tasks parked in
-// process.receive. Threads: the one stepping the process.
+// shape, its queues laid out as bindings/inbox.lua says (which C reads with
+// integer keys), plus C's list of tasks parked in process.receive. Threads: the one stepping the process.
 #pragma once
 
 #include <cstdint>
@@ -184,38 +184,37 @@ class TaskKernel {
 
   // Resumes ready tasks until none is left or the process ended.
   Outcome run(lua_State* L);
-  // A step's hand-over (LuaProcess::hand_over): a message given to the
-  // task waiting in process.receive (as its three values to
-  // bindings/receive.lua's C call, or as its table to the C function), and
-  // the task resumed, outside the step's protected call. That call (a
-  // lua_pcall into a C function, with the events' delivery, wake and run
-  // around the resume) was about a sixth of a ThreadRing hop's
-  // instructions, and a ring node's, a ping-pong partner's or a Big
-  // worker's step is mostly this one message for this one task.
-  // raw_receiver: that task, when it waits in receive.lua's form of
-  // process.receive, is the only thing the message could go to, and
-  // nothing else is ready to run (nullptr otherwise); the caller then
-  // pushes the three values onto its stack (receive.lua makes the table),
-  // making nothing but a small table payload's tables, and those only
-  // where they can neither fail nor start a collection step (the step is
-  // not protected: an allocation's error, or a finalizer's, would have no
-  // handler there). plain_receiver: the same for a task in the C
-  // function's form (a process's first, kept by a script that copied
-  // process.receive into a local before its 16th message), whose caller
-  // pushes the message's table, made by a constructor in a protected call.
-  lua_State* raw_receiver() const { return sole_receiver(true); }
-  lua_State* plain_receiver() const { return sole_receiver(false); }
-  lua_State* sole_receiver(bool raw) const {
-    if (parked_.empty() || parked_.front().raw != raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
-        !ready_.empty() || !yielded_.empty() || !receive_one_.empty())
+  // Route 1, a message to the task that waits for it, in a step of that
+  // one message (LuaProcess::hand_over): the message given to the task
+  // waiting in process.receive and the task resumed, without the step's
+  // delivery, wake and run around the resume (they were about a sixth of
+  // a ThreadRing hop's instructions: a ring node's, a ping-pong partner's
+  // or a Big worker's step is mostly this one message for this one task).
+  // sole_receiver: that task, when it is the only thing the message could
+  // go to and nothing else is ready to run (nullptr otherwise), with *raw
+  // set when it waits in inbox.lua's C call, which takes the message as
+  // its three values (inbox.lua makes the table), else in the C
+  // function, which takes the message's table, made by the constructor;
+  // not before the constructor is loaded: until then message() counts each
+  // message (kMessagesBeforeCtor) to load it. raw_receiver: the same for
+  // inbox.lua's form only.
+  lua_State* sole_receiver(bool* raw) const {
+    if (parked_.empty() || listening_ || slow_inbox_ || outcome_ != kWaiting || !ready_.empty() ||
+        !yielded_.empty() || !receive_one_.empty())
       return nullptr;
+    *raw = parked_.front().raw;
+    if (!*raw && message_ctor_ref_ == -2) return nullptr;
     return parked_.front().co;
   }
-  // Whether the process's kMessagesBeforeCtor-th message has loaded
-  // bindings/message.lua's constructor; push_message_ctor pushes it then.
-  bool message_ctor_loaded() const { return message_ctor_ref_ != -2; }
+  lua_State* raw_receiver() const {
+    bool raw = false;
+    lua_State* co = sole_receiver(&raw);
+    return raw ? co : nullptr;
+  }
+  // Pushes bindings/inbox.lua's constructor (for a task in the C
+  // function: sole_receiver's !raw says it is loaded).
   void push_message_ctor(lua_State* L) const;
-  // Resumes raw_receiver's or plain_receiver's task, which holds what it
+  // Resumes sole_receiver's task, which holds what it
   // takes (the three values, or the table). True when it is waiting again
   // and nothing else is ready: the step is over. False when the step's
   // protected body must go on (settle first, then run).
@@ -238,34 +237,32 @@ class TaskKernel {
   // them at settle_timers.
   void drop_timers();
 
-  // process.receive: the C function, then one of bindings/receive.lua's
-  // two Lua forms (set_receive_chunk its bytecode), each of which makes
-  // the table of a message handed to it while it waited, in its own code,
+  // process.receive: the C function, then the Lua form that
+  // bindings/inbox.lua makes over the C receive's raw call, which makes
+  // the table of a message handed to it while it waited in its own code,
   // where the C receive calls the message constructor from C (a C-to-Lua
-  // call a message). The waiting form only calls the C receive; a process
-  // gets it at its kMessagesBeforeCtor-th message (enable_waiting_receive:
-  // loading it costs about 2 us, which a process with few messages never
-  // pays). The draining form also takes a queued message itself, so that
-  // LuaJIT compiles it into the caller's loop and a process draining a full
-  // inbox runs no C call per message; a process gets it once its JIT
-  // compiler is on or its messages queue up (a run of them nobody waited
-  // for, see begin_queue). Only then: reading the inbox's buffer at each
-  // receive costs a process that always waits for its next message cache
-  // lines the C receive does not touch (with it in every node from the
-  // 16th message, a ring of 100 missed a simulated cache 8-12% more often
-  // at 1 and 4 MB, twice as often at 2 MB). The receive in the process
-  // table replaces itself the next time it is called, unless the script
-  // replaced it.
+  // call a message). A process gets the Lua form at its
+  // kMessagesBeforeCtor-th message (enable_waiting_receive: loading the
+  // chunk costs about 2 us, which a process with few messages never
+  // pays), and its drain loop once its JIT compiler is on or its messages
+  // queue up (a run of them nobody waited for, see begin_queue): the loop
+  // takes a queued message itself, so that LuaJIT compiles it into the
+  // caller's loop and a process draining a full inbox runs no C call per
+  // message. Only then: reading the inbox's buffer at each receive costs a
+  // process that always waits for its next message cache lines the C
+  // receive does not touch (with it in every node from the 16th message,
+  // a ring of 100 missed a simulated cache 8-12% more often at 1 and 4 MB,
+  // twice as often at 2 MB). The receive in the process table replaces
+  // itself the next time it is called, unless the script replaced it.
   void push_receive(lua_State* L);
-  void set_receive_chunk(const std::string* chunk) { receive_chunk_ = chunk; }
   void enable_fast_receive() {
-    if (receive_chunk_) wanted_receive_ = ReceiveForm::kDraining;
+    if (inbox_chunk_) wanted_receive_ = ReceiveForm::kDraining;
   }
   void enable_waiting_receive() {
-    if (receive_chunk_ && wanted_receive_ == ReceiveForm::kC) wanted_receive_ = ReceiveForm::kWaiting;
+    if (inbox_chunk_ && wanted_receive_ == ReceiveForm::kC) wanted_receive_ = ReceiveForm::kWaiting;
   }
-  // The bytecode of bindings/message.lua (see message()).
-  void set_message_chunk(const std::string* chunk) { message_chunk_ = chunk; }
+  // The bytecode of bindings/inbox.lua (see load_inbox).
+  void set_inbox_chunk(const std::string* chunk) { inbox_chunk_ = chunk; }
   // The extension table (loading it on first use).
   void push_ext(lua_State* L);
 
@@ -294,7 +291,7 @@ class TaskKernel {
   static int l_timer_start(lua_State* L);
   static int l_timer_stop(lua_State* L);
   static int l_receive(lua_State* L);
-  static int l_receive_raw(lua_State* L);  // receive.lua's
+  static int l_receive_raw(lua_State* L);  // inbox.lua's receive form's
   static int receive(lua_State* L, bool raw);
   // The kernel of the process whose state L is: the running one
   // (set_running).
@@ -324,7 +321,7 @@ class TaskKernel {
   // they come (waiting in process.receive) never needs one.
   void push_inbox_queue(lua_State* L, int which);
   // Makes the inbox's queues that are not made yet, for Lua code that reads
-  // them from the inbox table (kernel_ext.lua, bindings/receive.lua).
+  // them from the inbox table (kernel_ext.lua, bindings/inbox.lua).
   void make_inbox_queues(lua_State* L);
   // Whether the inbox queue `which` holds nothing (or is not made yet).
   bool inbox_queue_empty(lua_State* L, int which);
@@ -335,6 +332,10 @@ class TaskKernel {
   // the inbox is on its fast paths. The one rule for message() and
   // queues_directly().
   bool inbox_takes_directly(lua_State* L);
+  // Loads bindings/inbox.lua once (the constructor, the queue functions,
+  // receive's Lua form): at the kMessagesBeforeCtor-th message, the first
+  // Lua receive, or kernel_ext's load, which takes its queues from it.
+  void load_inbox(lua_State* L);
   // Pushes the constructor and the message's from, topic and value (at
   // base + 1..3) for a call.
   void push_ctor_call(lua_State* L, int base);
@@ -397,7 +398,7 @@ class TaskKernel {
   // Tasks blocked in process.receive while the inbox's recvq was empty,
   // oldest first: older than every waiter in recvq, so a message goes to
   // the first of them before anyone in recvq. Usually zero or one. raw:
-  // waiting in receive.lua's call, which takes a message as its values.
+  // waiting in inbox.lua's call, which takes a message as its values.
   // timer: a timed receive's timer's id (0: none); deadline: when it ends, in
   // monotonic_seconds (for slow_inbox, which hands it to kernel_ext).
   struct Parked {
@@ -425,13 +426,16 @@ class TaskKernel {
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
-  // bindings/message.lua's constructor (message_chunk_ its bytecode), loaded
-  // at the kMessagesBeforeCtor-th message; messages_ counts until then.
+  // bindings/inbox.lua (inbox_chunk_ its bytecode), loaded by load_inbox:
+  // its table (inbox_module_ref_), and its constructor and append kept
+  // apart for C's calls. messages_ counts a process's messages until the
+  // kMessagesBeforeCtor-th, which loads it.
   static constexpr int kMessagesBeforeCtor = 16;
-  const std::string* message_chunk_ = nullptr;
+  const std::string* inbox_chunk_ = nullptr;
   int messages_ = 0;
+  int inbox_module_ref_ = -2;
   int message_ctor_ref_ = -2;
-  int message_append_ref_ = -2;  // its append, for begin_queue/end_queue (set with it)
+  int message_append_ref_ = -2;
   int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
   int inbox_ref_ = -2;
   int ext_ref_ = -2;
@@ -454,12 +458,12 @@ class TaskKernel {
   bool inbox_queued_ = false;
   // The inbox's buffer holds each message as its three values, from, topic
   // and payload, in three slots: a queued message costs no table until it
-  // is received, and receive.lua makes that one in its caller's loop, which
+  // is received, and inbox.lua makes that one in its caller's loop, which
   // the compiler may keep from allocating at all. Until kernel_ext's
   // channel code needs the buffer (slow_inbox, listen, a select's or a
   // timed receive's waiter): from then on (inbox_to_tables) it holds
   // message tables, as any channel's buffer holds its values, and
-  // inbox[kTables] tells receive.lua so.
+  // inbox[kTables] tells inbox.lua so.
   bool flat_inbox_ = true;
   // Senders on the inbox or a closed inbox: kernel_ext.lua's rules
   // (E.deliver, E.try_receive) instead of the fast paths.
@@ -496,7 +500,6 @@ class TaskKernel {
   // with a failure whose code is exit_code_.
   std::uint8_t exit_request_ = 0;
   std::uint8_t exit_code_ = 0;
-  const std::string* receive_chunk_ = nullptr;  // see push_receive
   std::unique_ptr<std::string> failure_;  // fail()'s reason (a pointer: the process object's size, see LuaProcess)
   // The timers' table (see check_blockable), made at the first timer: a
   // pointer, for the process object's size (see LuaProcess). entries is a

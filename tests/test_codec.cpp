@@ -295,58 +295,6 @@ TEST_CASE("one simple value takes the short paths, with the full encoder's bytes
   }
 }
 
-TEST_CASE("a payload of tables decodes with the cache's kept strings alone, or declines and leaves the stack as it was") {
-  State s;
-  host::lua::StringCache cache;
-  // The shapes LuaProcess::hand_over meets, with their strings kept once
-  // the full decoder has pushed them through the cache.
-  const char* shapes[] = {
-      "return {}",
-      "return { n = 1 }",
-      "return { 1, 2, nil, 4, true, false, -0.0, 0/0, 1/0, 2^53, 0.5, n = 'n' }",
-      "return { a = { b = { c = { 'ping', [1.5] = 'n' } } }, [true] = false, [-3] = 'a' }",
-      "return { '', ('x'):rep(15), ping = 'pong' }",
-      "return 'ping'",
-  };
-  for (const std::string chunk : shapes) {
-    CAPTURE(chunk);
-    const std::string bytes = s.encode(chunk.c_str());
-    lua_settop(s.L, 0);
-    REQUIRE(decode_values(s.L, bytes, nullptr, &cache) == 1);  // keeps its strings
-    lua_pushinteger(s.L, 7);  // something below, left alone
-    const bool pushed = host::lua::push_value_of_kept_strings(s.L, bytes, cache);
-    if (!pushed && !host::lua::luajit_private::available()) continue;  // kept strings are pushed by the seam
-    REQUIRE(pushed);
-    REQUIRE(lua_gettop(s.L) == 3);
-    // The two decodes made the same value (their tables built alike, so
-    // that they encode alike; the chunk's own may order its keys apart).
-    std::string full, kept;
-    REQUIRE(encode_values(s.L, 1, 1, full).empty());
-    REQUIRE(encode_values(s.L, 3, 1, kept).empty());
-    CHECK(kept == full);
-    CHECK(kept.size() == bytes.size());
-    CHECK(lua_tointeger(s.L, 2) == 7);
-  }
-  // A string the cache does not keep (too long, or never seen), anywhere
-  // in the payload, and bytes that are not one whole value: declined, the
-  // stack as it was.
-  std::vector<std::string> declined = {
-      s.encode("return { ('y'):rep(16) }"),
-      s.encode("return { a = { b = { 'never seen' } } }"),
-      s.encode("return { never = 1 }"),
-      s.encode("return { n = 1 }, 2"),
-  };
-  const std::string whole = s.encode("return { a = { b = { c = { 'ping', [1.5] = 'n' } } }, [true] = false, [-3] = 'a' }");
-  for (std::size_t cut = 0; cut < whole.size(); ++cut) declined.push_back(whole.substr(0, cut));
-  for (const std::string& bytes : declined) {
-    CAPTURE(bytes.size());
-    lua_settop(s.L, 0);
-    lua_pushinteger(s.L, 7);
-    CHECK_FALSE(host::lua::push_value_of_kept_strings(s.L, bytes, cache));
-    CHECK(lua_gettop(s.L) == 1);
-  }
-}
-
 TEST_CASE("unsendable values are refused with the path of the offending value") {
   State s;
   std::string err;
@@ -630,12 +578,10 @@ TEST_CASE("the NULL light userdata (JSON's null) crosses as itself, alone, in ar
     assert(#b == 4 and b[1] == 1 and b[2] == null and b[3] == 3 and b[4] == null)
     assert(c.a == null and c[null] == "key" and c.n[1] == null and c.n[2].deep == null)
   )lua") == 0);
-  // Through the short path's decline to the decoder, and the hand-over's.
+  // Through the short path's decline to the decoder.
   lua_settop(to.L, 0);
   host::lua::StringCache cache;
   CHECK_FALSE(host::lua::push_simple_value(to.L, alone, &cache));
-  const std::string table = from.encode("return { null }");
-  CHECK_FALSE(host::lua::push_value_of_kept_strings(to.L, table, cache));
   CHECK(lua_gettop(to.L) == 0);
 }
 

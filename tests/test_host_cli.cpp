@@ -279,8 +279,8 @@ TEST_CASE("a timed receive that a message ends in the step's body leaves no time
   // sleep command armed again (TaskKernel::settle_timers) while the 3 s
   // timer stays with the main task. The coroutine times out; then the root's first message of a
   // topic the child does not keep yet goes through the step's body
-  // (TaskKernel::message) to the main task, which waits in receive.lua's
-  // call by then (20 messages in): its 3 s timer must go with its wait,
+  // (TaskKernel::message) to the main task, which waits in inbox.lua's
+  // form by then (20 messages in): its 3 s timer must go with its wait,
   // or shutdown waits for it (Scheduler::nothing_can_run).
   ScriptDir d;
   d.write("main.lua",

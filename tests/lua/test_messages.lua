@@ -120,15 +120,15 @@ return { main = function()
       -- strings as values, seen twice in a row, gets a constructor of its
       -- shape (bindings/shape_cache.hpp), which makes the message in the
       -- receiving task when it is handed over. Each shape comes 70 times
-      -- in a row (a table that a hand-over declined sends the next 64 the
-      -- protected way, which keeps their strings; then the constructor,
-      -- compiled the second time the shape is handed over, makes the
-      -- rest), in two rounds of more shapes than a process keeps (4:
+      -- in a row (the first ones made in the step's protected call, which
+      -- keeps their strings and compiles the shape's constructor the
+      -- second time it is seen; then the constructor makes the rest), in
+      -- two rounds of more shapes than a process keeps (4:
       -- replaced in turn), with keys of any bytes, and among shapes no
       -- constructor takes (5 keys, a nested table, an array part, a long
       -- key, a string value new each time). "local" receives with the C
       -- function process.receive was at the echo's start, which takes the
-      -- message that constructor made (LuaProcess::hand_over_made).
+      -- message that constructor made (LuaProcess::hand_over_inside).
       local shapes = {
         { n = 1 }, { n = 2.5 }, { n = 0/0 }, { n = -0.0 }, { n = 1/0 }, { n = -2^53 },
         { ok = true }, { ok = false },
@@ -280,10 +280,10 @@ return { main = function()
     end },
     { "envelopes look the same from a process's first message to its hundredth", function()
       -- The kernel builds the first few envelopes through the C API and the
-      -- rest with a Lua constructor (bindings/message.lua): no difference
+      -- rest with a Lua constructor (bindings/inbox.lua): no difference
       -- may show.
       -- Sent all at once (they queue, and process.receive becomes
-      -- bindings/receive.lua's draining form) and one at a time (each
+      -- bindings/inbox.lua's form with its drain loop) and one at a time (each
       -- reaches a receiver that waits, whose process.receive becomes the
       -- waiting form, which never reads the inbox's buffer itself); both
       -- make the table of a message handed to them while they wait.
@@ -307,10 +307,10 @@ return { main = function()
         if ack then T.eq(seen.receive, "waiting", "process.receive of a receiver that always waits") end
       end
     end },
-    { "a receiver that always waits takes receive.lua's form, also when its payloads are tables of one shape", function()
+    { "a receiver that always waits takes inbox.lua's form, also when its payloads are tables of one shape", function()
       -- A message for a task waiting in the C function process.receive
-      -- starts as is handed over (LuaProcess::hand_over_plain) only once
-      -- message.lua's constructor is loaded, at the 16th message the step
+      -- is handed over (LuaProcess::hand_over_inside) only once
+      -- inbox.lua's constructor is loaded, at the 16th message the step
       -- delivers: tables of a cached shape, which the hand-over could make
       -- earlier, must not keep the count from getting there (the process
       -- would keep the C function, about 85 instructions more a message).
@@ -326,9 +326,9 @@ return { main = function()
     end },
     { "strings new to a waiting receiver arrive whole, of every length and byte", function()
       -- A string payload the receiver does not keep (new, or over 15
-      -- bytes) is made for a waiting task in a protected call of the
-      -- hand-over's own (LuaProcess::hand_over_decoded), and so is one of
-      -- 128 bytes or more. Each string here is new
+      -- bytes) is made for a waiting task in the step's protected call
+      -- (LuaProcess::hand_over_inside), and so is one of 128 bytes or
+      -- more. Each string here is new
       -- (its round in it), of lengths 0 to 140, with NUL and high bytes.
       local echo = assert(process.spawn("fixtures.echo"))
       for round = 1, 3 do
@@ -569,7 +569,7 @@ return { main = function()
     end },
     { "waiters on the inbox get messages oldest first, each with its own returns", function()
       -- Each way twice: in a fresh process (the C receive) and after 20
-      -- messages (bindings/receive.lua over it, which makes the table of a
+      -- messages (bindings/inbox.lua's form over it, which makes the table of a
       -- message handed to a waiting task itself).
       for _, warm in ipairs({ false, true }) do
         local function run(method)

@@ -1,7 +1,7 @@
 -- threadring's node, written the way much Lua code is: process.receive and
 -- process.send copied into locals at the start. That copy is the C function
--- process.receive is before a process's 16th message (receive.lua's form
--- replaces it in the process table later), so this ring measures that
+-- process.receive is before a process's 16th message (bindings/inbox.lua's
+-- form replaces it in the process table later), so this ring measures that
 -- form's hand-over (BENCHMARKS.md, change 134).
 local M = {}
 
