@@ -528,9 +528,12 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   lua_settop(L, base);
 }
 
+// A message's three routes (docs/ARCHITECTURE.md, "The message path"),
+// tried in order: to a task that waits for it, to the end of the inbox's
+// buffer, or to kernel_ext.lua. The message's from, topic and value are at
+// base + 1..3; each route leaves the stack at base.
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
-  const int topic = base + 2;
   // { from =, topic =, payload = }: from a process's kMessagesBeforeCtor-th
   // message on, by bindings/inbox.lua's constructor (loading it costs
   // about what 10 messages save, so a process that gets a few messages
@@ -541,97 +544,97 @@ void TaskKernel::message(lua_State* L) {
     enable_waiting_receive();  // messages come one by one: see push_receive
   }
   // A listener's topic goes to its channel (kernel_ext's topic -> channel
-  // table): the channel stays at base + 5.
-  bool to_listener = false;
+  // table), by route 3.
   if (listening_) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, listeners_ref_);
-    lua_pushvalue(L, topic);
+    lua_pushvalue(L, base + 2);
     lua_rawget(L, -2);
-    to_listener = !lua_isnil(L, -1);
-    if (!to_listener) lua_settop(L, base + 3);
-  }
-  // A task waiting in bindings/inbox.lua's C call takes the message as
-  // its three values and makes the table itself, in its own code; not one
-  // from the host (from nil), which inbox.lua could not tell from
-  // nil, "timeout".
-  if (!to_listener && !slow_inbox_ && !parked_.empty() && parked_.front().raw &&
-      stack_args::type(L, base + 1) != LUA_TNIL) {
-    wake(L, unpark_front(), 3);  // takes the three values off: the stack is at base again
-    return;
-  }
-  // The usual case of a flood: nobody waits and nothing else may take the
-  // message (no listener for it, the inbox on its fast paths, no receiver
-  // in its queue), so it goes to the end of the inbox's buffer, which the
-  // constructor does itself.
-  if (!to_listener && inbox_takes_directly(L)) {
-    inbox_queued_ = true;
-    if (flat_inbox_) {
-      // Its three values, with no table made (see flat_inbox_).
-      push_inbox_queue(L, kBuf);
-      QueueRef(L, -1).push_values(base + 1, 3);
-    } else {
-      push_ctor_call(L, base);
-      push_inbox_queue(L, kBuf);
-      lua_call(L, 4, 0);
-    }
-    lua_settop(L, base);
-    return;
-  }
-  push_message_table(L, base + 1);
-  const int msg = lua_gettop(L);
-  if (to_listener) {
-    push_ext(L);
-    lua_getfield(L, -1, "deliver");
-    lua_pushvalue(L, base + 5);
-    lua_pushvalue(L, msg);
-    lua_call(L, 2, 0);
-    lua_settop(L, base);
-    return;
-  }
-  if (!slow_inbox_) {
-    // The common cases here: a task waits in process.receive (hand the
-    // message over, stopping its timer if it waits with a timeout) or
-    // nobody waits (queue it). Selects, and receives behind other waiters,
-    // take kernel_ext's path.
-    if (!parked_.empty()) {
-      wake(L, unpark_front(), 1);
-      lua_settop(L, base);
+    if (!lua_isnil(L, -1)) {
+      const int channel = lua_gettop(L);
+      push_message_table(L, base + 1);
+      to_kernel_ext(L, base, channel);
       return;
     }
-    // Until kernel_ext loads, the receive queue stays empty: after_resume
-    // queues a receive there only behind another one.
-    bool waiter = false;
-    if (ext_loaded()) {
-      push_inbox_queue(L, kRecvq);
-      QueueRef recvq(L, msg + 1);
-      waiter = recvq.size() > 0;
-      if (lua_State* co = take_plain_receiver(L, recvq)) {
-        lua_settop(L, msg);
-        lua_pushvalue(L, msg);
-        lua_pushboolean(L, 1);
-        wake(L, co, 2);
-        lua_settop(L, base);
-        return;
-      }
-      lua_settop(L, msg);
-    }
-    if (!waiter) {
-      inbox_queued_ = true;
-      push_inbox_queue(L, kBuf);
-      QueueRef buf(L, msg + 1);
-      lua_pushvalue(L, msg);
-      buf.push();
-      lua_settop(L, base);
-      return;
-    }
+    lua_settop(L, base + 3);
   }
+  // Senders on the inbox, or a closed inbox: kernel_ext's rules alone.
+  if (!slow_inbox_ && (to_waiting_task(L, base) || to_inbox(L, base))) return;
   inbox_queued_ = true;  // with no live waiter, deliver queues it
   // kernel_ext's channel code (its waiters are selects and timed receives)
   // takes the buffer as message tables.
   inbox_to_tables(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  push_message_table(L, base + 1);
+  to_kernel_ext(L, base, base + 4);
+}
+
+// Route 1: the task first in line for the inbox, when it waits in a plain
+// receive: parked in process.receive (its timer stopped, if it waits with
+// a timeout), or, once kernel_ext has loaded, first in the inbox's receive
+// queue in a plain ch:receive(). A select or a timed receive of
+// kernel_ext's there takes route 3.
+[[gnu::always_inline]] inline bool TaskKernel::to_waiting_task(lua_State* L, int base) {
+  if (!parked_.empty()) {
+    // A task waiting in bindings/inbox.lua's C call takes the message as
+    // its three values and makes the table itself, in its own code; not
+    // one from the host (from nil), which inbox.lua could not tell from
+    // nil, "timeout".
+    if (parked_.front().raw && stack_args::type(L, base + 1) != LUA_TNIL) {
+      wake(L, unpark_front(), 3);  // takes the three values off: the stack is at base again
+      return true;
+    }
+    push_message_table(L, base + 1);
+    wake(L, unpark_front(), 1);
+    lua_settop(L, base);
+    return true;
+  }
+  // Until kernel_ext loads, the receive queue stays empty: after_resume
+  // queues a receive there only behind another one.
+  if (!ext_loaded() || inbox_queue_empty(L, kRecvq)) return false;
+  push_inbox_queue(L, kRecvq);
+  QueueRef recvq(L, -1);
+  lua_State* co = take_plain_receiver(L, recvq);
+  lua_settop(L, base + 3);
+  if (!co) return false;
+  push_message_table(L, base + 1);
+  lua_pushboolean(L, 1);
+  wake(L, co, 2);
+  lua_settop(L, base);
+  return true;
+}
+
+// Route 2: nobody waits (no task parked, none in the inbox's receive
+// queue), so the message goes to the end of the inbox's buffer: as its
+// three values while the buffer holds them (flat_inbox_: no table made),
+// else as its table, which the constructor appends itself once loaded.
+// The usual case of a flood.
+[[gnu::always_inline]] inline bool TaskKernel::to_inbox(lua_State* L, int base) {
+  if (!inbox_recvq_empty(L)) return false;
+  inbox_queued_ = true;
+  if (flat_inbox_) {
+    push_inbox_queue(L, kBuf);
+    QueueRef(L, -1).push_values(base + 1, 3);
+  } else if (message_ctor_ref_ != -2) {
+    push_ctor_call(L, base);
+    push_inbox_queue(L, kBuf);
+    lua_call(L, 4, 0);
+  } else {
+    push_message_table(L, base + 1);
+    push_inbox_queue(L, kBuf);
+    lua_insert(L, -2);
+    QueueRef(L, -2).push();
+  }
+  lua_settop(L, base);
+  return true;
+}
+
+// Route 3: kernel_ext.lua's E.deliver, with the channel at stack index
+// channel (a listener's, or the inbox) and the message's table on top.
+void TaskKernel::to_kernel_ext(lua_State* L, int base, int channel) {
+  const int msg = lua_gettop(L);
   push_ext(L);
   lua_getfield(L, -1, "deliver");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  lua_pushvalue(L, channel);
   lua_pushvalue(L, msg);
   lua_call(L, 2, 0);
   lua_settop(L, base);

@@ -93,7 +93,8 @@ class TaskKernel {
   // Starts the main task: the function and its nargs arguments on top of L.
   void start(lua_State* L, int nargs);
 
-  // A message event: from, topic and value on top of L (popped).
+  // A message event: from, topic and value on top of L (popped), by one
+  // of its three routes (to_waiting_task, to_inbox, to_kernel_ext).
   void message(lua_State* L);
   // For a C primitive that may let other processes run before it returns
   // (process.send to a receiver far behind): whether L can yield to the
@@ -332,6 +333,11 @@ class TaskKernel {
   // the inbox is on its fast paths. The one rule for message() and
   // queues_directly().
   bool inbox_takes_directly(lua_State* L);
+  // message()'s routes: 1 and 2 return false, the stack as it was, where
+  // they do not apply; 3 takes the rest.
+  bool to_waiting_task(lua_State* L, int base);
+  bool to_inbox(lua_State* L, int base);
+  void to_kernel_ext(lua_State* L, int base, int channel);
   // Loads bindings/inbox.lua once (the constructor, the queue functions,
   // receive's Lua form): at the kMessagesBeforeCtor-th message, the first
   // Lua receive, or kernel_ext's load, which takes its queues from it.
