@@ -31,6 +31,11 @@ Scheduler::Scheduler(SchedulerOptions options)
   for (unsigned i = 0; i < std::min<unsigned>(n, IdleWorkers::kMaxExtraThreads); ++i)
     workers_.push_back(std::make_unique<Worker>(*this, n + i, true));
   regular_workers_ = n;
+  CommandHandler sleep;
+  sleep.name = "sleep";
+  sleep.direct = &Scheduler::start_sleep;
+  sleep.direct_cancel = &Scheduler::cancel_sleep;
+  commands_.add(cmd::kSleep, std::move(sleep));
   timers_.start();
   for (auto& w : workers_)
     if (!w->helper()) w->start();
@@ -258,7 +263,9 @@ bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string re
   return post_completion(pid, tag, std::move(result), std::move(error), false);
 }
 
-void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag) { post_completion(pid, tag, {}, {}, true); }
+void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag, std::string error) {
+  post_completion(pid, tag, {}, std::move(error), true);
+}
 
 // One body for both completions (a second instantiation of post, for the
 // timer's, made g++ stop inlining the payload's move into send).
@@ -330,13 +337,30 @@ bool Scheduler::wait_all_exited(std::chrono::steady_clock::time_point deadline) 
 
 void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
   for (const auto& c : out.cancels()) {
-    const bool sleep = c.command == cmd::kSleep;
-    const CommandHandler* h = sleep ? nullptr : commands_.find(c.command);
-    if (sleep ? timers_.cancel(slot->pid(), c.tag) : h && h->cancel && h->cancel(*this, slot->pid(), c.tag)) {
+    const CommandHandler* h = commands_.find(c.command);
+    if (!h) continue;
+    if (h->direct_cancel ? h->direct_cancel(*this, *slot, c.tag) : h->cancel && h->cancel(*this, slot->pid(), c.tag))
       slot->outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
-      if (sleep) slot->outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
-    }
   }
+}
+
+// cmd::kSleep's handler: the timer service's. A process's timers count
+// apart from its other yields (outstanding_sleeps), for shutdown: a
+// process that waits on timers alone can run again only when one is due
+// (nothing_can_run).
+void Scheduler::start_sleep(Scheduler& s, ProcessSlot& slot, const Yield& y) {
+  slot.outstanding_sleeps.fetch_add(1, std::memory_order_relaxed);  // before it can fire
+  try {
+    s.timers_.schedule(slot.pid(), y.tag, std::chrono::nanoseconds(y.arg));
+  } catch (const std::exception& e) {
+    s.complete_sleep(slot.pid(), y.tag, make_error(ErrorKind::Invalid, std::string("command sleep failed: ") + e.what()));
+  }
+}
+
+bool Scheduler::cancel_sleep(Scheduler& s, ProcessSlot& slot, std::uint64_t tag) {
+  if (!s.timers_.cancel(slot.pid(), tag)) return false;
+  slot.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+  return true;
 }
 
 void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
@@ -349,22 +373,13 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
   if (n != 0) slot->outstanding_yields.fetch_add(static_cast<std::int32_t>(n), std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     Yield& y = out.yield_at(i);
-    if (y.command == cmd::kSleep) {
-      // The host's own command, straight to the timer service: through the
-      // registry (a handler's std::function, a request with its string, a
-      // guarded call) a timed wait's sleep and cancel cost about 120
-      // instructions more (callgrind, BENCHMARKS change 107).
-      slot->outstanding_sleeps.fetch_add(1, std::memory_order_relaxed);  // before it can fire
-      try {
-        timers_.schedule(pid, y.tag, std::chrono::nanoseconds(y.arg));
-      } catch (const std::exception& e) {
-        complete_yield(pid, y.tag, {}, make_error(ErrorKind::Invalid, std::string("command sleep failed: ") + e.what()));
-      }
-      continue;
-    }
     const CommandHandler* h = commands_.find(y.command);
     if (!h) {
       complete_yield(pid, y.tag, {}, make_error(ErrorKind::Invalid, "unknown command " + std::to_string(y.command)));
+      continue;
+    }
+    if (h->direct) {
+      h->direct(*this, *slot, y);
       continue;
     }
     CommandRequest req{this, pid, y.tag, y.arg, std::move(y.bytes)};

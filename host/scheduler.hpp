@@ -253,8 +253,11 @@ class Scheduler {
   // is due by then, and no step ran and no timer fired meanwhile.
   // Shutdown's early end; see the definition for why one pass suffices.
   bool nothing_can_run(std::chrono::steady_clock::time_point deadline);
-  // The timer thread's completion of a cmd::kSleep yield.
-  void complete_sleep(const Pid& pid, std::uint64_t tag);
+  // cmd::kSleep's handler (direct, on the timer service), and the timer
+  // thread's completion of its yield (error: the schedule's failure).
+  static void start_sleep(Scheduler& s, ProcessSlot& slot, const Yield& y);
+  static bool cancel_sleep(Scheduler& s, ProcessSlot& slot, std::uint64_t tag);
+  void complete_sleep(const Pid& pid, std::uint64_t tag, std::string error = {});
   bool post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep);
   friend class Worker;
   friend class RunawayMonitor;
