@@ -22,16 +22,18 @@ namespace host::lua {
 void Primitives::push_io_api(lua_State* L, LuaProcess& p, const char* name) {
   struct Module {
     const char* name;
-    const std::string& (LuaRuntime::*bytecode)() const;
+    const LuaRuntime::LazyChunk& (LuaRuntime::*chunk)() const;
     CommandId command;
   };
-  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_bytecode, io_cmd::kFs},
-                                       {"exec", &LuaRuntime::exec_bytecode, io_cmd::kExec},
-                                       {"socket", &LuaRuntime::socket_bytecode, io_cmd::kSocket}};
+  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_chunk, io_cmd::kFs},
+                                       {"exec", &LuaRuntime::exec_chunk, io_cmd::kExec},
+                                       {"socket", &LuaRuntime::socket_chunk, io_cmd::kSocket}};
   const Module* m = modules;
   while (std::strcmp(m->name, name) != 0) ++m;
-  const std::string& bc = (p.rt_.*m->bytecode)();
-  if (luaL_loadbuffer(L, bc.data(), bc.size(), (std::string("=") + name).c_str()) != 0) lua_error(L);
+  std::string err;
+  const std::string* bc = (p.rt_.*m->chunk)().bytecode(&err);
+  if (!bc) luaL_error(L, "%s", err.c_str());
+  if (luaL_loadbuffer(L, bc->data(), bc->size(), (std::string("=") + name).c_str()) != 0) lua_error(L);
   lua_pushcfunction(L, wait_call);
   lua_pushinteger(L, m->command);
   lua_pushcfunction(L, wall_time);

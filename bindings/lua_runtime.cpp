@@ -2,7 +2,6 @@
 // record of which process uses which module (for reload events).
 #include "bindings/lua_runtime.hpp"
 
-#include <tuple>
 
 #include <stdexcept>
 
@@ -28,6 +27,16 @@ std::pair<std::string, std::string> split_entry(const std::string& entry) {
   return {entry.substr(0, colon), entry.substr(colon + 1)};
 }
 
+const std::string* LuaRuntime::LazyChunk::bytecode(std::string* err) const {
+  std::call_once(once_, [this] {
+    error_ = ModuleCache::compile(name_, source_, bytecode_, /*strip=*/true);
+    if (!error_.empty()) error_ = std::string("the ") + (name_ + 1) + " module does not compile: " + error_;
+  });
+  if (error_.empty()) return &bytecode_;
+  *err = error_;
+  return nullptr;
+}
+
 LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
     : scheduler_(scheduler),
       options_(std::move(options)),
@@ -35,7 +44,10 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
         std::vector<std::filesystem::path> roots{options_.dir};
         if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
         return roots;
-      }()) {
+      }()),
+      fs_chunk_("=fs", k_fs_source),
+      exec_chunk_("=exec", k_exec_source),
+      socket_chunk_("=socket", k_socket_source) {
   std::string err = ModuleCache::compile("=kernel_ext", k_kernel_ext_source, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=inbox", k_inbox_source, inbox_bytecode_, /*strip=*/true);
@@ -45,12 +57,6 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   (void)reads_tables_raw();
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
-  for (auto [name, source, out] : {std::tuple{"=fs", k_fs_source, &fs_bytecode_},
-                                   std::tuple{"=exec", k_exec_source, &exec_bytecode_},
-                                   std::tuple{"=socket", k_socket_source, &socket_bytecode_}}) {
-    err = ModuleCache::compile(name, source, *out, /*strip=*/true);
-    if (!err.empty()) throw std::runtime_error(std::string("the ") + (name + 1) + " module does not compile: " + err);
-  }
   io_ = install_io_services(scheduler_, options_.io_threads);
   io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
                    [this](const std::string& module) { return !modules_.locate(module).empty(); });

@@ -61,11 +61,26 @@ class LuaRuntime {
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& inbox_bytecode() const { return inbox_bytecode_; }
   const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
-  // The fs, exec and socket modules' Lua halves (bindings/fs.lua, exec.lua,
-  // socket.lua).
-  const std::string& fs_bytecode() const { return fs_bytecode_; }
-  const std::string& exec_bytecode() const { return exec_bytecode_; }
-  const std::string& socket_bytecode() const { return socket_bytecode_; }
+  // An embedded chunk compiled at its first use, once: the fs, exec and
+  // socket modules' Lua halves (bindings/fs.lua, exec.lua, socket.lua),
+  // which most runs never load, so that start-up does not compile them
+  // (about 1.5M instructions).
+  class LazyChunk {
+   public:
+    LazyChunk(const char* name, const char* source) : name_(name), source_(source) {}
+    // The bytecode, or nullptr with *err set when the embedded source does
+    // not compile (a build's bug; the tests load every chunk). Any thread.
+    const std::string* bytecode(std::string* err) const;
+
+   private:
+    const char* name_;
+    const char* source_;
+    mutable std::once_flag once_;
+    mutable std::string bytecode_, error_;
+  };
+  const LazyChunk& fs_chunk() const { return fs_chunk_; }
+  const LazyChunk& exec_chunk() const { return exec_chunk_; }
+  const LazyChunk& socket_chunk() const { return socket_chunk_; }
   IoServices& io() { return *io_; }
 
   // Which modules each live process loaded, for reload events (only with
@@ -90,9 +105,7 @@ class LuaRuntime {
   std::string kernel_ext_bytecode_;
   std::string inbox_bytecode_;
   std::string metatable_calls_bytecode_;
-  std::string fs_bytecode_;
-  std::string exec_bytecode_;
-  std::string socket_bytecode_;
+  LazyChunk fs_chunk_, exec_chunk_, socket_chunk_;
   std::shared_ptr<IoServices> io_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;

@@ -223,9 +223,11 @@ bool check_collector() {
   lua_gc(L, LUA_GCSETPAUSE, 137);
   lua_gc(L, LUA_GCSETSTEPMUL, 211);
   if (load32(g + LL::kGcPauseOffset) != 137 || load32(g + LL::kGcStepmulOffset) != 211) return false;
-  // Enough live tables that one step cannot finish a cycle, and garbage.
-  lua_createtable(L, 4000, 0);
-  for (int i = 1; i <= 4000; ++i) {
+  // Enough live tables that one step cannot finish a cycle (500 of them,
+  // about 32 KB, where a step at this stepmul does about 2 KB of work),
+  // and garbage.
+  lua_createtable(L, 1000, 0);
+  for (int i = 1; i <= 1000; ++i) {
     lua_createtable(L, 0, 0);
     if (i % 2 == 0) lua_rawseti(L, 1, i);
     else lua_pop(L, 1);
