@@ -79,8 +79,8 @@ local function new(from, topic, payload, buf)
   m.from, m.topic, m.payload = from, topic, payload
   if buf == nil then return m end
   local t = buf[TAIL] + 1
-  buf[TAIL] = t
   buf[t] = m
+  buf[TAIL] = t
 end
 
 -- Appends n messages, given as from, topic, payload after n, to buf: the

@@ -539,7 +539,10 @@ void TaskKernel::message(lua_State* L) {
   // about what 10 messages save, so a process that gets a few messages
   // never pays for it); until then through the C API, with the keys made
   // once (lua_setfield would hash and look up each key every time).
-  if (wanted_receive_ == ReceiveForm::kC && inbox_chunk_ && ++messages_ >= kMessagesBeforeCtor) {
+  // The count goes on when something else loaded the chunk first
+  // (kernel_ext, a Lua receive): its 16th also gives the process the Lua
+  // receive, and lets the hand-over serve a task in the C function.
+  if (messages_ < kMessagesBeforeCtor && inbox_chunk_ && ++messages_ == kMessagesBeforeCtor) {
     load_inbox(L);
     enable_waiting_receive();  // messages come one by one: see push_receive
   }
@@ -960,7 +963,7 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
-  unpark_front();  // co: raw_receiver or plain_receiver gave the front entry
+  unpark_front();  // co: sole_receiver gave the front entry
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
     current_ = co;

@@ -196,15 +196,16 @@ class TaskKernel {
   // set when it waits in inbox.lua's C call, which takes the message as
   // its three values (inbox.lua makes the table), else in the C
   // function, which takes the message's table, made by the constructor;
-  // not before the constructor is loaded: until then message() counts each
-  // message (kMessagesBeforeCtor) to load it. raw_receiver: the same for
-  // inbox.lua's form only.
+  // that one not before the process's kMessagesBeforeCtor-th message,
+  // which loads the constructor: until then message() counts each
+  // message, and a hand-over would skip the count. raw_receiver: the same
+  // for inbox.lua's form only.
   lua_State* sole_receiver(bool* raw) const {
     if (parked_.empty() || listening_ || slow_inbox_ || outcome_ != kWaiting || !ready_.empty() ||
         !yielded_.empty() || !receive_one_.empty())
       return nullptr;
     *raw = parked_.front().raw;
-    if (!*raw && message_ctor_ref_ == -2) return nullptr;
+    if (!*raw && messages_ < kMessagesBeforeCtor) return nullptr;
     return parked_.front().co;
   }
   lua_State* raw_receiver() const {
@@ -435,7 +436,8 @@ class TaskKernel {
   // bindings/inbox.lua (inbox_chunk_ its bytecode), loaded by load_inbox:
   // its table (inbox_module_ref_), and its constructor and append kept
   // apart for C's calls. messages_ counts a process's messages until the
-  // kMessagesBeforeCtor-th, which loads it.
+  // kMessagesBeforeCtor-th, which loads it (if nothing did before) and
+  // gives the process the Lua receive.
   static constexpr int kMessagesBeforeCtor = 16;
   const std::string* inbox_chunk_ = nullptr;
   int messages_ = 0;

@@ -324,6 +324,22 @@ return { main = function()
       for i = 1, n do T.eq(seen[i], "from,payload,topic|t|table|nil|true", "envelope " .. i) end
       T.eq(seen.receive, "waiting", "process.receive of a receiver of tables that always waits")
     end },
+    { "a receiver that loaded the Lua kernel early still takes receive's Lua form at its 16th message", function()
+      -- process.inbox() loads kernel_ext.lua, and with it the inbox's Lua
+      -- half (bindings/inbox.lua) before any message: the count of
+      -- messages that gives the process the Lua receive must go on all
+      -- the same (a task waiting in the C function is handed messages
+      -- only after it, or they would skip the count).
+      local n = 60
+      local pid = assert(process.spawn("fixtures.envelopes", process.pid(), n, true, true))
+      for i = 1, n do
+        process.send(pid, "t", i)
+        T.eq(assert(process.receive(5)).payload, i, "ack")
+      end
+      local seen = assert(process.receive(5)).payload
+      for i = 1, n do T.eq(seen[i], "from,payload,topic|t|number|nil|true", "envelope " .. i) end
+      T.eq(seen.receive, "waiting", "process.receive of a receiver that loaded kernel_ext first")
+    end },
     { "strings new to a waiting receiver arrive whole, of every length and byte", function()
       -- A string payload the receiver does not keep (new, or over 15
       -- bytes) is made for a waiting task in the step's protected call
