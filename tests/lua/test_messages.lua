@@ -31,6 +31,22 @@ local function deep(n)
   return root
 end
 
+-- 60 messages to fixtures.envelopes, each answered before the next (so
+-- each reaches a task that waits), payload(i) each: every envelope must
+-- look alike, and the receiver must end with receive's Lua form (its
+-- waiting form). early_ext: the receiver loads the Lua kernel first.
+local function ping_pong_envelopes(payload, payload_type, early_ext)
+  local n = 60
+  local pid = assert(process.spawn("fixtures.envelopes", process.pid(), n, true, early_ext))
+  for i = 1, n do
+    process.send(pid, "t", payload(i))
+    T.eq(assert(process.receive(5)).payload, i, "ack")
+  end
+  local seen = assert(process.receive(5)).payload
+  for i = 1, n do T.eq(seen[i], "from,payload,topic|t|" .. payload_type .. "|nil|true", "envelope " .. i) end
+  T.eq(seen.receive, "waiting", "the receiver's process.receive at the end")
+end
+
 return { main = function()
   return T.run {
     { "sends alternating between two PIDs reach each, and replies name their sender", function()
@@ -314,15 +330,7 @@ return { main = function()
       -- delivers: tables of a cached shape, which the hand-over could make
       -- earlier, must not keep the count from getting there (the process
       -- would keep the C function, about 85 instructions more a message).
-      local n = 60
-      local pid = assert(process.spawn("fixtures.envelopes", process.pid(), n, true))
-      for i = 1, n do
-        process.send(pid, "t", { n = i })
-        T.eq(assert(process.receive(5)).payload, i, "ack")
-      end
-      local seen = assert(process.receive(5)).payload
-      for i = 1, n do T.eq(seen[i], "from,payload,topic|t|table|nil|true", "envelope " .. i) end
-      T.eq(seen.receive, "waiting", "process.receive of a receiver of tables that always waits")
+      ping_pong_envelopes(function(i) return { n = i } end, "table", false)
     end },
     { "a receiver that loaded the Lua kernel early still takes receive's Lua form at its 16th message", function()
       -- process.inbox() loads kernel_ext.lua, and with it the inbox's Lua
@@ -330,15 +338,7 @@ return { main = function()
       -- messages that gives the process the Lua receive must go on all
       -- the same (a task waiting in the C function is handed messages
       -- only after it, or they would skip the count).
-      local n = 60
-      local pid = assert(process.spawn("fixtures.envelopes", process.pid(), n, true, true))
-      for i = 1, n do
-        process.send(pid, "t", i)
-        T.eq(assert(process.receive(5)).payload, i, "ack")
-      end
-      local seen = assert(process.receive(5)).payload
-      for i = 1, n do T.eq(seen[i], "from,payload,topic|t|number|nil|true", "envelope " .. i) end
-      T.eq(seen.receive, "waiting", "process.receive of a receiver that loaded kernel_ext first")
+      ping_pong_envelopes(function(i) return i end, "number", true)
     end },
     { "strings new to a waiting receiver arrive whole, of every length and byte", function()
       -- A string payload the receiver does not keep (new, or over 15
