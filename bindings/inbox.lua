@@ -1,68 +1,14 @@
--- The Lua half of a process's inbox, and the one owner in Lua of what it
--- is made of: the queue layout that every channel's buffer and wait queues
--- share (the inbox is a channel), the message constructor, and
--- process.receive's Lua form with its drain loop. The C half
--- (bindings/task_kernel.cpp) reads and writes the same layout through
--- QueueRef; kernel_ext.lua's channels take their queue functions from
--- here. Loaded once a process needs it (TaskKernel::load_inbox: its
+-- The Lua half of a process's inbox: the message constructor, and
+-- process.receive's Lua form with its drain loop. The inbox's buffer is a
+-- queue of kernel_ext.lua's layout ({ head, tail, items... }, items from
+-- index 3), which the C half (bindings/task_kernel.cpp, QueueRef) writes
+-- too. Loaded once a process needs it (TaskKernel::load_inbox: its
 -- kMessagesBeforeCtor-th message, its first Lua receive, or kernel_ext's
 -- load), not at spawn: a process that gets a few messages never pays for
--- its load (about what 10 messages save).
+-- its load (about what 10 messages save). Kept to what every such process
+-- uses: each function here is a prototype in each of them.
 
----------------------------------------------------------------------------
--- Queues: { head, tail, items... } with the items from index 3, so that
--- C reads them with integer keys; O(1) push and shift. (With its first
--- item's slot in the array part from the start: added by the first push,
--- it rehashed the table.)
-local HEAD, TAIL, FIRST = 1, 2, 3
-
-local function queue()
-  local q = { FIRST, FIRST - 1, false }
-  q[FIRST] = nil
-  return q
-end
-
-local function push(q, v) local t = q[TAIL] + 1; q[TAIL] = t; q[t] = v end
-
-local function shift(q)
-  local h, t = q[HEAD], q[TAIL]
-  if h > t then return nil end
-  local v = q[h]; q[h] = nil
-  -- Back to the start when empty, so the keys stay in the array part
-  -- instead of marching through the hash part (a rehash every few pushes).
-  if h == t then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[HEAD] = h + 1 end
-  return v
-end
-
-local function len(q) return q[TAIL] - q[HEAD] + 1 end
-
-local function clear(q)
-  for i = q[HEAD], q[TAIL] do q[i] = nil end
-  q[HEAD], q[TAIL] = FIRST, FIRST - 1
-end
-
--- Drops items from the end while dead(item) says so.
-local function drop_last_while(q, dead)
-  local h, t = q[HEAD], q[TAIL]
-  while t >= h and dead(q[t]) do
-    q[t] = nil
-    t = t - 1
-  end
-  if t < h then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[TAIL] = t end
-end
-
--- Keeps the items live(item) says, in order, from the start again;
--- returns how many.
-local function keep(q, live)
-  local n = FIRST - 1
-  for i = q[HEAD], q[TAIL] do
-    local v = q[i]
-    q[i] = nil
-    if live(v) then n = n + 1; q[n] = v end
-  end
-  q[HEAD], q[TAIL] = FIRST, n
-  return n - FIRST + 1
-end
+local TAIL = 2
 
 ---------------------------------------------------------------------------
 -- The message constructor: { from =, topic =, payload = }, the one place a
@@ -130,12 +76,17 @@ local function receive_form(c_receive, inbox)
     end
   end
   local buf = inbox[1]
-  -- (HEAD, TAIL and FIRST written as their numbers: as upvalues they cost
-  -- each receive a load more: Big took 2-3% more instructions.)
+  -- (The layout's indices written as numbers: as upvalues they cost each
+  -- receive a load more, Big 2-3% more instructions.)
   return function(timeout)
     local h = buf[1]
     if h <= buf[2] and not inbox[5] then
-      if inbox[6] then return shift(buf) end  -- the buffer holds message tables
+      if inbox[6] then  -- the buffer holds message tables
+        local v = buf[h]
+        buf[h] = nil
+        if h == buf[2] then buf[1], buf[2] = 3, 2 else buf[1] = h + 1 end
+        return v
+      end
       -- Each message as its from, topic and payload (TaskKernel::flat_inbox_).
       local m = { from = false, topic = false, payload = false }
       m.from, m.topic, m.payload = buf[h], buf[h + 1], buf[h + 2]
@@ -155,8 +106,4 @@ local function receive_form(c_receive, inbox)
   end
 end
 
-return {
-  queue = queue, push = push, shift = shift, len = len, clear = clear,
-  drop_last_while = drop_last_while, keep = keep,
-  new = new, append = append, receive_form = receive_form,
-}
+return new, append, receive_form

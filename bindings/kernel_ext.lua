@@ -32,10 +32,8 @@
 --                      inbox's recvq: called once the inbox has senders or
 --                      is closed, which only this file handles
 --   I.C_BOUNDARY       the error of a blocking call where a task cannot yield
---   I.receive()        the C process.receive's raw call, for inbox:receive()
---                      through inbox.lua's receive form
---   I.queues           bindings/inbox.lua: the queue functions, the message
---                      constructor and receive's Lua form
+--   I.receive()        process.receive in bindings/inbox.lua's form (without
+--                      the drain loop), for inbox:receive()
 --   I.events           the events channel table: the C half builds the
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
@@ -76,10 +74,58 @@ local setmetatable, getmetatable = I.setmetatable, I.getmetatable
 local E = {}
 
 ---------------------------------------------------------------------------
--- Queues: { head, tail, items... }, bindings/inbox.lua's (the layout the C
--- half reads too); O(1) push and shift.
-local Q = I.queues
-local queue, qpush, qshift, qlen, qclear = Q.queue, Q.push, Q.shift, Q.len, Q.clear
+-- Queues: { head, tail, items... } with the items from index 3, so the C
+-- half reads them with integer keys; O(1) push and shift. The layout's
+-- owner: the C half (QueueRef) and bindings/inbox.lua's constructor and
+-- drain loop write and read the same, and the inbox's buffer is this
+-- layout too. (Defined here, not in inbox.lua, which every process that
+-- receives 16 messages loads: these functions' prototypes there cost each
+-- such process 3.7 KB of heap, and a ring of 1000 such processes 23% of
+-- its wall time.)
+local HEAD, TAIL, FIRST = 1, 2, 3
+-- (With its first item's slot in the array part from the start: added by
+-- the first push, it rehashed the table.)
+local function queue()
+  local q = { FIRST, FIRST - 1, false }
+  q[FIRST] = nil
+  return q
+end
+local function qpush(q, v) local t = q[TAIL] + 1; q[TAIL] = t; q[t] = v end
+local function qshift(q)
+  local h, t = q[HEAD], q[TAIL]
+  if h > t then return nil end
+  local v = q[h]; q[h] = nil
+  -- Back to the start when empty, so the keys stay in the array part
+  -- instead of marching through the hash part (a rehash every few pushes).
+  if h == t then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[HEAD] = h + 1 end
+  return v
+end
+local function qlen(q) return q[TAIL] - q[HEAD] + 1 end
+local function qclear(q)
+  for i = q[HEAD], q[TAIL] do q[i] = nil end
+  q[HEAD], q[TAIL] = FIRST, FIRST - 1
+end
+-- Drops items from the end while dead(item) says so.
+local function qdrop_last_while(q, dead)
+  local h, t = q[HEAD], q[TAIL]
+  while t >= h and dead(q[t]) do
+    q[t] = nil
+    t = t - 1
+  end
+  if t < h then q[HEAD], q[TAIL] = FIRST, FIRST - 1 else q[TAIL] = t end
+end
+-- Keeps the items live(item) says, in order, from the start again;
+-- returns how many.
+local function qkeep(q, live)
+  local n = FIRST - 1
+  for i = q[HEAD], q[TAIL] do
+    local v = q[i]
+    q[i] = nil
+    if live(v) then n = n + 1; q[n] = v end
+  end
+  q[HEAD], q[TAIL] = FIRST, n
+  return n - FIRST + 1
+end
 
 -- Records of a fixed shape, made from a constructor of constants and then
 -- filled in: LuaJIT copies such a constructor's template with its keys in
@@ -179,13 +225,13 @@ end
 -- (several tasks selecting on one channel) is compacted when it has grown
 -- to twice its live waiters (push_waiter): every push O(1) amortized.
 local function is_stale(w) return not is_live(w) end
-local function prune_stale(q) Q.drop_last_while(q, is_stale) end
+local function prune_stale(q) qdrop_last_while(q, is_stale) end
 
 local compact_at = setmetatable({}, { __mode = "k" })  -- queue -> its length that compacts it (default 32)
 
 local function push_waiter(q, w)
   if qlen(q) >= (compact_at[q] or 32) then
-    local live = Q.keep(q, is_live)
+    local live = qkeep(q, is_live)
     compact_at[q] = live >= 16 and 2 * live or nil
   end
   qpush(q, w)
@@ -252,7 +298,7 @@ local function check_channel(ch, fname)
 end
 
 -- process.receive's Lua form (bindings/inbox.lua), for inbox:receive().
-local inbox_receive = Q.receive_form(I.receive)
+local inbox_receive = I.receive
 
 function Channel.receive(ch)
   -- The inbox on the C kernel's fast paths: its receive, plus ok.

@@ -24,9 +24,10 @@ namespace {
 // as light userdata, which no script can make.
 char kBlock, kYield, kUpgrade, kReceive;
 
-// Queues as bindings/inbox.lua lays them out (its owner; kernel_ext.lua's
-// channels take theirs from there): { head, tail, items... } with the
-// items from index 3. QueueRef and new_queue are their C side.
+// Queues as kernel_ext.lua lays them out (its queue functions; the inbox's
+// buffer is one, which bindings/inbox.lua writes too): { head, tail,
+// items... } with the items from index 3. QueueRef and new_queue are their
+// C side.
 constexpr int kHead = 1, kTail = 2, kFirst = 3;
 // The inbox's fields (a channel of kernel_ext.lua).
 constexpr int kBuf = 1, kRecvq = 2, kSendq = 3, kClosed = 4;
@@ -39,7 +40,7 @@ constexpr int kTables = 6;
 
 int abs_index(lua_State* L, int idx) { return idx > 0 ? idx : lua_gettop(L) + idx + 1; }
 
-// A queue (inbox.lua's layout) at a stack index, its head and tail
+// A queue (that layout) at a stack index, its head and tail
 // read once (each C API call costs a few ns on the message path).
 class QueueRef {
  public:
@@ -461,14 +462,28 @@ void TaskKernel::end_queue(lua_State* L, int base, int n) {
 }
 
 void TaskKernel::load_inbox(lua_State* L) {
-  if (inbox_module_ref_ != -2) return;
+  if (message_ctor_ref_ != -2) return;
   if (luaL_loadbuffer(L, inbox_chunk_->data(), inbox_chunk_->size(), "=inbox") != 0) lua_error(L);
-  lua_call(L, 0, 1);
-  lua_getfield(L, -1, "new");
-  message_ctor_ref_ = pin(L);
-  lua_getfield(L, -1, "append");
+  lua_call(L, 0, 2);  // new, append (receive_form dropped: push_receive_form)
   message_append_ref_ = pin(L);
-  inbox_module_ref_ = pin(L);
+  message_ctor_ref_ = pin(L);
+}
+
+void TaskKernel::push_receive_form(lua_State* L, bool draining, int level) {
+  // The chunk loaded again for its receive_form alone, as for each form
+  // (a process makes one or two): kept beside the constructor, receive_form
+  // would keep both forms' prototypes, and its own, alive in every process
+  // that receives 16 messages (about 1 KB each).
+  if (draining) make_inbox_queues(L);
+  if (luaL_loadbuffer(L, inbox_chunk_->data(), inbox_chunk_->size(), "=inbox") != 0) lua_error(L);
+  lua_call(L, 0, 3);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  lua_pushinteger(L, level);
+  lua_pushcclosure(L, l_receive_raw, 1);
+  if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
+  else lua_pushnil(L);
+  lua_call(L, 2, 1);
 }
 
 void TaskKernel::push_ctor_call(lua_State* L, int base) {
@@ -1185,20 +1200,11 @@ void TaskKernel::push_receive(lua_State* L) {
     lua_pushcfunction(L, l_receive);
     return;
   }
-  // bindings/inbox.lua's receive_form, called with the C receive it calls
-  // (one Lua frame, its own, between it and the script) and, for the
-  // drain loop, the inbox.
+  // bindings/inbox.lua's form over the C receive (one Lua frame, its own,
+  // between it and the script), with the drain loop or without.
   const bool draining = wanted_receive_ == ReceiveForm::kDraining;
   load_inbox(L);
-  if (draining) make_inbox_queues(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_module_ref_);
-  lua_getfield(L, -1, "receive_form");
-  lua_remove(L, -2);
-  lua_pushinteger(L, 2);
-  lua_pushcclosure(L, l_receive_raw, 1);
-  if (draining) lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_ref_);
-  else lua_pushnil(L);
-  lua_call(L, 2, 1);
+  push_receive_form(L, draining, 2);
   if (!draining) {
     lua_pushlightuserdata(L, &kWaitingReceive);
     lua_pushvalue(L, -2);
@@ -1238,7 +1244,7 @@ void TaskKernel::push_ext(lua_State* L) {
     return;
   }
   make_inbox_queues(L);  // kernel_ext reads them from the inbox table
-  load_inbox(L);         // and takes its queue functions from inbox.lua
+  load_inbox(L);         // its inbox:receive is inbox.lua's form, its messages the constructor's
   // What loading it makes lives as long as the state: no collection while
   // it loads (a young process's heap triples with it, and the cycle that
   // started was a sixth of the load's 245k instructions). Restarted by the
@@ -1281,11 +1287,8 @@ void TaskKernel::push_ext(lua_State* L) {
   lua_setfield(L, -2, "inbox");
   push_events(L);
   lua_setfield(L, -2, "events");
-  lua_pushinteger(L, 3);  // called from inbox:receive's receive form: errors name its caller
-  lua_pushcclosure(L, l_receive_raw, 1);
+  push_receive_form(L, false, 3);  // called from inbox:receive: errors name its caller
   lua_setfield(L, -2, "receive");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, inbox_module_ref_);
-  lua_setfield(L, -2, "queues");
   lua_insert(L, -2);  // chunk, I, H
   lua_call(L, 2, 1);
   lua_pushvalue(L, -1);

@@ -13,8 +13,8 @@
 // Tasks are threads, kept alive by a table of live tasks; the run queues
 // hold their lua_State pointers. A woken task's values wait on its own stack
 // until it is resumed. The inbox is a channel table of kernel_ext.lua's
-// shape, its queues laid out as bindings/inbox.lua says (which C reads with
-// integer keys), plus C's list of tasks parked in process.receive. Threads: the one stepping the process.
+// shape (which C reads with integer keys), plus C's list of tasks parked in
+// process.receive. Threads: the one stepping the process.
 #pragma once
 
 #include <cstdint>
@@ -339,10 +339,14 @@ class TaskKernel {
   bool to_waiting_task(lua_State* L, int base);
   bool to_inbox(lua_State* L, int base);
   void to_kernel_ext(lua_State* L, int base, int channel);
-  // Loads bindings/inbox.lua once (the constructor, the queue functions,
-  // receive's Lua form): at the kMessagesBeforeCtor-th message, the first
-  // Lua receive, or kernel_ext's load, which takes its queues from it.
+  // Loads bindings/inbox.lua's constructor and append once: at the
+  // kMessagesBeforeCtor-th message, the first Lua receive, or kernel_ext's
+  // load.
   void load_inbox(lua_State* L);
+  // Pushes a new receive form of inbox.lua's (receive_form), over the C
+  // receive's raw call, whose errors name the caller `level` frames up;
+  // draining: with the drain loop.
+  void push_receive_form(lua_State* L, bool draining, int level);
   // Pushes the constructor and the message's from, topic and value (at
   // base + 1..3) for a call.
   void push_ctor_call(lua_State* L, int base);
@@ -434,14 +438,12 @@ class TaskKernel {
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
   // bindings/inbox.lua (inbox_chunk_ its bytecode), loaded by load_inbox:
-  // its table (inbox_module_ref_), and its constructor and append kept
-  // apart for C's calls. messages_ counts a process's messages until the
+  // its constructor and its append. messages_ counts a process's messages until the
   // kMessagesBeforeCtor-th, which loads it (if nothing did before) and
   // gives the process the Lua receive.
   static constexpr int kMessagesBeforeCtor = 16;
   const std::string* inbox_chunk_ = nullptr;
   int messages_ = 0;
-  int inbox_module_ref_ = -2;
   int message_ctor_ref_ = -2;
   int message_append_ref_ = -2;
   int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
