@@ -24,6 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <lua.hpp>
+
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
 #include "bindings/small_globals.hpp"
@@ -31,6 +33,7 @@
 #include "bindings/shape_cache.hpp"
 #include "bindings/string_cache.hpp"
 #include "bindings/task_kernel.hpp"
+#include "host/assert.hpp"
 #include "host/process.hpp"
 
 struct lua_State;
@@ -135,6 +138,13 @@ class LuaProcess final : public Process, private KernelHost {
   // stays as short as it was).
   [[gnu::noinline]] bool hand_over_shaped(lua_State* co, const char* from, const char* topic,
                                           const std::string& payload);
+  // What every hand-over's pushes and move rely on: the task co is
+  // suspended in receive, with nothing on its stack, and is not the main
+  // thread the step runs (debug builds).
+  void check_handed_to([[maybe_unused]] lua_State* co) const {
+    HOST_ASSERT(co != L_ && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
+                "a message is handed over only to a task waiting in receive");
+  }
   // Every hand-over's end: the message taken (step_body, if it runs, only
   // goes on from here) and co, which holds what it takes, resumed.
   [[gnu::always_inline]] bool resume_handed(lua_State* co) {

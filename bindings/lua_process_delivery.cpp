@@ -196,10 +196,7 @@ bool LuaProcess::hand_over(const Event& ev) {
   // allocation); has_room is false without the seam.
   lua_State* co = kernel_.raw_receiver();
   if (!co || !stack_args::has_room(co, 3)) return false;
-  // What every push below relies on: the task is suspended in receive,
-  // with nothing on its stack, and is not the main thread the step runs.
-  HOST_ASSERT(co != L_ && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
-              "a message is handed over only to a task waiting in receive");
+  check_handed_to(co);
   const char* from = peers_.known_sender(ev.from);  // nullptr for the host's (inbox.lua's receive needs a sender)
   if (!from) return false;
   const char* topic = received_strings_.find_topic(ev.topic);
@@ -215,8 +212,7 @@ bool LuaProcess::hand_over(const Event& ev) {
   return resume_handed(co);
 }
 
-bool LuaProcess::hand_over_shaped(lua_State* co, const char* from, const char* topic,
-                                                  const std::string& payload) {
+bool LuaProcess::hand_over_shaped(lua_State* co, const char* from, const char* topic, const std::string& payload) {
   // A small payload of a shape the process keeps receiving goes to the
   // task as its shape's constructor (nil, the constructor, true), the
   // values in the cache's scratch table: the constructor makes the
@@ -243,17 +239,15 @@ bool LuaProcess::hand_over_inside(lua_State* L) {
   // compile, a task in the C function's form, a build without the seam).
   // The message is made by the pushes deliver_events makes (kept strings,
   // shapes and the decoder), on the main thread, idle during a step, and
-  // moved to the task. Against deliver_events, message() and run, this
-  // saves about 600 instructions a message (a ring's node in the C
-  // function's form; BENCHMARKS.md's ledger).
+  // moved to the task, without deliver_events, message() and run around
+  // the resume (what that saves: BENCHMARKS.md's ledger, entry 6).
   const Event& ev = step_events_[0];
   bool raw = false;
   lua_State* co = ev.kind == EventKind::Message ? kernel_.sole_receiver(&raw) : nullptr;
   // inbox.lua's form takes no message from the host (from nil): it could
   // not tell it from nil, "timeout".
   if (!co || (raw && !ev.from.valid())) return false;
-  HOST_ASSERT(co != L && lua_status(co) == LUA_YIELD && lua_gettop(co) == 0,
-              "a message is handed over only to a task waiting in receive");
+  check_handed_to(co);
   if (!raw) kernel_.push_message_ctor(L);
   if (!push_message(L, ev)) {  // logged and dropped: the task waits on
     lua_settop(L, 0);

@@ -2,7 +2,6 @@
 // record of which process uses which module (for reload events).
 #include "bindings/lua_runtime.hpp"
 
-
 #include <stdexcept>
 
 #include "bindings/codec.hpp"

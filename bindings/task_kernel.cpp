@@ -663,7 +663,7 @@ void TaskKernel::check_blockable(lua_State* L) const {
   if (!lua_isyieldable(L)) luaL_error(L, "%s", kCBoundary);
 }
 
-void TaskKernel::map_timer(lua_State* L, std::uint64_t tag, lua_State* co) {
+void TaskKernel::map_call(lua_State* L, std::uint64_t tag, lua_State* co) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   push_task(L, co);
@@ -671,7 +671,7 @@ void TaskKernel::map_timer(lua_State* L, std::uint64_t tag, lua_State* co) {
   lua_pop(L, 1);
 }
 
-void TaskKernel::unmap_timer(lua_State* L, std::uint64_t tag) {
+void TaskKernel::unmap_call(lua_State* L, std::uint64_t tag) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   lua_pushnil(L);
@@ -688,7 +688,7 @@ int TaskKernel::block_in_sleep(lua_State* L, double secs) {
 }
 
 int TaskKernel::block_in_call(lua_State* L, std::uint64_t tag) {
-  map_timer(L, tag, current_);
+  map_call(L, tag, current_);
   lua_pushlightuserdata(L, &kBlock);
   return lua_yield(L, 1);
 }
@@ -700,7 +700,7 @@ void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std
   lua_State* co = lua_tothread(L, -1);
   lua_pop(L, 2);
   if (!co) return;  // stopped, or dropped by an upgrade: nobody waits for it
-  unmap_timer(L, tag);
+  unmap_call(L, tag);
   std::string err;
   if (!failed) {
     const int n = decode_values(L, payload, &err);

@@ -371,8 +371,8 @@ class TaskKernel {
   void install_receive(lua_State* L);
   // A waiting call's entry in the tasks table (tasks[tag] = task co), and
   // its removal once it completed.
-  void map_timer(lua_State* L, std::uint64_t tag, lua_State* co);
-  void unmap_timer(lua_State* L, std::uint64_t tag);
+  void map_call(lua_State* L, std::uint64_t tag, lua_State* co);
+  void unmap_call(lua_State* L, std::uint64_t tag);
   // The timers (see check_blockable): an entry that wakes what kind says
   // at due (monotonic_seconds), and its id (> 0); an entry's removal
   // (nothing once it fired or went); what fired (complete); and every
