@@ -11,8 +11,8 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit_private.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/luajit_private.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "bindings/string_cache.hpp"
 #include "host/error.hpp"
 

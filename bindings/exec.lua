@@ -1,6 +1,6 @@
 -- The exec module (SPEC section 8): programs run without a shell, their
 -- stdin, stdout and stderr as pipes, through waiting calls carried out on
--- the I/O thread (bindings/exec_service.cpp), so a program that runs long
+-- the I/O thread (host/io/exec_service.cpp), so a program that runs long
 -- suspends only the calling task. The chunk is called with the waiting
 -- call and the exec command, and returns the module table, which becomes
 -- the global `exec` and require("exec").

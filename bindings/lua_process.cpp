@@ -16,9 +16,9 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
-#include "bindings/gc_pressure.hpp"
+#include "bindings/luajit/gc_pressure.hpp"
 #include "bindings/lua_process_internal.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/assert.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"

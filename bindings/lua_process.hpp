@@ -28,7 +28,7 @@
 
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
-#include "bindings/small_globals.hpp"
+#include "bindings/luajit/small_globals.hpp"
 #include "bindings/state_arena.hpp"
 #include "bindings/shape_cache.hpp"
 #include "bindings/string_cache.hpp"
@@ -274,14 +274,14 @@ void install_moved_value_hooks();
 // For C bindings (bindings/socket_object.cpp): a waiting call of command
 // with the n values from index first as its arguments (docs/
 // ARCHITECTURE.md, "A call that waits"); return what it returns. And the
-// claim of a socket that arrived in this process (SocketService::claim).
+// claim of a socket that arrived in this process (io::SocketService::claim).
 int start_waiting_call(lua_State* L, CommandId command, int first, int n);
 void claim_socket(lua_State* L, std::uint64_t id);
 void give_socket(lua_State* L, std::uint64_t id);
 void drop_socket(lua_State* L, std::uint64_t id);
 // The socket service of L's process's runtime; and that L's state now
 // holds userdata with finalizers (its Close must run lua_close).
-SocketShards& socket_service(lua_State* L);
+io::SocketShards& socket_service(lua_State* L);
 void mark_needs_close(lua_State* L);
 
 }  // namespace host::lua

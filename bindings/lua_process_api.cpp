@@ -13,7 +13,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/log_fields.hpp"
 #include "bindings/lua_process_internal.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"

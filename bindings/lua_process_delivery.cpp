@@ -15,7 +15,7 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/assert.hpp"
 #include "host/log.hpp"
 

@@ -27,7 +27,7 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/assert.hpp"
 
 namespace host::lua {
@@ -223,7 +223,7 @@ struct Primitives {
   static void claim_socket(lua_State* L, std::uint64_t id);
   static void give_socket(lua_State* L, std::uint64_t id);
   static void drop_socket(lua_State* L, std::uint64_t id);
-  static SocketShards& socket_service(lua_State* L);
+  static io::SocketShards& socket_service(lua_State* L);
   static void mark_needs_close(lua_State* L);
   static int wall_time(lua_State* L);
   static void open_package(lua_State* L);

@@ -25,9 +25,9 @@ void Primitives::push_io_api(lua_State* L, LuaProcess& p, const char* name) {
     const LuaRuntime::LazyChunk& (LuaRuntime::*chunk)() const;
     CommandId command;
   };
-  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_chunk, io_cmd::kFs},
-                                       {"exec", &LuaRuntime::exec_chunk, io_cmd::kExec},
-                                       {"socket", &LuaRuntime::socket_chunk, io_cmd::kSocket}};
+  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_chunk, io::io_cmd::kFs},
+                                       {"exec", &LuaRuntime::exec_chunk, io::io_cmd::kExec},
+                                       {"socket", &LuaRuntime::socket_chunk, io::io_cmd::kSocket}};
   const Module* m = modules;
   while (std::strcmp(m->name, name) != 0) ++m;
   std::string err;
@@ -71,7 +71,7 @@ void Primitives::drop_socket(lua_State* L, std::uint64_t id) {
   p.rt_.io().sockets.drop(id, p.ctx_.self);
 }
 
-SocketShards& Primitives::socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
+io::SocketShards& Primitives::socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
 
 void Primitives::mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
 
@@ -160,7 +160,7 @@ int Primitives::searcher(lua_State* L) {
   if (name == "host.commands") {  // the host's own commands, for stdlib modules (http)
     lua_pushcfunction(L, [](lua_State* S) -> int {
       lua_createtable(S, 0, 1);
-      lua_pushinteger(S, io_cmd::kHttp);
+      lua_pushinteger(S, io::io_cmd::kHttp);
       lua_setfield(S, -2, "http");
       return 1;
     });
@@ -204,7 +204,7 @@ void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id
 
 void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
 
-SocketShards& socket_service(lua_State* L) { return Primitives::socket_service(L); }
+io::SocketShards& socket_service(lua_State* L) { return Primitives::socket_service(L); }
 
 void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
 

@@ -56,7 +56,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   (void)reads_tables_raw();
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
-  io_ = install_io_services(scheduler_, options_.io_threads);
+  io_ = io::install_io_services(scheduler_, options_.io_threads);
   io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
                    [this](const std::string& module) { return !modules_.locate(module).empty(); });
   install_moved_value_hooks();

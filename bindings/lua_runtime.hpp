@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "bindings/io_services.hpp"
+#include "host/io/io_services.hpp"
 #include "bindings/module_cache.hpp"
 #include "bindings/name_registry.hpp"
 #include "bindings/spare_processes.hpp"
@@ -81,7 +81,7 @@ class LuaRuntime {
   const LazyChunk& fs_chunk() const { return fs_chunk_; }
   const LazyChunk& exec_chunk() const { return exec_chunk_; }
   const LazyChunk& socket_chunk() const { return socket_chunk_; }
-  IoServices& io() { return *io_; }
+  ::host::io::IoServices& io() { return *io_; }
 
   // Which modules each live process loaded, for reload events (only with
   // track_module_uses).
@@ -106,7 +106,7 @@ class LuaRuntime {
   std::string inbox_bytecode_;
   std::string metatable_calls_bytecode_;
   LazyChunk fs_chunk_, exec_chunk_, socket_chunk_;
-  std::shared_ptr<IoServices> io_;
+  std::shared_ptr<::host::io::IoServices> io_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;
   std::unordered_map<std::string, std::unordered_set<Pid>> users_;  // guarded by uses_mu_

@@ -29,7 +29,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/pid.hpp"
 
 namespace host::lua {

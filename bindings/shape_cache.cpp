@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "bindings/codec.hpp"
-#include "bindings/luajit_private.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/luajit_private.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "bindings/string_cache.hpp"
 
 namespace host::lua {

@@ -1,5 +1,5 @@
 -- The socket module (SPEC section 7): LuaSocket 3's API over waiting calls
--- carried out on the host's I/O thread (bindings/socket_service.cpp), so
+-- carried out on the host's I/O thread (host/io/socket_service.cpp), so
 -- that a call that waits (connect, accept, receive, send, the name
 -- lookups) suspends only the calling task. require("socket") and
 -- require("socket.core") return this table, shadowing LuaSocket's C

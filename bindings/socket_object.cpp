@@ -9,7 +9,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
-#include "bindings/io_services.hpp"
+#include "host/io/io_services.hpp"
 #include "bindings/lua_process.hpp"
 
 namespace host::lua {
@@ -28,7 +28,7 @@ struct SocketRef {
   double id;
   double block;  // seconds, or < 0 for none
   double total;
-  SocketService::Shared* shared;  // for sends that return at once; released by __gc
+  io::SocketService::Shared* shared;  // for sends that return at once; released by __gc
   Class cls;
   bool closed;  // closed here
   bool moved;   // given to another process
@@ -87,7 +87,7 @@ int call(lua_State* L, const char* op, const SocketRef* s, int n) {
   lua_insert(L, first);
   lua_pushnumber(L, s->id);
   lua_insert(L, first + 1);
-  return start_waiting_call(L, io_cmd::kSocket, first, n + 2);
+  return start_waiting_call(L, io::io_cmd::kSocket, first, n + 2);
 }
 
 std::string_view check_address(lua_State* L, int idx, const char* method) {
@@ -503,7 +503,7 @@ int m_gc(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
   if (!s) return 0;
   if (live(s) && s->id != 0) drop_socket(L, static_cast<std::uint64_t>(s->id));
-  if (s->shared) SocketService::release(s->shared);
+  if (s->shared) io::SocketService::release(s->shared);
   s->shared = nullptr;
   return 0;
 }

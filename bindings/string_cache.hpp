@@ -19,7 +19,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 
 namespace host::lua {
 

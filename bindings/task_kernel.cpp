@@ -11,9 +11,9 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/duration.hpp"
-#include "bindings/gc_pressure.hpp"
+#include "bindings/luajit/gc_pressure.hpp"
 #include "host/assert.hpp"
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 #include "host/error.hpp"
 
 namespace host::lua {

@@ -1,7 +1,7 @@
 -- ssl (SPEC section 9): LuaSec's API over the host's sockets. A wrapped
 -- socket stays the same socket object, of class tls{connection}: its
 -- bytes are encrypted and decrypted on the I/O thread
--- (bindings/tls_session.cpp, bindings/socket_service.cpp), so its
+-- (host/io/tls_session.cpp, host/io/socket_service.cpp), so its
 -- receive completes once the plaintext it asked for is there, with the
 -- socket's deadlines, owner and moves. This file only checks the
 -- parameters; the methods are the socket's (bindings/socket_object.cpp).

@@ -157,13 +157,13 @@ TEST_CASE("array items of every kind round-trip, written straight into the new t
 
 TEST_CASE("a table's bytes: its array items, then its other keys") {
   State s;
-  using host::lua::kInt;
-  using host::lua::kString;
-  using host::lua::kTable;
-  using host::lua::kTrue;
+  using host::kInt;
+  using host::kString;
+  using host::kTable;
+  using host::kTrue;
   // One value; a table of 2 array items (10 and 20 as zigzag varints) and
   // 1 other key.
-  const std::string want{1, kTable, 2, 1, kInt, 20, kInt, 40, kString, 1, 'k', kTrue};
+  const std::string want{1, host::kTable, 2, 1, host::kInt, 20, host::kInt, 40, host::kString, 1, 'k', host::kTrue};
   CHECK(s.encode("return {10, 20, k = true}") == want);
   std::string err;
   s.encode("return {1, 2, print}", &err);
@@ -561,7 +561,7 @@ TEST_CASE("the NULL light userdata (JSON's null) crosses as itself, alone, in ar
   lua_pushlightuserdata(to.L, &other_pointer);  // `to` interns another pointer first, and no NULL yet
   lua_setglobal(to.L, "other");
   const std::string alone = from.encode("return null");
-  CHECK(alone == std::string{1, static_cast<char>(host::lua::kNullPointer)});
+  CHECK(alone == std::string{1, static_cast<char>(host::kNullPointer)});
   const std::string bytes = from.encode(
       "return null, { 1, null, 3, null }, { a = null, [null] = 'key', n = { null, { deep = null } } }, null");
   std::string err;
@@ -597,7 +597,7 @@ TEST_CASE("tables holding the NULL light userdata give the same bytes through th
     REQUIRE(encode_values(s.L, 1, 1, raw).empty());
     REQUIRE(host::lua::encode_values_through_api(s.L, 1, 1, api).empty());
     CHECK(raw == api);
-    CHECK(raw.find(static_cast<char>(host::lua::kNullPointer)) != std::string::npos);
+    CHECK(raw.find(static_cast<char>(host::kNullPointer)) != std::string::npos);
   }
 }
 
@@ -628,7 +628,7 @@ TEST_CASE("corrupt bytes around the NULL light userdata are errors, never a cras
   }
   std::string err;
   // A null with bytes after it where it should end the payload.
-  const std::string tail{1, static_cast<char>(host::lua::kNullPointer), 0};
+  const std::string tail{1, static_cast<char>(host::kNullPointer), 0};
   CHECK(decode_values(s.L, tail, &err) == -1);
   CHECK(err == "invalid: corrupt value: trailing bytes");
   // A null as a table key is a valid key (unlike nil and NaN).
@@ -636,7 +636,7 @@ TEST_CASE("corrupt bytes around the NULL light userdata are errors, never a cras
   CHECK(decode_values(s.L, keyed, &err) == 1);
   lua_settop(s.L, 0);
   // The tag past the last one is still unknown.
-  const std::string unknown{1, static_cast<char>(host::lua::kNullPointer + 1)};
+  const std::string unknown{1, static_cast<char>(host::kNullPointer + 1)};
   CHECK(decode_values(s.L, unknown, &err) == -1);
   CHECK(err == "invalid: corrupt value: unknown tag");
 }

@@ -6,7 +6,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/gc_pressure.hpp"
+#include "bindings/luajit/gc_pressure.hpp"
 
 namespace gp = host::lua::gc_pressure;
 

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "host/cli_options.hpp"
+#include "host/program/cli_options.hpp"
 #include "tests/subprocess.hpp"
 
 using namespace host::testing;

@@ -1,4 +1,4 @@
-// The I/O thread's loop (host/io_loop.hpp): jobs posted from many threads
+// The I/O thread's loop (host/io/io_loop.hpp): jobs posted from many threads
 // run once each, in each poster's order, on the loop's one thread; stop
 // runs the stop jobs, ends the thread, and refuses later jobs.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 #include "tests/watchdog.hpp"
 
 using namespace host;

@@ -53,7 +53,7 @@ struct Delivery {
   Codec codec;
 
   // The workers stop, and the processes still alive close, before the
-  // runtime goes (as host/main.cpp orders it): members go in reverse, and
+  // runtime goes (as host/program/main.cpp orders it): members go in reverse, and
   // a process closing on a worker reaches into the runtime (its names).
   // A test's last message (a "stop" to its sender) left one closing while
   // the runtime was destroyed: ThreadSanitizer saw the race.

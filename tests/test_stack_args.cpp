@@ -1,4 +1,4 @@
-// Tests of stack_args (bindings/stack_args.hpp): a C function's arguments
+// Tests of stack_args (bindings/luajit/stack_args.hpp): a C function's arguments
 // read straight from LuaJIT's stack give what the C API gives, for every
 // type, past the last argument, and after the stack has moved.
 #include <doctest/doctest.h>
@@ -7,7 +7,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/stack_args.hpp"
+#include "bindings/luajit/stack_args.hpp"
 
 namespace sa = host::lua::stack_args;
 

@@ -23,7 +23,7 @@
 #include <lua.hpp>
 
 #include "bindings/chunk_pool.hpp"
-#include "bindings/small_globals.hpp"
+#include "bindings/luajit/small_globals.hpp"
 #include "bindings/state_arena.hpp"
 #include "tests/watchdog.hpp"
 

@@ -1,4 +1,4 @@
-// TlsContext and TlsSession alone (bindings/tls_session.hpp): a client and
+// TlsContext and TlsSession alone (host/io/tls_session.hpp): a client and
 // a server session pumping bytes into each other in memory, with a CA and
 // a server certificate made by the openssl program for the test.
 #include <doctest/doctest.h>
@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "bindings/tls_session.hpp"
+#include "host/io/tls_session.hpp"
 
-using namespace host::lua;
+using namespace host::io;
 
 namespace {
 

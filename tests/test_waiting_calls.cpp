@@ -19,7 +19,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/call_values.hpp"
+#include "host/io/call_values.hpp"
 #include "bindings/codec.hpp"
 #include "bindings/lua_runtime.hpp"
 #include "tests/native_processes.hpp"
@@ -51,8 +51,8 @@ struct TestCommand {
     CommandHandler h;
     h.name = "test";
     h.run = [this](CommandRequest&& req) {
-      std::vector<lua::CallValue> args;
-      REQUIRE(lua::read_call_values(req.bytes, args, nullptr));
+      std::vector<io::CallValue> args;
+      REQUIRE(io::read_call_values(req.bytes, args, nullptr));
       const std::string mode = args.empty() ? "" : args[0].string;
       std::lock_guard lock(mu);
       if (mode == "never") {
@@ -65,7 +65,7 @@ struct TestCommand {
           req.scheduler->complete_yield(req.pid, req.tag, {}, "io: the test's failure");
           return;
         }
-        lua::CallResultWriter w;
+        io::CallResultWriter w;
         if (mode == "values") {
           w.number(42).table(2, 0).string("a").string("b").string("x");
         } else {
@@ -77,7 +77,7 @@ struct TestCommand {
         req.scheduler->complete_yield(req.pid, req.tag, w.finish());
       });
     };
-    s.commands().add(lua::io_cmd::kFirstEmbedder, std::move(h));
+    s.commands().add(io::io_cmd::kFirstEmbedder, std::move(h));
   }
 };
 

@@ -1,7 +1,7 @@
 -- The inspector (--inspect ADDRESS, SPEC section 10): a page of the live
 -- processes at /, their data as JSON at /api/processes, a terminate at
 -- POST /api/terminate?pid=..., and Prometheus' text format at /metrics.
--- The host serves it itself (HttpServer::serve_internal, host/main.cpp):
+-- The host serves it itself (HttpServer::serve_internal, host/program/main.cpp):
 -- each connection is a process running serve_connection, which calls
 -- handle with each request. Those processes are left out of what it shows.
 -- Anyone who can reach the address can stop processes: loopback only.

@@ -1,4 +1,4 @@
--- One HTTP connection's process (bindings/http_server.hpp): the I/O thread
+-- One HTTP connection's process (host/io/http_server.hpp): the I/O thread
 -- spawns it for each connection it accepts, with the connection's id and
 -- the server's entry, and it calls the entry's method with each request in
 -- turn. A handler that raises, or returns what cannot be sent, gets the

@@ -1,5 +1,5 @@
 -- http.serve (SPEC section 9): the server's Lua half. The listening, the
--- parsing and the limits are C++ on the I/O thread (bindings/http_server.cpp);
+-- parsing and the limits are C++ on the I/O thread (host/io/http_server.cpp);
 -- each connection is served by a process of its own, running
 -- stdlib/http/conn.lua, which calls the entry's method with each request.
 local call = require("host.call")

@@ -474,7 +474,7 @@ return { main = function()
       end
       T.raises(function() process.send(42, "x", 1) end, "bad argument #1")
       T.raises(function() process.send(pid, nil, 1) end, "bad argument #2")
-      -- Read straight from the stack (bindings/stack_args.hpp): a number
+      -- Read straight from the stack (bindings/luajit/stack_args.hpp): a number
       -- is not a string, and a missing argument is named as such.
       T.raises(function() process.send(pid, 7, 1) end, "bad argument #2 to 'send' %(string expected, got number%)")
       T.raises(function() process.send(pid) end, "bad argument #2 to 'send' %(string expected, got no value%)")

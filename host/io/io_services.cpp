@@ -1,10 +1,10 @@
 // The fs and exec commands' registration, and the exit hook (io_services.hpp).
-#include "bindings/io_services.hpp"
+#include "host/io/io_services.hpp"
 
 #include "host/error.hpp"
 #include "host/scheduler.hpp"
 
-namespace host::lua {
+namespace host::io {
 
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads) {
   auto io = std::make_shared<IoServices>(scheduler, io_threads);
@@ -54,4 +54,4 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned i
   return io;
 }
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -14,11 +14,11 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_runtime.hpp"
-#include "host/cli_options.hpp"
+#include "host/program/cli_options.hpp"
 #include "host/config.hpp"
-#include "host/crash_report.hpp"
+#include "host/program/crash_report.hpp"
 #include "host/log.hpp"
-#include "host/reloader.hpp"
+#include "host/program/reloader.hpp"
 #include "host/scheduler.hpp"
 
 #include <lua.hpp>
@@ -142,7 +142,7 @@ int run(const cli::RunOptions& o) {
       const std::string at = runtime.io().http.serve_internal(host, std::stoi(o.inspect.substr(colon + 1)),
                                                               "host.inspector:serve_connection", "host.inspector:handle");
       log::logger().info("inspector at http://{}/ (metrics at /metrics)", at);
-    } catch (const lua::CallError& e) {
+    } catch (const io::CallError& e) {
       std::fprintf(stderr, "host: --inspect %s: %s\n", o.inspect.c_str(), e.text.c_str());
       scheduler.shutdown(std::chrono::milliseconds(0));
       return 2;

@@ -1,6 +1,6 @@
 // The inotify loop: collect changed .lua files for a short quiet period
 // (editors write in several steps), then reload each once.
-#include "host/reloader.hpp"
+#include "host/program/reloader.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>

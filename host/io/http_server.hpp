@@ -36,9 +36,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bindings/call_values.hpp"
+#include "host/io/call_values.hpp"
 #include "host/commands.hpp"
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 #include "host/pid.hpp"
 
 namespace host {
@@ -46,7 +46,7 @@ class Scheduler;
 struct SpawnResult;
 }  // namespace host
 
-namespace host::lua {
+namespace host::io {
 
 class HttpServer {
  public:
@@ -126,4 +126,4 @@ class HttpServer {
   std::atomic<bool> any_owners_{false};   // !owners_.empty(), written under owners_mu_
 };
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -1,5 +1,5 @@
 // HTTP/1.1 on the I/O thread (http_server.hpp).
-#include "bindings/http_server.hpp"
+#include "host/io/http_server.hpp"
 
 #include <http_parser.h>
 #include <netinet/in.h>
@@ -15,12 +15,12 @@
 #include <future>
 #include <memory>
 
-#include "bindings/tls_session.hpp"
+#include "host/io/tls_session.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
 
-namespace host::lua {
+namespace host::io {
 namespace {
 
 [[noreturn]] void fail(std::string text) { throw CallError{std::move(text)}; }
@@ -1416,4 +1416,4 @@ void HttpServer::stop_all() {
   }
 }
 
-}  // namespace host::lua
+}  // namespace host::io

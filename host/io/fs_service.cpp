@@ -1,6 +1,6 @@
 // The fs calls, on plain POSIX and stdio, run on the blocking pool
 // (fs_service.hpp).
-#include "bindings/fs_service.hpp"
+#include "host/io/fs_service.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 #include "host/error.hpp"
 
-namespace host::lua {
+namespace host::io {
 
 struct FsService::File {
   std::mutex mu;  // one call at a time on the file (two tasks of its process may call at once)
@@ -362,4 +362,4 @@ std::string FsService::handle(const Pid& caller, const std::vector<CallValue>& a
   fail(make_error(ErrorKind::Invalid, "unknown fs operation '" + op + "'"));
 }
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -1,5 +1,5 @@
 // Parsing of `host run DIR [options] [-- ARGS...]`.
-#include "host/cli_options.hpp"
+#include "host/program/cli_options.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,5 +1,5 @@
 // TCP, UDP and name lookups on the I/O thread (socket_service.hpp).
-#include "bindings/socket_service.hpp"
+#include "host/io/socket_service.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -16,12 +16,12 @@
 #include <limits>
 #include <optional>
 
-#include "bindings/tls_session.hpp"
+#include "host/io/tls_session.hpp"
 #include "host/error.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
 
-namespace host::lua {
+namespace host::io {
 namespace {
 
 constexpr std::uint64_t kNoDeadline = std::numeric_limits<std::uint64_t>::max();
@@ -1643,4 +1643,4 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
   }
 }
 
-}  // namespace host::lua
+}  // namespace host::io

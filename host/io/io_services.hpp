@@ -9,18 +9,18 @@
 #include <memory>
 #include <vector>
 
-#include "bindings/exec_service.hpp"
-#include "bindings/fs_service.hpp"
-#include "bindings/http_server.hpp"
-#include "bindings/socket_service.hpp"
+#include "host/io/exec_service.hpp"
+#include "host/io/fs_service.hpp"
+#include "host/io/http_server.hpp"
+#include "host/io/socket_service.hpp"
 #include "host/commands.hpp"
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 
 namespace host {
 class Scheduler;
 }
 
-namespace host::lua {
+namespace host::io {
 
 // The commands of the waiting calls the host's own Lua modules make.
 // Embedders and tests take theirs from kFirstEmbedder.
@@ -65,4 +65,4 @@ struct IoServices {
 // (which keeps the services alive as long as the scheduler may call it).
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads = 1);
 
-}  // namespace host::lua
+}  // namespace host::io

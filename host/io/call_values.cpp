@@ -1,15 +1,15 @@
 // Codec bytes read into CallValues and written from C++ (call_values.hpp).
-#include "bindings/call_values.hpp"
+#include "host/io/call_values.hpp"
 
 #include <cstring>
 #include <stdexcept>
 
-#include "bindings/codec.hpp"
+#include "host/io/value_format.hpp"
 #include "host/commands.hpp"
 #include "host/error.hpp"
 #include "host/scheduler.hpp"
 
-namespace host::lua {
+namespace host::io {
 
 const CallValue* CallValue::field(std::string_view key) const {
   if (type != Type::Table) return nullptr;
@@ -198,4 +198,4 @@ std::string CallResultWriter::finish() {
   return out;
 }
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -1,11 +1,11 @@
 // Small globals: the scratch block and the check of LuaJIT's table layout.
-#include "bindings/small_globals.hpp"
+#include "bindings/luajit/small_globals.hpp"
 
 #include <atomic>
 
 #include <lua.hpp>
 
-#include "bindings/luajit_private.hpp"
+#include "bindings/luajit/luajit_private.hpp"
 
 namespace host::lua::small_globals {
 

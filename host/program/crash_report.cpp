@@ -1,7 +1,7 @@
 // Which failures that reached nobody are reported (crash_report.hpp).
-#include "host/crash_report.hpp"
+#include "host/program/crash_report.hpp"
 
-#include "host/reloader.hpp"
+#include "host/program/reloader.hpp"
 
 #include <string_view>
 

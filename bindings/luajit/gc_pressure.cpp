@@ -1,5 +1,5 @@
 // gc_pressure: the collector's threshold lowered near the memory limit.
-#include "bindings/gc_pressure.hpp"
+#include "bindings/luajit/gc_pressure.hpp"
 
 #include <cstdint>
 

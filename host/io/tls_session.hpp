@@ -29,7 +29,7 @@ typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
 typedef struct bio_st BIO;
 
-namespace host::lua {
+namespace host::io {
 
 class TlsContext {
  public:
@@ -133,4 +133,4 @@ class TlsSession {
   bool started_ = false;  // handshake() was called: the host name is sent
 };
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -18,7 +18,7 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit_private.hpp"
+#include "bindings/luajit/luajit_private.hpp"
 
 namespace host::lua::stack_args {
 

@@ -15,7 +15,7 @@ namespace host {
 struct CommandRequest;
 }
 
-namespace host::lua {
+namespace host::io {
 
 // One decoded value. Tables keep their array part (1..n) and their other
 // pairs apart, as the codec writes them.
@@ -76,4 +76,4 @@ class CallResultWriter {
   std::vector<std::size_t> open_;  // values still owed to each open table, innermost last
 };
 
-}  // namespace host::lua
+}  // namespace host::io

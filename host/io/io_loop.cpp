@@ -1,5 +1,5 @@
 // The I/O thread's loop: start on first post, the job queue, stop.
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 
 #include <pthread.h>
 #include <signal.h>

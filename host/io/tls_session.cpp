@@ -1,5 +1,5 @@
 // TLS over memory BIOs (tls_session.hpp).
-#include "bindings/tls_session.hpp"
+#include "host/io/tls_session.hpp"
 
 #include <arpa/inet.h>
 #include <openssl/err.h>
@@ -13,7 +13,7 @@
 
 #include "host/error.hpp"
 
-namespace host::lua {
+namespace host::io {
 namespace {
 
 // The reason of the oldest error in this thread's queue (OpenSSL's words:
@@ -287,4 +287,4 @@ std::string TlsSession::cipher() const {
   return c ? c : "";
 }
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -1,5 +1,5 @@
 // The `socket` module's command handler (SPEC section 7): TCP and UDP
-// sockets and name lookups on the I/O thread's libuv loop (host/io_loop.hpp),
+// sockets and name lookups on the I/O thread's libuv loop (host/io/io_loop.hpp),
 // under LuaSocket's API (bindings/socket.lua). Threads: dispatch() and
 // close_owned() from any thread; everything else on the loop thread, so
 // the sockets' table needs no lock (but for owners_, which the exit hook
@@ -41,17 +41,17 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bindings/call_values.hpp"
-#include "bindings/tls_session.hpp"
+#include "host/io/call_values.hpp"
+#include "host/io/tls_session.hpp"
 #include "host/commands.hpp"
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 #include "host/pid.hpp"
 
 namespace host {
 class Scheduler;
 }
 
-namespace host::lua {
+namespace host::io {
 
 class SocketService {
  public:
@@ -185,4 +185,4 @@ class SocketShards {
   std::atomic<unsigned> next_{0};
 };
 
-}  // namespace host::lua
+}  // namespace host::io

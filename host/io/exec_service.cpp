@@ -1,5 +1,5 @@
 // Programs on the I/O thread: spawn, pipes, waits, kills (exec_service.hpp).
-#include "bindings/exec_service.hpp"
+#include "host/io/exec_service.hpp"
 
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace host::lua {
+namespace host::io {
 namespace {
 
 [[noreturn]] void fail(std::string text) { throw CallError{std::move(text)}; }
@@ -564,4 +564,4 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
   }
 }
 
-}  // namespace host::lua
+}  // namespace host::io

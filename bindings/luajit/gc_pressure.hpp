@@ -24,7 +24,7 @@
 
 #include <cstddef>
 
-#include "bindings/luajit_private.hpp"
+#include "bindings/luajit/luajit_private.hpp"
 
 struct lua_State;
 

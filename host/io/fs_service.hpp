@@ -20,11 +20,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bindings/call_values.hpp"
+#include "host/io/call_values.hpp"
 #include "host/commands.hpp"
 #include "host/pid.hpp"
 
-namespace host::lua {
+namespace host::io {
 
 class FsService {
  public:
@@ -53,4 +53,4 @@ class FsService {
   std::atomic<std::size_t> count_{0};  // files_.size(), read without the lock
 };
 
-}  // namespace host::lua
+}  // namespace host::io

@@ -1,6 +1,6 @@
 // The `exec` module's command handler (SPEC section 8): programs started
 // with libuv's uv_spawn (no shell), their stdin, stdout and stderr as
-// pipes, on the I/O thread (host/io_loop.hpp). Threads: dispatch() and
+// pipes, on the I/O thread (host/io/io_loop.hpp). Threads: dispatch() and
 // kill_owned() from any thread (they post to the loop); everything else on
 // the loop thread only, so the programs' table needs no lock.
 //
@@ -22,16 +22,16 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bindings/call_values.hpp"
+#include "host/io/call_values.hpp"
 #include "host/commands.hpp"
-#include "host/io_loop.hpp"
+#include "host/io/io_loop.hpp"
 #include "host/pid.hpp"
 
 namespace host {
 class Scheduler;
 }
 
-namespace host::lua {
+namespace host::io {
 
 class ExecService {
  public:
@@ -71,4 +71,4 @@ class ExecService {
   friend struct ProgramOps;
 };
 
-}  // namespace host::lua
+}  // namespace host::io

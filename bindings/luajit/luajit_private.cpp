@@ -4,7 +4,7 @@
 // writes with what the C API gives. A pointer read through the layout is
 // only followed once the fields it comes from have been checked against
 // the C API, so that another layout fails a check instead of faulting.
-#include "bindings/luajit_private.hpp"
+#include "bindings/luajit/luajit_private.hpp"
 
 #include <cmath>
 #include <cstdint>
