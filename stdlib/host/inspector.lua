@@ -84,7 +84,7 @@ local function api_terminate(req)
     if tostring(err):match("^not_found") then return 404, JSON, json.encode({ error = err }) end
     return 400, JSON, json.encode({ error = err })
   end
-  log.info("inspector: terminated " .. pid .. " (" .. tostring(info.entry) .. ") for " .. tostring(req.remote))
+  log.info("inspector: terminated %s (%s) for %s", pid, tostring(info.entry), tostring(req.remote))
   return 200, JSON, json.encode({ terminated = pid })
 end
 

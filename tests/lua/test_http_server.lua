@@ -70,7 +70,10 @@ local function curl(args)
   return exec.run(argv)
 end
 
-return { main = function()
+return { main = function(host)
+  -- This host's program, to run a second one whose log is read.
+  host = host or "/proc/self/exe"
+  local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
   return T.run {
     { "a request reaches the handler as SPEC's table; curl gets the response", function()
       local srv, port = serve()
@@ -495,6 +498,13 @@ return { main = function()
       T.ok(closed(d))
       lim:close()
       srv:close()
+    end },
+    { "a handler that raises for a path holding %d gets 500 with its own error logged; the request behind it is answered", function()
+      local r = exec.run({ host, "run", tests_dir, "--entry", "fixtures.http_app:fail_pipelined" }, { timeout = 60 })
+      T.eq(r.code, 0, "the second host: " .. r.stderr)
+      T.match(r.stdout, "statuses: 500 200\n", "the 500, then the pipelined request's answer")
+      T.ok(r.stderr:find("handler failed for GET /fail%d", 1, true), "the request in the log: " .. r.stderr)
+      T.ok(r.stderr:find("the handler of /fail%d raised on purpose", 1, true), "the handler's own error logged")
     end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
