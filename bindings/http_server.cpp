@@ -1385,6 +1385,10 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
     if (op == "close") {
       const double id = arg(args, 1).number;
       auto it = id >= 1 && id < 9.0e15 ? servers_.find(static_cast<std::uint64_t>(id)) : servers_.end();
+      // Ids are small and counted up: only the process that made a server
+      // may close it (the host's own servers have no such process).
+      if (it != servers_.end() && it->second->owner != caller)
+        fail("denied: server " + number_text(id) + " belongs to another process");
       if (it != servers_.end()) Ops::close_server(it->second);
       scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
       return;
