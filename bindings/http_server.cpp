@@ -54,6 +54,9 @@ struct Limits {
   std::shared_ptr<const std::pair<std::string, std::string>> entries;
   // https: the server's certificate and key (opts.tls), or none.
   std::shared_ptr<const TlsContext> tls;
+  // The address a server of the host's own is bound to, given to each of
+  // its connection processes (the inspector checks Host against it).
+  std::string bound;
 };
 
 // A parsed request, or in its place an error response owed (400, 408,
@@ -1081,10 +1084,10 @@ struct HttpOps {
   // (and a 503 queued) when none can be made.
   static bool start_process(Conn* c) {
     HttpServer* svc = c->svc;
-    SpawnResult r = svc->spawn_(c->limits.entries->first, CallResultWriter()
-                                                             .number(static_cast<double>(c->id))
-                                                             .string(c->limits.entries->second)
-                                                             .finish());
+    CallResultWriter args;
+    args.number(static_cast<double>(c->id)).string(c->limits.entries->second);
+    if (c->internal) args.string(c->limits.bound);
+    SpawnResult r = svc->spawn_(c->limits.entries->first, args.finish());
     if (!r) {
       log::logger().warn("http: cannot start a process for a connection from {}: {}", c->remote, r.error);
       refuse(c);
@@ -1317,6 +1320,7 @@ struct HttpOps {
     int len = sizeof bound;
     uv_tcp_getsockname(&srv->tcp, reinterpret_cast<sockaddr*>(&bound), &len);
     const std::string address = address_text(bound);
+    if (srv->internal) srv->limits.bound = address;
     srv->id = ++svc->next_id_;
     svc->servers_.emplace(srv->id, srv);
     svc->server_count_.fetch_add(1, std::memory_order_relaxed);
