@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -127,9 +128,14 @@ std::string percent_decode(std::string_view s, bool plus_is_space) {
 // the grouping quadratic.
 struct NameHash {
   static std::pair<std::uint64_t, std::uint64_t> draw() {
-    std::random_device rd;
-    const auto word = [&] { return (static_cast<std::uint64_t>(rd()) << 32) ^ rd(); };
-    return {word(), word()};
+    try {
+      std::random_device rd;
+      const auto word = [&] { return (static_cast<std::uint64_t>(rd()) << 32) ^ rd(); };
+      return {word(), word()};
+    } catch (const std::exception&) {  // no entropy source: a worse key, never a failed request
+      const auto t = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      return {t * 0x9e3779b97f4a7c15ULL, reinterpret_cast<std::uintptr_t>(&t) ^ t};
+    }
   }
   static std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
   std::size_t operator()(std::string_view s) const {
