@@ -175,6 +175,7 @@ struct NameHash {
 std::vector<std::pair<std::string, std::vector<std::string>>> parse_query(std::string_view q) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   std::unordered_map<std::string, std::size_t, NameHash> at;  // a key's place in out
+  at.reserve(static_cast<std::size_t>(std::count(q.begin(), q.end(), '&')) + 1);  // no rehash as it fills
   while (!q.empty()) {
     const std::size_t amp = q.find('&');
     const std::string_view part = q.substr(0, amp);
