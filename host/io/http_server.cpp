@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -14,6 +15,9 @@
 #include <ctime>
 #include <future>
 #include <memory>
+#include <random>
+#include <string_view>
+#include <unordered_map>
 
 #include "host/io/tls_session.hpp"
 #include "host/error.hpp"
@@ -51,6 +55,9 @@ struct Limits {
   std::shared_ptr<const std::pair<std::string, std::string>> entries;
   // https: the server's certificate and key (opts.tls), or none.
   std::shared_ptr<const TlsContext> tls;
+  // The address a server of the host's own is bound to, given to each of
+  // its connection processes (the inspector checks Host against it).
+  std::string bound;
 };
 
 // A parsed request, or in its place an error response owed (400, 408,
@@ -115,10 +122,60 @@ std::string percent_decode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
+// A request's header names and query keys are the client's choice: they
+// are grouped through a hash whose key is drawn at random for each run
+// (SipHash-1-3), so that no set of names can be made to collide and turn
+// the grouping quadratic.
+struct NameHash {
+  static std::pair<std::uint64_t, std::uint64_t> draw() {
+    try {
+      std::random_device rd;
+      const auto word = [&] { return (static_cast<std::uint64_t>(rd()) << 32) ^ rd(); };
+      return {word(), word()};
+    } catch (const std::exception&) {  // no entropy source: a worse key, never a failed request
+      const auto t = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      return {t * 0x9e3779b97f4a7c15ULL, reinterpret_cast<std::uintptr_t>(&t) ^ t};
+    }
+  }
+  static std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+  std::size_t operator()(std::string_view s) const {
+    static const std::pair<std::uint64_t, std::uint64_t> key = draw();
+    std::uint64_t v0 = key.first ^ 0x736f6d6570736575ULL, v1 = key.second ^ 0x646f72616e646f6dULL;
+    std::uint64_t v2 = key.first ^ 0x6c7967656e657261ULL, v3 = key.second ^ 0x7465646279746573ULL;
+    const auto round = [&] {
+      v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
+      v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
+      v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
+      v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+    };
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size(), whole = n - n % 8;
+    for (std::size_t i = 0; i < whole; i += 8) {
+      std::uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= static_cast<std::uint64_t>(p[i + j]) << (8 * j);
+      v3 ^= m;
+      round();
+      v0 ^= m;
+    }
+    std::uint64_t last = static_cast<std::uint64_t>(n) << 56;
+    for (std::size_t j = 0; j < n % 8; ++j) last |= static_cast<std::uint64_t>(p[whole + j]) << (8 * j);
+    v3 ^= last;
+    round();
+    v0 ^= last;
+    v2 ^= 0xff;
+    round();
+    round();
+    round();
+    return static_cast<std::size_t>(v0 ^ v1 ^ v2 ^ v3);
+  }
+};
+
 // "a=1&b=2&b=3" as its keys in order, a key given more than once with all
 // its values.
 std::vector<std::pair<std::string, std::vector<std::string>>> parse_query(std::string_view q) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  std::unordered_map<std::string, std::size_t, NameHash> at;  // a key's place in out
+  at.reserve(static_cast<std::size_t>(std::count(q.begin(), q.end(), '&')) + 1);  // no rehash as it fills
   while (!q.empty()) {
     const std::size_t amp = q.find('&');
     const std::string_view part = q.substr(0, amp);
@@ -127,11 +184,11 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_query(std::s
     const std::size_t eq = part.find('=');
     std::string key = percent_decode(part.substr(0, eq), true);
     std::string value = eq == std::string_view::npos ? std::string() : percent_decode(part.substr(eq + 1), true);
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
-    if (it == out.end())
+    const auto [it, fresh] = at.try_emplace(key, out.size());
+    if (fresh)
       out.push_back({std::move(key), {std::move(value)}});
     else
-      it->second.push_back(std::move(value));
+      out[it->second].second.push_back(std::move(value));
   }
   return out;
 }
@@ -258,6 +315,7 @@ struct HttpServer::Conn {
   Request cur;             // the request being parsed
   bool new_header = true;  // the next header-name bytes start a header (after a value, at a message's start)
   bool in_message = false; // some of a request has come
+  bool in_trailers = false; // past the head: header lines now are a chunked body's trailers
   std::size_t header_bytes = 0;
   int parse_error = 0;     // a limit a callback hit: the response it owes
 
@@ -336,6 +394,7 @@ struct HttpOps {
     c->header_bytes = 0;
     c->new_header = true;
     c->in_message = true;
+    c->in_trailers = false;
     if (!c->in_flight && c->ready.empty()) set_timer(c, TimerMode::Request);
     return 0;
   }
@@ -348,6 +407,16 @@ struct HttpOps {
   static int on_header_field(http_parser* p, const char* at, std::size_t n) {
     Conn* c = conn_of(p);
     if (!count_header(c, n)) return 1;
+    // http-parser lets a space into a name ("Content-Length : 5") and still
+    // reads it as the header it names; a proxy in front may not, and the
+    // two would then frame the body differently.
+    if (std::memchr(at, ' ', n) != nullptr) {
+      c->parse_error = 400;
+      return 1;
+    }
+    // A chunked body's trailers are not the request's headers: a handler
+    // must not find in req.headers what came after the body it read.
+    if (c->in_trailers) return 0;
     if (c->new_header) {
       end_header(c);
       c->cur.headers.emplace_back();
@@ -359,6 +428,7 @@ struct HttpOps {
   static int on_header_value(http_parser* p, const char* at, std::size_t n) {
     Conn* c = conn_of(p);
     if (!count_header(c, n)) return 1;
+    if (c->in_trailers) return 0;
     c->cur.headers.back().second.append(at, n);
     c->new_header = true;
     return 0;
@@ -366,7 +436,8 @@ struct HttpOps {
   static int on_headers_complete(http_parser* p) {
     Conn* c = conn_of(p);
     end_header(c);
-    c->new_header = true;  // a trailer starts a header of its own
+    c->new_header = true;
+    c->in_trailers = true;
     Request& r = c->cur;
     r.method = http_method_str(static_cast<enum http_method>(p->method));
     r.head = p->method == HTTP_HEAD;
@@ -374,6 +445,20 @@ struct HttpOps {
     r.keep_alive = http_should_keep_alive(p) != 0;
     if (p->http_major != 1) {
       c->parse_error = 505;
+      return -1;
+    }
+    // A URL in another form than "/path?query" is split by http-parser,
+    // which holds offsets in 16 bits.
+    if (r.url.size() > 65535 && r.url[0] != '/') {
+      c->parse_error = 414;
+      return -1;
+    }
+    // HTTP/1.1 requires one Host: a request without, or with two a proxy
+    // and this server could each read differently, is refused.
+    std::size_t hosts = 0;
+    for (const auto& h : r.headers) hosts += h.first == "host";
+    if (hosts > 1 || (hosts == 0 && p->http_minor >= 1)) {
+      c->parse_error = 400;
       return -1;
     }
     if (p->content_length != ULLONG_MAX && p->content_length > c->limits.max_body_bytes) {
@@ -449,7 +534,7 @@ struct HttpOps {
   static int on_message_complete(http_parser* p) {
     Conn* c = conn_of(p);
     c->in_message = false;
-    end_header(c);  // a trailer's
+    c->in_trailers = false;
     if (c->streaming) {  // the streamed request is queued already (or answered)
       c->streaming = false;
       c->stream_done = true;
@@ -700,6 +785,13 @@ struct HttpOps {
     std::string path = "/", query_text;
     if (r.url == "*") {
       path = "*";
+    } else if (r.url[0] == '/') {
+      // The usual form, split here: http_parser_url holds offsets in 16
+      // bits, so a longer URL (a long query) would come out cut.
+      const std::string_view u = std::string_view(r.url).substr(0, r.url.find('#'));
+      const std::size_t q = u.find('?');
+      path = percent_decode(u.substr(0, q), false);
+      if (q != std::string_view::npos) query_text.assign(u.substr(q + 1));
     } else if (http_parser_parse_url(r.url.data(), r.url.size(), r.method == "CONNECT", &u) == 0) {
       if (u.field_set & (1 << UF_PATH)) path = percent_decode({r.url.data() + u.field_data[UF_PATH].off, u.field_data[UF_PATH].len}, false);
       if (u.field_set & (1 << UF_QUERY)) query_text.assign(r.url.data() + u.field_data[UF_QUERY].off, u.field_data[UF_QUERY].len);
@@ -707,12 +799,19 @@ struct HttpOps {
     // A header given more than once is one value, joined as RFC 9110
     // allows (cookies with "; ").
     std::vector<std::pair<std::string, std::string>> headers;
+    // A name's place in headers; the views are of r.headers' names, which
+    // stay where they are.
+    std::unordered_map<std::string_view, std::size_t, NameHash> at;
+    at.reserve(r.headers.size());
     for (auto& [name, value] : r.headers) {
-      auto it = std::find_if(headers.begin(), headers.end(), [&](const auto& h) { return h.first == name; });
-      if (it == headers.end())
-        headers.emplace_back(std::move(name), std::move(value));
-      else
-        it->second += (name == "cookie" ? "; " : ", ") + value;
+      const auto [it, fresh] = at.try_emplace(std::string_view(name), headers.size());
+      if (fresh) {
+        headers.emplace_back(name, std::move(value));
+      } else {
+        std::string& joined = headers[it->second].second;
+        joined += name == "cookie" ? "; " : ", ";
+        joined += value;
+      }
     }
     const auto query = parse_query(query_text);
     CallResultWriter w;
@@ -992,10 +1091,10 @@ struct HttpOps {
   // (and a 503 queued) when none can be made.
   static bool start_process(Conn* c) {
     HttpServer* svc = c->svc;
-    SpawnResult r = svc->spawn_(c->limits.entries->first, CallResultWriter()
-                                                             .number(static_cast<double>(c->id))
-                                                             .string(c->limits.entries->second)
-                                                             .finish());
+    CallResultWriter args;
+    args.number(static_cast<double>(c->id)).string(c->limits.entries->second);
+    if (c->internal) args.string(c->limits.bound);
+    SpawnResult r = svc->spawn_(c->limits.entries->first, args.finish());
     if (!r) {
       log::logger().warn("http: cannot start a process for a connection from {}: {}", c->remote, r.error);
       refuse(c);
@@ -1228,6 +1327,7 @@ struct HttpOps {
     int len = sizeof bound;
     uv_tcp_getsockname(&srv->tcp, reinterpret_cast<sockaddr*>(&bound), &len);
     const std::string address = address_text(bound);
+    if (srv->internal) srv->limits.bound = address;
     srv->id = ++svc->next_id_;
     svc->servers_.emplace(srv->id, srv);
     svc->server_count_.fetch_add(1, std::memory_order_relaxed);
@@ -1296,6 +1396,10 @@ void HttpServer::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, s
     if (op == "close") {
       const double id = arg(args, 1).number;
       auto it = id >= 1 && id < 9.0e15 ? servers_.find(static_cast<std::uint64_t>(id)) : servers_.end();
+      // Ids are small and counted up: only the process that made a server
+      // may close it (the host's own servers have no such process).
+      if (it != servers_.end() && it->second->owner != caller)
+        fail("denied: server " + number_text(id) + " belongs to another process");
       if (it != servers_.end()) Ops::close_server(it->second);
       scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
       return;

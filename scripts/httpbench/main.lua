@@ -4,7 +4,7 @@
 local function main(port)
   local http = require("http")
   local srv = assert(http.serve("127.0.0.1:" .. (tonumber(port) or 8080), "api:handle"))
-  log.info("httpbench: listening on " .. srv.address)
+  log.info("httpbench: listening on %s", srv.address)
   while true do process.receive() end
 end
 

@@ -11,8 +11,58 @@ local stats = require("host.stats")
 local M = {}
 
 -- The connection processes' entry (the host's own, left out of the counts).
+-- The host gives each the address the inspector is bound to.
 local OWN = "host.inspector:serve_connection"
-function M.serve_connection(...) return require("http.conn").serve(...) end
+local bound  -- "IP:PORT"
+function M.serve_connection(conn, entry, address)
+  bound = address
+  return require("http.conn").serve(conn, entry)
+end
+
+-- Whom the inspector answers. A web page the developer opens elsewhere can
+-- send requests here too: through DNS rebinding its own name comes to
+-- point at this address (its requests carry that name as Host), and a
+-- form or a no-cors fetch can POST from its origin. So every request must
+-- name this server in Host (its address, or a loopback name with its
+-- port), and a POST that carries an Origin must come from such a host.
+local function allowed_hosts()
+  local ip, port = tostring(bound):match("^(.*):(%d+)$")
+  local ok = {}
+  if not ip then return ok, false end
+  ok[ip .. ":" .. port] = true
+  for _, name in ipairs { "localhost", "127.0.0.1", "[::1]" } do ok[name .. ":" .. port] = true end
+  if port == "80" then  -- a browser leaves the default port out
+    ok[ip] = true
+    for _, name in ipairs { "localhost", "127.0.0.1", "[::1]" } do ok[name] = true end
+  end
+  -- Bound to every address: any IP literal reaches it (a rebound name never
+  -- comes as one).
+  return ok, port, ip == "0.0.0.0" or ip == "[::]"
+end
+
+local function ip_literal(host, port)
+  local ip, p = host:match("^(.*):(%d+)$")
+  if p ~= port then return false end
+  return ip:match("^%d+%.%d+%.%d+%.%d+$") ~= nil or ip:match("^%[[%x:.]+%]$") ~= nil
+end
+
+local function host_allowed(host)
+  if type(host) ~= "string" then return false end
+  host = host:lower()
+  local ok, port, any = allowed_hosts()
+  return ok[host] == true or (any and ip_literal(host, port))
+end
+
+-- Why the request is refused, or nil.
+local function cross_site(req)
+  if not host_allowed(req.headers.host) then return "the Host header does not name the inspector" end
+  local origin = req.headers.origin
+  if req.method ~= "GET" and req.method ~= "HEAD" and origin ~= nil then
+    local host = type(origin) == "string" and origin:lower():match("^http://([^/]+)$")
+    if not host or not host_allowed(host) then return "the request comes from another origin" end
+  end
+  return nil
+end
 
 -- Rows per answer at most: the page asks for a filter beyond that, so a
 -- host with 100k processes answers in a bounded size.
@@ -84,7 +134,7 @@ local function api_terminate(req)
     if tostring(err):match("^not_found") then return 404, JSON, json.encode({ error = err }) end
     return 400, JSON, json.encode({ error = err })
   end
-  log.info("inspector: terminated " .. pid .. " (" .. tostring(info.entry) .. ") for " .. tostring(req.remote))
+  log.info("inspector: terminated %s (%s) for %s", pid, tostring(info.entry), tostring(req.remote))
   return 200, JSON, json.encode({ terminated = pid })
 end
 
@@ -120,6 +170,11 @@ end
 local PAGE -- below
 
 function M.handle(req)
+  local refused = cross_site(req)
+  if refused then
+    return 403, { ["content-type"] = "text/plain; charset=utf-8", ["cache-control"] = "no-store" },
+      "forbidden: " .. refused .. "\n"
+  end
   local path = req.path
   if path == "/" or path == "/index.html" then
     return 200, { ["content-type"] = "text/html; charset=utf-8", ["cache-control"] = "no-store" }, PAGE

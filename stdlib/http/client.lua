@@ -395,6 +395,12 @@ local function read_head(r)
       if line == "" then break end
       left, count = left - #line, count + 1
       if count > MAX_HEADER_LINES then return nil, "bad response: headers too large", true end
+      -- A CR that does not end the line would reach the caller inside a
+      -- value, where a proxy or log that takes it for a line end sees
+      -- headers the server never sent.
+      if find(line, "\r", 1, true) then
+        return nil, "bad response: header line " .. format("%q", sub(line, 1, 80)) .. " holds a CR", true
+      end
       local name, value = match(line, "^([^:%s]+):%s*(.-)%s*$")
       if name then
         name = lower(name)

@@ -35,9 +35,11 @@ local function with_traceback(err)
   return { err = err, tb = traceback(tostring(err), 2) }
 end
 
+-- The request's method and path are the client's: they go in as values,
+-- never as part of the format (a path may hold "%d").
 local function failed(req, what, detail, tb)
-  log.error("http: " .. what .. " for " .. tostring(req.method) .. " " .. tostring(req.path) .. ": " ..
-    tostring(detail), tb and { traceback = tb } or nil)
+  log.error("http: %s for %s %s: %s", what, tostring(req.method), tostring(req.path), tostring(detail),
+    tb and { traceback = tb } or nil)
 end
 
 function M.serve(conn, entry)

@@ -12,7 +12,9 @@ local Server = {}
 Server.__index = Server
 
 -- Stops accepting; each connection finishes the request it is serving,
--- then closes. Idempotent.
+-- then closes. Idempotent. Only the process that made the server may close
+-- it: the id is small and guessable, so the I/O thread checks the caller
+-- (another gets nil, "denied: ...").
 function Server:close()
   return call(CMD, 0, "close", self.id)
 end

@@ -96,6 +96,9 @@ class Handler(BaseHTTPRequestHandler):
         elif p == "/garbage":
             self.wfile.write(b"SSH-2.0-OpenSSH\r\n\r\n")
             self.close_connection = True
+        elif p == "/bare-cr":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-A: a\rSet-Cookie: forged=1\r\nContent-Length: 2\r\n\r\nok")
+            self.close_connection = True
         elif p == "/bare-lf":
             self.wfile.write(b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok")
         elif p == "/huge-header":
@@ -236,6 +239,12 @@ local function cases()
       res, err = http.request("GET", base .. "/huge-header")
       T.eq(res, nil)
       T.eq(err, "bad response: headers too large")
+    end },
+    { "a CR alone inside a response's header line is refused: bad response", function()
+      local res, err = http.request("GET", base .. "/bare-cr")
+      T.eq(res, nil, "no response with a CR in a header value")
+      T.match(err, "^bad response: header line .* holds a CR")
+      T.eq(assert(http.request("GET", base .. "/plain")).body, "hello", "the next request is served")
     end },
     { "HEAD and 204 have no body", function()
       local res = assert(http.request("HEAD", base .. "/plain"))

@@ -70,7 +70,38 @@ local function curl(args)
   return exec.run(argv)
 end
 
-return { main = function()
+-- The milliseconds a request for the URL with these extra header lines
+-- takes, at best of three (the best hides a moment the machine was busy).
+local function best_ms(port, target, extra)
+  local best = math.huge
+  for _ = 1, 3 do
+    local c = connect(port)
+    local t0 = time.now()
+    local status, _, body = get(c, target, extra)
+    local ms = (time.now() - t0) * 1000
+    c:close()
+    T.eq(status, 200, "served: " .. tostring(body))
+    best = math.min(best, ms)
+  end
+  return best
+end
+
+-- A query of n distinct keys, and n distinct header lines.
+local function many_keys(n)
+  local q = {}
+  for i = 1, n do q[i] = "k" .. i .. "=" .. i end
+  return "/count?" .. table.concat(q, "&")
+end
+local function many_headers(n)
+  local h = {}
+  for i = 1, n do h[i] = "X-H" .. i .. ": " .. i .. "\r\n" end
+  return table.concat(h)
+end
+
+return { main = function(host)
+  -- This host's program, to run a second one whose log is read.
+  host = host or "/proc/self/exe"
+  local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
   return T.run {
     { "a request reaches the handler as SPEC's table; curl gets the response", function()
       local srv, port = serve()
@@ -495,6 +526,109 @@ return { main = function()
       T.ok(closed(d))
       lim:close()
       srv:close()
+    end },
+    { "whitespace before a header's colon gets 400, so Content-Length and Transfer-Encoding are never read from it", function()
+      local srv, port = serve()
+      for _, bad in ipairs {
+        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length : 5\r\n\r\nhello",
+        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding : chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "GET /echo HTTP/1.1\r\nHost: t\r\nX-A\t: 1\r\n\r\n",
+      } do
+        local c = connect(port)
+        assert(c:send(bad))
+        T.eq(read_response(c), 400, "for " .. string.format("%q", bad))
+        T.ok(closed(c), "closed after 400")
+      end
+      srv:close()
+    end },
+    { "an HTTP/1.1 request without Host, or with more than one, gets 400; HTTP/1.0 may leave Host out", function()
+      local srv, port = serve()
+      for _, bad in ipairs {
+        "GET /echo HTTP/1.1\r\n\r\n",
+        "GET /echo HTTP/1.1\r\nHost: a\r\nHost: evil\r\n\r\n",
+        "GET /echo HTTP/1.0\r\nHost: a\r\nhost: evil\r\n\r\n",
+      } do
+        local c = connect(port)
+        assert(c:send(bad))
+        T.eq(read_response(c), 400, "for " .. string.format("%q", bad))
+        T.ok(closed(c), "closed after 400")
+      end
+      local c = connect(port)
+      assert(c:send("GET /echo HTTP/1.0\r\n\r\n"))
+      local status, _, body = read_response(c)
+      T.eq(status, 200)
+      T.eq(json.decode(body).headers.host, nil)
+      c:close()
+      srv:close()
+    end },
+    { "a chunked body's trailers never reach req.headers", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" ..
+        "5\r\nhello\r\n0\r\nAuthorization: Bearer forged\r\nX-Trailer: 1\r\n\r\n"))
+      local status, _, body = read_response(c)
+      T.eq(status, 200)
+      local req = json.decode(body)
+      T.eq(req.body, "hello")
+      T.eq(req.headers.authorization, nil, "a trailer is not a header")
+      T.eq(req.headers["x-trailer"], nil)
+      T.eq(req.headers.host, "t")
+      T.eq(get(c, "/who"), 200, "the connection goes on")
+      c:close()
+      srv:close()
+    end },
+    { "thousands of distinct query keys or header names are served in time linear in their count", function()
+      local srv, port = serve { max_header_bytes = 4 * 1024 * 1024 }
+      local c = connect(port)
+      local _, _, counts = get(c, many_keys(20000))
+      T.eq(counts, "20000 1", "every key reached the handler")
+      _, _, counts = get(c, "/count", many_headers(20000))
+      T.eq(counts, "0 20001", "every header reached the handler")
+      c:close()
+      -- Four times the names cost about four times the time; a quadratic
+      -- cost would make it sixteen. The bound leaves room for a busy
+      -- machine, and for the fixed cost of a request.
+      local small_q, large_q = best_ms(port, many_keys(10000)), best_ms(port, many_keys(40000))
+      T.ok(large_q < 8 * small_q + 300,
+        string.format("query keys: %.1f ms for 10000, %.1f ms for 40000", small_q, large_q))
+      local small_h, large_h = best_ms(port, "/count", many_headers(10000)), best_ms(port, "/count", many_headers(40000))
+      T.ok(large_h < 8 * small_h + 300,
+        string.format("header names: %.1f ms for 10000, %.1f ms for 40000", small_h, large_h))
+      srv:close()
+    end },
+    { "a URL over 64 KB: its query arrives whole; in absolute form it gets 414", function()
+      local srv, port = serve { max_header_bytes = 1024 * 1024 }
+      local long = string.rep("v", 70000)
+      local c = connect(port)
+      local status, _, body = get(c, "/echo?a=1&long=" .. long .. "&z=2")
+      T.eq(status, 200)
+      local req = json.decode(body)
+      T.eq(req.path, "/echo"); T.eq(req.query.a, "1"); T.eq(req.query.long, long); T.eq(req.query.z, "2")
+      c:close()
+      local d = connect(port)
+      T.eq(get(d, "http://t/echo?long=" .. long), 414)
+      T.ok(closed(d), "closed after 414")
+      srv:close()
+    end },
+    { "a handler that raises for a path holding %d gets 500 with its own error logged; the request behind it is answered", function()
+      local r = exec.run({ host, "run", tests_dir, "--entry", "fixtures.http_app:fail_pipelined" }, { timeout = 60 })
+      T.eq(r.code, 0, "the second host: " .. r.stderr)
+      T.match(r.stdout, "statuses: 500 200\n", "the 500, then the pipelined request's answer")
+      T.ok(r.stderr:find("handler failed for GET /fail%d", 1, true), "the request in the log: " .. r.stderr)
+      T.ok(r.stderr:find("the handler of /fail%d raised on purpose", 1, true), "the handler's own error logged")
+    end },
+    { "only the process that made a server can close it: another is denied and the server goes on", function()
+      local srv, port = serve()
+      process.spawn_monitored("fixtures.http_app:close_other", process.pid(), srv.id)
+      local m = assert(process.receive(5))
+      T.eq(m.payload.ok, false, "the close was refused")
+      T.match(m.payload.err, "^denied: ")
+      T.next_event("exit")
+      local c = connect(port)
+      T.eq(get(c, "/who"), 200, "the server still serves")
+      c:close()
+      T.eq(srv:close(), true, "its owner closes it")
+      T.eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
     end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")

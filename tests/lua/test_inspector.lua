@@ -95,6 +95,37 @@ return { main = function(host, storm)
         T.match(curl { "-i", url .. "/api/terminate?pid=" .. victim }.stdout, "^HTTP/1%.1 405")
         n = n - 1
       end },
+      { "cross-site requests get 403: a Host that is not the inspector's, a POST from another origin", function()
+        local port = url:match(":(%d+)$")
+        local function status(args)
+          local r = curl(args)
+          return tonumber(r.stdout:match("^HTTP/1%.1 (%d+)")), r.stdout
+        end
+        -- A page elsewhere (DNS rebinding: its own name, the inspector's address).
+        for _, host in ipairs { "evil.example:" .. port, "evil.example", "localhost:1", "127.0.0.2:" .. port } do
+          T.eq(status { "-i", "-H", "Host: " .. host, url .. "/api/processes" }, 403, "Host " .. host)
+          T.eq(status { "-i", "-H", "Host: " .. host, url .. "/metrics" }, 403, "/metrics for Host " .. host)
+          T.eq(status { "-i", "-H", "Host: " .. host, url .. "/" }, 403, "the page for Host " .. host)
+        end
+        -- A page elsewhere posting to it (a no-cors fetch sends its Origin).
+        local rows = assert(json.decode(curl { url .. "/api/processes?filter=inspected:idle" }.stdout)).processes
+        local victim = rows[#rows].pid
+        for _, origin in ipairs { "http://evil.example", "null", "http://evil.example:" .. port, "https://127.0.0.1:" .. port } do
+          T.eq(status { "-i", "-X", "POST", "-H", "Origin: " .. origin, url .. "/api/terminate?pid=" .. victim }, 403,
+            "Origin " .. origin)
+        end
+        T.eq(metric(curl { url .. "/metrics" }.stdout, "host_processes"), n + 1, "nothing was terminated")
+        -- Its own address and the loopback names, with its port, are served;
+        -- a POST from its own page (or with no Origin, as curl) goes through.
+        for _, host in ipairs { "127.0.0.1:" .. port, "localhost:" .. port, "LocalHost:" .. port, "[::1]:" .. port } do
+          T.eq(status { "-i", "-H", "Host: " .. host, url .. "/api/processes" }, 200, "Host " .. host)
+          T.eq(status { "-i", "-H", "Host: " .. host, url .. "/metrics" }, 200, "/metrics for Host " .. host)
+        end
+        T.eq(status { "-i", "-X", "POST", "-H", "Origin: http://127.0.0.1:" .. port, url .. "/api/terminate?pid=nonsense" },
+          400, "the page's own origin reaches the pid's check")
+        T.eq(status { "-i", "-X", "POST", "-H", "Origin: http://localhost:" .. port, "-H", "Host: localhost:" .. port,
+          url .. "/api/terminate?pid=nonsense" }, 400, "by its loopback name")
+      end },
       { "the page in headless Chromium: rows match the processes; terminate clicked", function()
         local script = tests_dir .. "/../browser/inspector_page.py"
         local r = exec.run({ "python3", script, url .. "/", tostring(n + 1), "inspected.root" })
