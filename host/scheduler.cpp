@@ -311,9 +311,23 @@ std::string Scheduler::unlink(const Pid& a, const Pid& b) {
 
 std::string Scheduler::monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
   ProcessSlot* slot;
-  auto lock = lock_live(target, slot);
-  if (!lock) return not_found(target);
-  slot->monitors.push_back(Monitor{watcher, ref});
+  {
+    auto lock = lock_live(target, slot);
+    if (lock) {
+      slot->monitors.push_back(Monitor{watcher, ref});
+      return {};
+    }
+  }
+  // Gone, or never there: the monitor ends at once with "noproc", as
+  // Erlang's DOWN does, so that a watcher given any PID learns of its end
+  // without a race between the end and the monitor.
+  Event ev;
+  ev.kind = EventKind::Exit;
+  ev.tag = ref;
+  ev.from = target;
+  ev.failed = true;
+  ev.payload = "noproc";
+  (void)deliver(watcher, std::move(ev));  // a watcher that is gone has nobody to tell
   return {};
 }
 

@@ -174,7 +174,9 @@ class Scheduler {
 
   // Erlang-style links (both directions) and monitors (one way). A failure
   // of one linked process delivers LinkDown to the other; the exit of a
-  // monitored process delivers one Exit event per monitor.
+  // monitored process delivers one Exit event per monitor. A monitor of a
+  // process that is gone (or never was) succeeds and delivers its Exit at
+  // once, failed with "noproc"; a link to one is refused (not_found).
   std::string link(const Pid& a, const Pid& b);
   std::string unlink(const Pid& a, const Pid& b);
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
