@@ -492,7 +492,9 @@ std::vector<Pid> Scheduler::live_pids() {
     ProcessSlot* slot = table_.slot_at(i);
     if (!slot) continue;
     std::lock_guard lock(slot->mu);
-    if (slot->alive) out.push_back(slot->pid());
+    // One terminated is ended for whoever asks after terminate returned,
+    // though its worker may not have finished it yet.
+    if (slot->alive && !slot->terminate_requested.load(std::memory_order_acquire)) out.push_back(slot->pid());
   }
   return out;
 }
@@ -505,7 +507,7 @@ std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool sel
   for (;;) {
     ProcessSlot* slot;
     auto lock = lock_live(pid, slot);
-    if (!lock) return std::nullopt;
+    if (!lock || slot->terminate_requested.load(std::memory_order_acquire)) return std::nullopt;  // see live_pids
     Inspection in;
     in.state = slot->state.state();
     if (in.state == RunState::Running && !self && std::chrono::steady_clock::now() < give_up) {

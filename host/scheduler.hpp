@@ -187,7 +187,9 @@ class Scheduler {
 
   // process.list and process.info (SPEC section 10). live_pids: every live
   // process, each slot locked in turn (a snapshot that may miss a process
-  // spawned meanwhile). inspect: nullopt when pid is not alive; a process
+  // spawned meanwhile). Both take a process terminate() was called for as
+  // gone already, though its worker may finish it a little later.
+  // inspect: nullopt when pid is not alive; a process
   // that is running is waited for a few milliseconds, so that most answers
   // are read while it is quiet (ProcessFacts).
   std::vector<Pid> live_pids();
