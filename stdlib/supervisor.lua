@@ -92,6 +92,10 @@ end
 function M.run(spec, starter)
   spec = check_spec(spec)
   process.set_options { trap_links = true }
+  -- Opened first: a cancel that comes while the children start is then
+  -- an event the loop below handles (it stops them), not an end that
+  -- would leave them to their links.
+  process.events()
   if spec.name then assert(process.registry.register(spec.name)) end
   -- In spec order: { spec = c, pid = pid or nil, ended = true once a
   -- temporary child is over for good }.
@@ -223,8 +227,12 @@ function M.run(spec, starter)
         local c = children[i].spec
         children[i].pid = nil
         local failed = m.error ~= nil
-        if failed then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
-        local restart = c.restart == "permanent" or (c.restart == "transient" and failed)
+        -- The host's shutdown cancels every process: a child that never
+        -- opened its events ends at once, maybe before this supervisor's
+        -- own cancel comes. It is stopping, not failing: no restart.
+        local shutdown = m.error == "canceled: shutdown"
+        if failed and not shutdown then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
+        local restart = not shutdown and (c.restart == "permanent" or (c.restart == "transient" and failed))
         if c.restart == "temporary" then children[i].ended = true end
         if restart then
           note_restart()

@@ -322,6 +322,7 @@ return { main = function()
       T.match(select(2, process.link(process.pid())), "^invalid")
     end },
     { "cancel delivers a cancel event with reason and sender", function()
+      process.events()  -- opened: a cancel is an event here, not the end
       local me = process.pid()
       T.eq(process.cancel(me, "enough"), true)
       local ev = T.next_event("cancel")
@@ -338,6 +339,47 @@ return { main = function()
       local pid, err = process.cancel(me, { handler = print })
       T.eq(pid, nil); T.eq(err, "invalid: cannot send function at reason.handler")
       T.match(select(2, process.cancel("<0.999999.3>")), "^not_found")
+    end },
+    { "cancel ends at once a process that never opened its events: its monitor sees canceled, or canceled: REASON", function()
+      local plain = assert(process.spawn_monitored("fixtures.idle"))
+      local why = assert(process.spawn_monitored("fixtures.idle"))
+      local valued = assert(process.spawn_monitored("fixtures.idle"))
+      time.sleep(0.02)  -- each waits in its receive by now
+      T.eq(process.cancel(plain), true)
+      T.eq(process.cancel(why, "why"), true)
+      T.eq(process.cancel(valued, { why = "table" }), true)
+      local errors = {}
+      for _ = 1, 3 do
+        local ev = T.next_event("exit", 2)
+        errors[ev.from] = ev.error
+      end
+      T.eq(errors[plain], "canceled")
+      T.eq(errors[why], "canceled: why")
+      T.match(errors[valued], "^canceled")
+    end },
+    { "a process that opened its events gets the cancel as an event and its sleeps keep working", function()
+      local pid = assert(process.spawn_monitored("fixtures.cancelable", process.pid()))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "opened")
+      T.eq(process.cancel(pid, "bye"), true)
+      local ev = T.next_event("exit", 5)
+      T.eq(ev.from, pid)
+      T.eq(ev.error, nil)
+      T.eq(ev.result, "cancel bye, slept true")
+    end },
+    { "after terminate returns, info never says running or waiting and list leaves the process out", function()
+      local pids = {}
+      for i = 1, 1000 do pids[i] = assert(process.spawn("fixtures.idle")) end
+      for _, pid in ipairs(pids) do T.eq(process.terminate(pid), true) end
+      local listed = {}
+      for _, pid in ipairs(process.list()) do listed[pid] = true end
+      for _, pid in ipairs(pids) do
+        T.ok(not listed[pid], "list holds terminated " .. pid)
+        local info, err = process.info(pid)
+        T.ok(info == nil or (info.status ~= "running" and info.status ~= "waiting"),
+          "info of terminated " .. pid .. " says " .. tostring(info and info.status))
+        if not info then T.match(err, "^not_found") end
+      end
     end },
     { "a strict mode on _G works as in plain LuaJIT: the libraries and API tables are there", function()
       -- They come from _G's metatable until named; getmetatable(_G) makes
