@@ -557,6 +557,93 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
 }
 
+TEST_CASE("--watch: a keep-alive HTTP connection kept busy serves a changed handler's new version within 2 s") {
+  // One client process sends request after request on one connection;
+  // its process in the server used to keep the first handler for ever.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main(port)\n"
+          "  local http = require('http')\n"
+          "  assert(http.serve('127.0.0.1:' .. port, 'handler:handle'))\n"
+          "  process.spawn('main:client', tonumber(port))\n"
+          "  local events = process.events()\n"
+          "  repeat local ev = events:receive() until ev.kind == 'cancel'\n"
+          "end\n"
+          "function M.client(port)\n"
+          "  local c = assert(require('socket').connect('127.0.0.1', port))\n"
+          "  local last, n = nil, 0\n"
+          "  while true do\n"
+          "    assert(c:send('GET / HTTP/1.1\\r\\nHost: t\\r\\n\\r\\n'))\n"
+          "    local len\n"
+          "    repeat\n"
+          "      local line = assert(c:receive('*l'))\n"
+          "      len = len or tonumber(line:lower():match('^content%-length:%s*(%d+)'))\n"
+          "    until line == ''\n"
+          "    local body = assert(c:receive(len))\n"
+          "    n = n + 1\n"
+          "    if body ~= last then log.info('CLIENT got %s at request %d', body, n) last = body end\n"
+          "    time.sleep(0.005)\n"
+          "  end\n"
+          "end\n"
+          "return M\n");
+  d.write("handler.lua", "return { handle = function() return 200, {}, 'v1' end }\n");
+  const int port = free_port();
+  REQUIRE(port > 0);
+  bool edited = false;
+  std::chrono::steady_clock::time_point edited_at{}, seen_at{};
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!edited && contains(err, "CLIENT got v1")) {
+      std::this_thread::sleep_for(200ms);  // requests keep coming meanwhile
+      d.write("handler.lua", "return { handle = function() return 200, {}, 'v2' end }\n");
+      edited = true;
+      edited_at = std::chrono::steady_clock::now();
+    }
+    if (edited && seen_at == std::chrono::steady_clock::time_point{} && contains(err, "CLIENT got v2"))
+      seen_at = std::chrono::steady_clock::now();
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [&](const std::string&, const std::string& err) {
+    return contains(err, "CLIENT got v2") || (edited && std::chrono::steady_clock::now() - edited_at > 5s);
+  };
+  auto r = run_host({"run", d.str(), "--watch", "--", std::to_string(port)}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  REQUIRE_MESSAGE(seen_at != std::chrono::steady_clock::time_point{}, r.err);
+  CHECK(seen_at - edited_at < 2s);
+  // The same connection: the client process never reconnects.
+  CHECK(contains(r.err, "CLIENT got v2 at request"));
+  CHECK_FALSE(contains(r.err, "CLIENT got v1 at request 2"));
+}
+
+TEST_CASE("--watch: a module never loaded that does not compile is reported as such, with no earlier version claimed") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('READY')\n"
+          "  local events = process.events()\n"
+          "  repeat local ev = events:receive() until ev.kind == 'cancel'\n"
+          "end\n");
+  bool written = false;
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!written && contains(err, "READY")) {
+      std::this_thread::sleep_for(200ms);
+      d.write("fresh.lua", "return { oops = \n");
+      written = true;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "reload: "); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  CHECK_MESSAGE(contains(r.err, "fresh.lua:2: "), r.err);
+  CHECK(contains(r.err, " (module 'fresh' does not compile; no earlier version was loaded)"));
+  CHECK_FALSE(contains(r.err, "last good version"));
+}
+
 TEST_CASE("--watch: a module that compiles but raises as it loads is reported once, and the last good version stays") {
   ScriptDir d;
   write_reload_app(d);
