@@ -176,8 +176,13 @@ int run(const cli::RunOptions& o) {
     if (signal_code) return signal_code;
     std::lock_guard lock(watch.mu);
     if (watch.exit && watch.exit->failed) {
-      std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
-                   watch.exit->error.c_str());
+      // In JSON every line is an object, the root's failure too (its
+      // traceback a field, not more lines).
+      if (o.log_format == "json")
+        log::crash_report(watch.root, watch.exit->entry, watch.exit->error, "root process failed");
+      else
+        std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
+                     watch.exit->error.c_str());
       return 1;
     }
     return 0;

@@ -1165,6 +1165,36 @@ TEST_CASE("--log-format json writes one JSON object a line: time, level, pid, mo
   CHECK(contains(py.out, "debug None None \"scheduler: "));
 }
 
+TEST_CASE("--log-format json writes the root's failure as one JSON object line with its error and traceback") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local function deep() error('root boom') end\n"
+          "return function() log.info('before') deep() end\n");
+  auto r = run_host({"run", d.str(), "--log-format", "json"});
+  CHECK(r.code == 1);
+  int lines = 0;
+  bool failure = false;
+  std::size_t start = 0;
+  while (start < r.err.size()) {
+    std::size_t end = r.err.find('\n', start);
+    if (end == std::string::npos) end = r.err.size();
+    const std::string line = r.err.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    ++lines;
+    CAPTURE(line);
+    CHECK(line.front() == '{');
+    CHECK(line.back() == '}');
+    if (contains(line, "\"message\":\"root process failed: ")) {
+      failure = true;
+      CHECK(contains(line, "root boom"));
+      CHECK(contains(line, "\"traceback\":\"stack traceback:"));
+    }
+  }
+  CHECK(lines >= 2);
+  CHECK_MESSAGE(failure, r.err);
+}
+
 TEST_CASE("--help lists every flag of the parser's table with its meaning and default") {
   auto r = run_host({"--help"});
   REQUIRE(r.code == 0);
