@@ -38,6 +38,8 @@
 --                      lifecycle events and delivers them (E.deliver), or
 --                      queues them there itself until this file loads
 --   I.set_trap_links(b)  process.set_options{trap_links = b}
+--   I.open_events()    process.events() was called: a cancel is an event
+--                      from now on, no longer the process's end
 --   I.timer_start(secs) -> id   a timer in the C half's table, which calls
 --                      E.complete(id) when it fires; I.timer_stop(id)
 -- and gets back E:
@@ -497,6 +499,7 @@ end
 -- The inbox and events (made by the C half, channels from now on),
 -- listeners and watchers.
 local events = I.events
+local open_events = I.open_events
 for _, ch in ipairs({ inbox, events }) do
   ch.cap = 0
   -- Their receive as their own field: found through the metatable, each
@@ -659,7 +662,9 @@ end
 -- The process API's calls the C half leaves to this file.
 E.process = {
   inbox = function() return inbox end,
-  events = function() return events end,
+  -- Opening the events is what lets a process see a cancel (else one
+  -- ends it at once): the C half is told on each call, a flag it keeps.
+  events = function() open_events() return events end,
   listen = listen,
   -- An extension: a private monitor whose exit event goes to the returned
   -- channel instead of events(); unwatch(pid, ch) drops it.

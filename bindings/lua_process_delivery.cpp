@@ -167,6 +167,11 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         break;
       }
       case EventKind::Reload: {
+        // Also into require("host.reloaded")'s set, when the process asked
+        // for it: its code looks there between two pieces of work, without
+        // reading its events (an HTTP connection between requests).
+        lua_getfield(L, LUA_REGISTRYINDEX, kReloadedKey);
+        const int fresh = lua_istable(L, -1) ? lua_gettop(L) : 0;
         lua_newtable(L);
         int i = 0;
         std::size_t start = 0;
@@ -174,9 +179,15 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
           std::size_t end = ev.payload.find('\n', start);
           if (end == std::string::npos) end = ev.payload.size();
           lua_pushlstring(L, ev.payload.data() + start, end - start);
+          if (fresh) {
+            lua_pushvalue(L, -1);
+            lua_pushboolean(L, 1);
+            lua_rawset(L, fresh);
+          }
           lua_rawseti(L, -2, ++i);
           start = end + 1;
         }
+        lua_remove(L, -2);  // the set, or nil
         kernel_.event(L, Name::reload, {Name::modules});
         break;
       }

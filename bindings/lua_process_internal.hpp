@@ -67,6 +67,10 @@ inline void raw_global(lua_State* L, const char* name) {
   lua_rawget(L, LUA_GLOBALSINDEX);
 }
 
+// The registry key of require("host.reloaded")'s set: the names of the
+// modules reload events named since its code last cleared them.
+inline constexpr const char* kReloadedKey = "host.reloaded";
+
 // The API tables every process has as globals (built by the kernel), and
 // the kernel's wrapper of the coroutine library.
 // fs and exec are Lua modules over waiting calls (bindings/fs.lua, exec.lua).

@@ -173,6 +173,18 @@ int Primitives::searcher(lua_State* L) {
     });
     return 1;
   }
+  if (name == "host.reloaded") {  // modules changed on disk since (--watch): stdlib/http/conn.lua
+    lua_pushcfunction(L, [](lua_State* S) -> int {
+      lua_getfield(S, LUA_REGISTRYINDEX, kReloadedKey);
+      if (lua_istable(S, -1)) return 1;
+      lua_pop(S, 1);
+      lua_newtable(S);
+      lua_pushvalue(S, -1);
+      lua_setfield(S, LUA_REGISTRYINDEX, kReloadedKey);
+      return 1;
+    });
+    return 1;
+  }
   if (name == "host.call") {  // the waiting-call primitive itself (wait_call)
     lua_pushcfunction(L, [](lua_State* S) -> int {
       lua_pushcfunction(S, wait_call);

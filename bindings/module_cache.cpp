@@ -111,6 +111,11 @@ std::shared_ptr<const Module> ModuleCache::load(const std::string& name, std::st
   return mod;
 }
 
+bool ModuleCache::has(const std::string& name) {
+  std::lock_guard lock(mu_);
+  return modules_.contains(name);
+}
+
 std::shared_ptr<const Module> ModuleCache::get(const std::string& name, std::string* error) {
   {
     std::lock_guard lock(mu_);

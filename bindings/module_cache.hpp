@@ -39,6 +39,8 @@ class ModuleCache {
   void install(std::shared_ptr<const Module> mod);
   // Forgets a module whose file is gone; running processes keep their copy.
   void forget(const std::string& name);
+  // Whether a good version of `name` is held (get or install gave one).
+  bool has(const std::string& name);
 
   // Where `name` would be found; empty when it is in no root.
   std::filesystem::path locate(const std::string& name) const;

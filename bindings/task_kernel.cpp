@@ -879,6 +879,23 @@ void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<Event
     lua_settop(L, base);
     return;
   }
+  if (!events_opened_ && kind == EventName::cancel) {
+    // The reason a cancel without one carries is "canceled" itself.
+    std::string why = "canceled";
+    const int t = lua_type(L, base + 2);
+    if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+      std::size_t n = 0;
+      const char* r = lua_tolstring(L, base + 2, &n);
+      if (std::string_view(r, n) != "canceled") why.append(": ").append(r, n);
+    } else if (t == LUA_TBOOLEAN) {
+      why += lua_toboolean(L, base + 2) ? ": true" : ": false";
+    } else if (t != LUA_TNIL) {
+      why.append(": (a ").append(lua_typename(L, t)).append(")");
+    }
+    fail(std::move(why));
+    lua_settop(L, base);
+    return;
+  }
   // Built with its names kept from one event to the next: interning
   // "exit" again (it is garbage between events) and looking up each key
   // by its C string cost an exit event about 285 instructions more.
@@ -1270,6 +1287,7 @@ void TaskKernel::push_ext(lua_State* L) {
   static const luaL_Reg fns[] = {
       {"wake", l_wake}, {"new_task", l_new_task}, {"current", l_current},
       {"listening", l_listening}, {"slow_inbox", l_slow_inbox}, {"set_trap_links", l_set_trap_links},
+      {"open_events", l_open_events},
       {"inbox_tables", l_inbox_tables}, {"timer_start", l_timer_start}, {"timer_stop", l_timer_stop}};
   for (const luaL_Reg& r : fns) {
     lua_pushcfunction(L, r.func);
@@ -1367,6 +1385,13 @@ int TaskKernel::l_inbox_tables(lua_State* L) {
 // I.set_trap_links(on)
 int TaskKernel::l_set_trap_links(lua_State* L) {
   self(L).trap_links_ = lua_toboolean(L, 1);
+  return 0;
+}
+
+// I.open_events(): process.events() was called; from now on a cancel is
+// an event it may handle (TaskKernel::event).
+int TaskKernel::l_open_events(lua_State* L) {
+  self(L).events_opened_ = true;
   return 0;
 }
 

@@ -129,7 +129,10 @@ class TaskKernel {
   // (popped) for events(), or for the process.watch channel of watch_ref
   // (an exit's monitor ref). Queued here until kernel_ext.lua loads, so a
   // process that never looks at its events never loads it. A link_down
-  // while links are not trapped fails the process instead.
+  // while links are not trapped fails the process instead, and so does a
+  // cancel before events() was first called (events_opened_): as an
+  // Erlang process that does not trap exits, one that never asked for its
+  // events cannot see the cancel, so it ends at once ("canceled[: REASON]").
   void event(lua_State* L, EventName kind, std::initializer_list<EventName> fields, double watch_ref = 0);
   // A timer's completion: tag and error on top of L (popped).
   void complete(lua_State* L);
@@ -290,6 +293,7 @@ class TaskKernel {
   static int l_slow_inbox(lua_State* L);
   static int l_inbox_tables(lua_State* L);
   static int l_set_trap_links(lua_State* L);
+  static int l_open_events(lua_State* L);
   static int l_timer_start(lua_State* L);
   static int l_timer_stop(lua_State* L);
   static int l_receive(lua_State* L);
@@ -505,6 +509,7 @@ class TaskKernel {
   // luaL_refs of a process.
   static constexpr int kRegistrySlots = 16;
   bool trap_links_ = false;  // process.set_options{trap_links = true}
+  bool events_opened_ = false;  // process.events() was called: a cancel is its event, not its end
   bool watched_ = false;     // see note_watch
   // os.exit(code) was called (request_exit): 0 none, 1 with a success, 2
   // with a failure whose code is exit_code_.

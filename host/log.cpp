@@ -269,7 +269,7 @@ void write(spdlog::level::level_enum level, std::string_view message, std::span<
   logger().log(level, "{}", message);
 }
 
-void crash_report(const Pid& pid, std::string_view entry, std::string_view error) {
+void crash_report(const Pid& pid, std::string_view entry, std::string_view error, std::string_view headline) {
   if (!logger().should_log(spdlog::level::err)) return;
   Extras extras;
   extras.own_identity = true;
@@ -281,7 +281,7 @@ void crash_report(const Pid& pid, std::string_view entry, std::string_view error
   extras.error = error.substr(0, at);
   if (at != std::string_view::npos) extras.traceback = error.substr(at + 1);
   const ExtrasScope scope(&extras);
-  logger().log(spdlog::level::err, "process crashed: {}", extras.error);
+  logger().log(spdlog::level::err, "{}: {}", headline, extras.error);
 }
 
 void escape_text(std::string_view text, std::string& out) {

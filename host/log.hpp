@@ -53,8 +53,10 @@ void write(spdlog::level::level_enum level, std::string_view message, std::span<
 // "\nstack traceback:\n..."): an error-level entry in that process's name,
 // whatever thread writes it. Its message is "process crashed: " and the
 // error with traceback; in JSON the error and the traceback are also fields
-// of their own (error, traceback).
-void crash_report(const Pid& pid, std::string_view entry, std::string_view error);
+// of their own (error, traceback). `headline` replaces "process crashed"
+// (the root's failure, written as an entry under --log-format json).
+void crash_report(const Pid& pid, std::string_view entry, std::string_view error,
+                  std::string_view headline = "process crashed");
 
 // `text` as a JSON string, quotes included, onto `out`; bytes that are not
 // UTF-8 become U+FFFD (a JSON text is UTF-8; a Lua string may hold any bytes).

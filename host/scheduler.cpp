@@ -311,9 +311,23 @@ std::string Scheduler::unlink(const Pid& a, const Pid& b) {
 
 std::string Scheduler::monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
   ProcessSlot* slot;
-  auto lock = lock_live(target, slot);
-  if (!lock) return not_found(target);
-  slot->monitors.push_back(Monitor{watcher, ref});
+  {
+    auto lock = lock_live(target, slot);
+    if (lock) {
+      slot->monitors.push_back(Monitor{watcher, ref});
+      return {};
+    }
+  }
+  // Gone, or never there: the monitor ends at once with "noproc", as
+  // Erlang's DOWN does, so that a watcher given any PID learns of its end
+  // without a race between the end and the monitor.
+  Event ev;
+  ev.kind = EventKind::Exit;
+  ev.tag = ref;
+  ev.from = target;
+  ev.failed = true;
+  ev.payload = "noproc";
+  (void)deliver(watcher, std::move(ev));  // a watcher that is gone has nobody to tell
   return {};
 }
 
@@ -478,7 +492,9 @@ std::vector<Pid> Scheduler::live_pids() {
     ProcessSlot* slot = table_.slot_at(i);
     if (!slot) continue;
     std::lock_guard lock(slot->mu);
-    if (slot->alive) out.push_back(slot->pid());
+    // One terminated is ended for whoever asks after terminate returned,
+    // though its worker may not have finished it yet.
+    if (slot->alive && !slot->terminate_requested.load(std::memory_order_acquire)) out.push_back(slot->pid());
   }
   return out;
 }
@@ -491,7 +507,7 @@ std::optional<Scheduler::Inspection> Scheduler::inspect(const Pid& pid, bool sel
   for (;;) {
     ProcessSlot* slot;
     auto lock = lock_live(pid, slot);
-    if (!lock) return std::nullopt;
+    if (!lock || slot->terminate_requested.load(std::memory_order_acquire)) return std::nullopt;  // see live_pids
     Inspection in;
     in.state = slot->state.state();
     if (in.state == RunState::Running && !self && std::chrono::steady_clock::now() < give_up) {

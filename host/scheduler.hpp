@@ -174,7 +174,9 @@ class Scheduler {
 
   // Erlang-style links (both directions) and monitors (one way). A failure
   // of one linked process delivers LinkDown to the other; the exit of a
-  // monitored process delivers one Exit event per monitor.
+  // monitored process delivers one Exit event per monitor. A monitor of a
+  // process that is gone (or never was) succeeds and delivers its Exit at
+  // once, failed with "noproc"; a link to one is refused (not_found).
   std::string link(const Pid& a, const Pid& b);
   std::string unlink(const Pid& a, const Pid& b);
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
@@ -185,7 +187,9 @@ class Scheduler {
 
   // process.list and process.info (SPEC section 10). live_pids: every live
   // process, each slot locked in turn (a snapshot that may miss a process
-  // spawned meanwhile). inspect: nullopt when pid is not alive; a process
+  // spawned meanwhile). Both take a process terminate() was called for as
+  // gone already, though its worker may finish it a little later.
+  // inspect: nullopt when pid is not alive; a process
   // that is running is waited for a few milliseconds, so that most answers
   // are read while it is quiet (ProcessFacts).
   std::vector<Pid> live_pids();

@@ -18,9 +18,9 @@
 -- them; rest_for_one restarts it and the children listed after it.
 -- Children are linked to the supervisor and monitored by it; start links
 -- the supervisor to its caller, so if the supervisor gives up (restart
--- intensity exceeded, or a child that does not start at first) the failure
--- reaches its parent. A cancel stops the children (last first), then the
--- supervisor.
+-- intensity exceeded) the failure reaches its parent; a child that does
+-- not start at first makes start return nil, err instead. A cancel stops
+-- the children (last first), then the supervisor.
 --
 -- After a hot reload, supervisor.restart_children(sup) restarts on the
 -- newest code every child but a temporary one that has ended (new spawns
@@ -53,7 +53,8 @@ end
 
 -- Starts a supervisor linked to the caller and returns its PID once every
 -- child has started, or nil, err at the first child that does not start
--- (the supervisor then fails, which reaches the caller over the link).
+-- (the supervisor then unlinks from the caller and fails: the caller
+-- learns of it only from that return, never over the link).
 function M.start(spec)
   local pid, err = process.spawn_linked("supervisor:run", check_spec(spec), process.pid())
   if not pid then return nil, err end
@@ -92,6 +93,10 @@ end
 function M.run(spec, starter)
   spec = check_spec(spec)
   process.set_options { trap_links = true }
+  -- Opened first: a cancel that comes while the children start is then
+  -- an event the loop below handles (it stops them), not an end that
+  -- would leave them to their links.
+  process.events()
   if spec.name then assert(process.registry.register(spec.name)) end
   -- In spec order: { spec = c, pid = pid or nil, ended = true once a
   -- temporary child is over for good }.
@@ -183,15 +188,17 @@ function M.run(spec, starter)
 
   -- start's call, answered with why the first start failed. The call may
   -- not have come yet (start watches the supervisor first, and would only
-  -- learn that it had gone), so it is awaited, unless the starter is gone.
+  -- learn that it had gone), so it is awaited, unless the starter is gone
+  -- (its watch: it is no longer linked) or the supervisor is canceled.
   local function fail_start_call(why)
     local inbox, events, deadline = process.inbox(), process.events(), time.after(spec.start_timeout or 30)
+    local gone = process.watch(starter)
     while true do
-      local r = channel.select { inbox:case_receive(), events:case_receive(), deadline:case_receive() }
+      local r = channel.select { inbox:case_receive(), events:case_receive(), deadline:case_receive(), gone:case_receive() }
       local m = r.value
-      if r.channel == deadline then return end
+      if r.channel == deadline or r.channel == gone then return end
       if r.channel == events then
-        if m.kind == "link_down" and m.from == starter then return end
+        if m.kind == "cancel" then return end
       elseif m.from == starter and m.topic == "$supervisor" and request.is_call(m) then
         request.fail(m, why)
         return
@@ -207,7 +214,12 @@ function M.run(spec, starter)
     if not ok then
       stop_all()
       local why = string.format("supervisor: child '%s' did not start: %s", children[i].spec.id, err)
-      if starter then fail_start_call(why) end
+      if starter then
+        -- start returns nil, err: its caller must not also fail over the
+        -- link, which could reach it before the reply (or right after).
+        process.unlink(starter)
+        fail_start_call(why)
+      end
       error(why, 0)
     end
   end
@@ -223,8 +235,12 @@ function M.run(spec, starter)
         local c = children[i].spec
         children[i].pid = nil
         local failed = m.error ~= nil
-        if failed then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
-        local restart = c.restart == "permanent" or (c.restart == "transient" and failed)
+        -- The host's shutdown cancels every process: a child that never
+        -- opened its events ends at once, maybe before this supervisor's
+        -- own cancel comes. It is stopping, not failing: no restart.
+        local shutdown = m.error == "canceled: shutdown"
+        if failed and not shutdown then log.warn("supervisor: child '%s' (%s) failed: %s", c.id, m.from, m.error) end
+        local restart = not shutdown and (c.restart == "permanent" or (c.restart == "transient" and failed))
         if c.restart == "temporary" then children[i].ended = true end
         if restart then
           note_restart()

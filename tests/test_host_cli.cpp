@@ -2,10 +2,15 @@
 // subprocess exactly as a user runs it.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 
 #include "host/program/cli_options.hpp"
 #include "tests/subprocess.hpp"
@@ -23,6 +28,32 @@ RunResult run_host(std::vector<std::string> args, RunOptions opts = {}) {
 }
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// The shipped example scripts (scripts/ beside tests/).
+const std::filesystem::path kExamples = std::filesystem::path(HOST_TEST_SCRIPTS).parent_path().parent_path() / "scripts";
+
+// A loopback TCP socket listening on a port of the kernel's choice: fd and
+// port (fd -1 when it could not be had).
+std::pair<int, int> listen_loopback() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 1) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return {-1, 0};
+  }
+  return {fd, ntohs(a.sin_port)};
+}
+
+// A loopback port nothing listens on (bound, then released).
+int free_port() {
+  auto [fd, port] = listen_loopback();
+  if (fd >= 0) close(fd);
+  return port;
+}
 
 // The timed-receive timer tests' child ends alike: its main task waits up
 // to 3 s for a message, answers it with 'done', then waits with no timeout.
@@ -246,7 +277,8 @@ TEST_CASE("processes that only wait in receive do not hold the host for the grac
           "  local m = process.receive(5)\n"
           "  log.info('root got %s', m.topic)\n"
           "end\n"
-          "function M.server()\n"  // a receive loop that never reads its events
+          "function M.server()\n"  // a receive loop that opened its events and never reads them
+          "  process.events()\n"
           "  while true do\n"
           "    local m = process.receive(60)\n"  // a timeout that a message cancels, each time
           "    if m then process.send(m.from, 'pong', m.payload) end\n"
@@ -339,6 +371,105 @@ TEST_CASE("SIGINT and SIGTERM cancel every process and exit 130 and 143") {
   }
 }
 
+TEST_CASE("Ctrl-C stops the shipped echo and chat servers in under a second with status 130") {
+  // Their processes wait in accept or receive and never open their
+  // events (chat's room opens them and ends on the cancel): a cancel ends
+  // them at once, with no grace period to wait out.
+  for (std::string example : {"echo", "chat"}) {
+    CAPTURE(example);
+    const int port = free_port();
+    REQUIRE(port > 0);
+    std::chrono::steady_clock::time_point signalled{};
+    RunOptions o;
+    o.signal = SIGINT;
+    o.signal_when = [&](const std::string&, const std::string& err) {
+      if (!contains(err, "listening on")) return false;
+      signalled = std::chrono::steady_clock::now();
+      return true;
+    };
+    auto r = run_host({"run", (kExamples / example).string(), "--", std::to_string(port)}, o);
+    const auto took = std::chrono::steady_clock::now() - signalled;
+    CHECK_MESSAGE(r.code == 130, r.err);
+    REQUIRE(signalled != std::chrono::steady_clock::time_point{});
+    CHECK_MESSAGE(took < 1s, std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), " ms");
+    CHECK_FALSE(contains(r.err, "grace period"));
+    CHECK_FALSE(contains(r.err, "crash"));
+  }
+}
+
+TEST_CASE("a process that never opened its events ends at once when the root returns; its monitor sees canceled") {
+  // The root returns while its children wait: the host's shutdown cancels
+  // them. The plain waiter cannot see the cancel and ends at once, its
+  // error "canceled: shutdown" reaching the watcher, which opened its
+  // events and so gets the cancel and may still sleep before it ends.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  process.registry.register('root')\n"
+          "  process.spawn('main:watcher')\n"
+          "  process.receive(5)\n"
+          "end\n"
+          "function M.plain() while true do process.receive() end end\n"
+          "function M.watcher()\n"
+          "  local events = process.events()\n"
+          "  local plain = process.spawn('main:plain')\n"
+          "  process.monitor(plain)\n"
+          "  process.send('root', 'ready', 1)\n"
+          "  local seen = {}\n"
+          "  for _ = 1, 2 do local ev = events:receive() seen[ev.kind] = ev end\n"
+          "  time.sleep(0.05)\n"  // a cancel interrupts none of its calls
+          "  log.info('watcher: cancel %s, plain ended with %s', seen.cancel.reason, seen.exit.error)\n"
+          "end\n"
+          "return M\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_host({"run", d.str()});
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(contains(r.err, "watcher: cancel shutdown, plain ended with canceled: shutdown"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // no grace period waited out
+  CHECK_FALSE(contains(r.err, "grace period"));
+}
+
+TEST_CASE("a cancel that comes before a process's first step ends it at once, though its first act opens its events") {
+  // One worker: the root's step spawns and cancels before the child can
+  // run at all. "Opened" is judged when the cancel arrives.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main()\n"
+          "  local events = process.events()\n"
+          "  local pid = process.spawn_monitored('main:opener')\n"
+          "  process.cancel(pid, 'early')\n"
+          "  local ev = events:receive()\n"
+          "  log.info('opener ended with %s', tostring(ev.error))\n"
+          "end\n"
+          "function M.opener()\n"
+          "  process.events()\n"
+          "  log.info('OPENER RAN')\n"
+          "  while true do process.receive() end\n"
+          "end\n"
+          "return M\n");
+  auto r = run_host({"run", d.str(), "--workers", "1"});
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(contains(r.err, "opener ended with canceled: early"));
+  CHECK_FALSE(contains(r.err, "OPENER RAN"));
+}
+
+TEST_CASE("an --inspect address already in use is a usage error before the root runs") {
+  auto [fd, port] = listen_loopback();
+  REQUIRE(fd >= 0);
+  ScriptDir d;
+  const std::string marker = (d.path() / "ran").string();
+  d.write("main.lua", "return function() local f = io.open('" + marker + "', 'w') f:write('x') f:close() end\n");
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto r = run_host({"run", d.str(), "--inspect", addr});
+  close(fd);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.err.rfind("host: --inspect " + addr + ": ", 0) == 0, r.err);
+  CHECK(contains(r.err, "usage: host run DIR"));
+  CHECK_FALSE(std::filesystem::exists(marker));  // the root never ran
+}
+
 TEST_CASE("a process ignoring cancel is closed after the grace period") {
   ScriptDir d;
   d.write("main.lua",
@@ -347,7 +478,8 @@ TEST_CASE("a process ignoring cancel is closed after the grace period") {
           // Short sleeps: shutdown closes early a process whose next wakeup
           // lies past the deadline, so a 1 s sleep could end it before the
           // grace ran out, a drift of the sleeps' phase deciding which.
-          "function M.stubborn() while true do time.sleep(0.05) end end\n"
+          // It opened its events: the cancel is an event it ignores.
+          "function M.stubborn() process.events() while true do time.sleep(0.05) end end\n"
           "return M\n");
   auto t0 = std::chrono::steady_clock::now();
   auto r = run_host({"run", d.str()});
@@ -423,6 +555,93 @@ TEST_CASE("--watch: in-place edits, rename saves, a syntax error reported once, 
   REQUIRE_MESSAGE(first != std::string::npos, r.err);
   CHECK(r.err.find("value.lua:2: '}' expected", first + 1) == std::string::npos);
   CHECK_FALSE(contains(r.err, "PROBE sees broken"));
+}
+
+TEST_CASE("--watch: a keep-alive HTTP connection kept busy serves a changed handler's new version within 2 s") {
+  // One client process sends request after request on one connection;
+  // its process in the server used to keep the first handler for ever.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "function M.main(port)\n"
+          "  local http = require('http')\n"
+          "  assert(http.serve('127.0.0.1:' .. port, 'handler:handle'))\n"
+          "  process.spawn('main:client', tonumber(port))\n"
+          "  local events = process.events()\n"
+          "  repeat local ev = events:receive() until ev.kind == 'cancel'\n"
+          "end\n"
+          "function M.client(port)\n"
+          "  local c = assert(require('socket').connect('127.0.0.1', port))\n"
+          "  local last, n = nil, 0\n"
+          "  while true do\n"
+          "    assert(c:send('GET / HTTP/1.1\\r\\nHost: t\\r\\n\\r\\n'))\n"
+          "    local len\n"
+          "    repeat\n"
+          "      local line = assert(c:receive('*l'))\n"
+          "      len = len or tonumber(line:lower():match('^content%-length:%s*(%d+)'))\n"
+          "    until line == ''\n"
+          "    local body = assert(c:receive(len))\n"
+          "    n = n + 1\n"
+          "    if body ~= last then log.info('CLIENT got %s at request %d', body, n) last = body end\n"
+          "    time.sleep(0.005)\n"
+          "  end\n"
+          "end\n"
+          "return M\n");
+  d.write("handler.lua", "return { handle = function() return 200, {}, 'v1' end }\n");
+  const int port = free_port();
+  REQUIRE(port > 0);
+  bool edited = false;
+  std::chrono::steady_clock::time_point edited_at{}, seen_at{};
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!edited && contains(err, "CLIENT got v1")) {
+      std::this_thread::sleep_for(200ms);  // requests keep coming meanwhile
+      d.write("handler.lua", "return { handle = function() return 200, {}, 'v2' end }\n");
+      edited = true;
+      edited_at = std::chrono::steady_clock::now();
+    }
+    if (edited && seen_at == std::chrono::steady_clock::time_point{} && contains(err, "CLIENT got v2"))
+      seen_at = std::chrono::steady_clock::now();
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [&](const std::string&, const std::string& err) {
+    return contains(err, "CLIENT got v2") || (edited && std::chrono::steady_clock::now() - edited_at > 5s);
+  };
+  auto r = run_host({"run", d.str(), "--watch", "--", std::to_string(port)}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  REQUIRE_MESSAGE(seen_at != std::chrono::steady_clock::time_point{}, r.err);
+  CHECK(seen_at - edited_at < 2s);
+  // The same connection: the client process never reconnects.
+  CHECK(contains(r.err, "CLIENT got v2 at request"));
+  CHECK_FALSE(contains(r.err, "CLIENT got v1 at request 2"));
+}
+
+TEST_CASE("--watch: a module never loaded that does not compile is reported as such, with no earlier version claimed") {
+  ScriptDir d;
+  d.write("main.lua",
+          "return function()\n"
+          "  log.info('READY')\n"
+          "  local events = process.events()\n"
+          "  repeat local ev = events:receive() until ev.kind == 'cancel'\n"
+          "end\n");
+  bool written = false;
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!written && contains(err, "READY")) {
+      std::this_thread::sleep_for(200ms);
+      d.write("fresh.lua", "return { oops = \n");
+      written = true;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [](const std::string&, const std::string& err) { return contains(err, "reload: "); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  CHECK_MESSAGE(contains(r.err, "fresh.lua:2: "), r.err);
+  CHECK(contains(r.err, " (module 'fresh' does not compile; no earlier version was loaded)"));
+  CHECK_FALSE(contains(r.err, "last good version"));
 }
 
 TEST_CASE("--watch: a module that compiles but raises as it loads is reported once, and the last good version stays") {
@@ -944,6 +1163,36 @@ TEST_CASE("--log-format json writes one JSON object a line: time, level, pid, mo
   CHECK(contains(crash[0], "main.lua:7: json boom\", \"traceback\": \"stack traceback:\\n\\t"));
   // The host's own entries have no PID or module: the scheduler's counters.
   CHECK(contains(py.out, "debug None None \"scheduler: "));
+}
+
+TEST_CASE("--log-format json writes the root's failure as one JSON object line with its error and traceback") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local function deep() error('root boom') end\n"
+          "return function() log.info('before') deep() end\n");
+  auto r = run_host({"run", d.str(), "--log-format", "json"});
+  CHECK(r.code == 1);
+  int lines = 0;
+  bool failure = false;
+  std::size_t start = 0;
+  while (start < r.err.size()) {
+    std::size_t end = r.err.find('\n', start);
+    if (end == std::string::npos) end = r.err.size();
+    const std::string line = r.err.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    ++lines;
+    CAPTURE(line);
+    CHECK(line.front() == '{');
+    CHECK(line.back() == '}');
+    if (contains(line, "\"message\":\"root process failed: ")) {
+      failure = true;
+      CHECK(contains(line, "root boom"));
+      CHECK(contains(line, "\"traceback\":\"stack traceback:"));
+    }
+  }
+  CHECK(lines >= 2);
+  CHECK_MESSAGE(failure, r.err);
 }
 
 TEST_CASE("--help lists every flag of the parser's table with its meaning and default") {

@@ -509,14 +509,14 @@ TEST_CASE("a monitor gets exactly one exit event; a link delivers link_down on f
   CHECK(link_down == 1);  // the normal exit of ok_linked sent nothing
 }
 
-TEST_CASE("links and monitors refuse dead PIDs and a process cannot link to itself") {
+TEST_CASE("links refuse dead PIDs, monitors of them end at once with noproc, and a process cannot link to itself") {
   Scheduler s({.workers = 1});
   ExitLog exits(s);
   auto a = s.spawn(waiter(), "main", "");
   auto gone = s.spawn(make_fn([](FnProcess&, auto, StepOutput& out) { done(out); }), "main", "");
   REQUIRE(exits.wait(gone.pid));
   CHECK(s.link(a.pid, gone.pid).rfind("not_found", 0) == 0);
-  CHECK(s.monitor(a.pid, gone.pid, 1).rfind("not_found", 0) == 0);
+  CHECK(s.monitor(a.pid, gone.pid, 1).empty());
   CHECK(s.link(a.pid, a.pid).rfind("invalid", 0) == 0);
   auto linked = s.spawn(waiter(), "main", "", {.link_to = gone.pid});
   CHECK_FALSE(linked);

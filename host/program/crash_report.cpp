@@ -22,6 +22,9 @@ bool wanted(const ExitInfo& info, const Pid& root) {
     error.remove_prefix(end + kFailed.size());
   }
   const std::string_view first_line = error.substr(0, error.find('\n'));
+  // A cancel that ended a process which never opened its events is how
+  // such a process stops, as a shutdown is, not a crash.
+  if (first_line == "canceled" || first_line.starts_with("canceled: ")) return false;
   return first_line != "terminated" && first_line != "killed: shutdown";
 }
 

@@ -120,21 +120,12 @@ int run(const cli::RunOptions& o) {
   std::optional<Reloader> reloader;
   if (o.watch) reloader.emplace(runtime);
 
-  if (!o.inspect.empty()) scheduler.track_parents();  // the inspector's tree shows who spawned whom
-  SpawnResult root;
-  {
-    std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
-    root = runtime.spawn(o.entry, lua::encode_strings(o.args));
-    watch.root = root.pid;
-  }
-  if (!root) {
-    std::fprintf(stderr, "host: cannot start %s: %s\n", o.entry.c_str(), root.error.c_str());
-    scheduler.shutdown(std::chrono::milliseconds(0));
-    return 1;
-  }
   if (!o.inspect.empty()) {
+    scheduler.track_parents();  // the inspector's tree shows who spawned whom
     // The inspector (stdlib/host/inspector.lua): a server of the host's
     // own, owned by no process, so that it lives as long as the host.
+    // Bound before the root spawns: an address it cannot have is a usage
+    // error, and the script must not have run (written files, say) first.
     const std::size_t colon = o.inspect.rfind(':');
     std::string host = o.inspect.substr(0, colon);
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -143,10 +134,24 @@ int run(const cli::RunOptions& o) {
                                                               "host.inspector:serve_connection", "host.inspector:handle");
       log::logger().info("inspector at http://{}/ (metrics at /metrics)", at);
     } catch (const io::CallError& e) {
-      std::fprintf(stderr, "host: --inspect %s: %s\n", o.inspect.c_str(), e.text.c_str());
+      if (reloader) reloader->stop();
       scheduler.shutdown(std::chrono::milliseconds(0));
-      return 2;
+      return usage_error("--inspect " + o.inspect + ": " + e.text);
     }
+  }
+  SpawnResult root;
+  {
+    std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
+    root = runtime.spawn(o.entry, lua::encode_strings(o.args));
+    watch.root = root.pid;
+  }
+  if (!root) {
+    if (o.log_format == "json")  // one JSON object a line, this one too
+      log::logger().error("cannot start {}: {}", o.entry, root.error);
+    else
+      std::fprintf(stderr, "host: cannot start %s: %s\n", o.entry.c_str(), root.error.c_str());
+    scheduler.shutdown(std::chrono::milliseconds(0));
+    return 1;
   }
 
   int signal_code = 0;
@@ -171,8 +176,13 @@ int run(const cli::RunOptions& o) {
     if (signal_code) return signal_code;
     std::lock_guard lock(watch.mu);
     if (watch.exit && watch.exit->failed) {
-      std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
-                   watch.exit->error.c_str());
+      // In JSON every line is an object, the root's failure too (its
+      // traceback a field, not more lines).
+      if (o.log_format == "json")
+        log::crash_report(watch.root, watch.exit->entry, watch.exit->error, "root process failed");
+      else
+        std::fprintf(stderr, "host: root process %s failed: %s\n", watch.root.to_string().c_str(),
+                     watch.exit->error.c_str());
       return 1;
     }
     return 0;

@@ -120,7 +120,7 @@ void Reloader::handle(const fs::path& file) {
     err = std::move(*verdict);
   }
   if (!err.empty()) {
-    report(file, name, err);
+    report(file, name, err, mod != nullptr);
     return;
   }
   modules.install(std::move(mod));
@@ -135,11 +135,17 @@ void Reloader::handle(const fs::path& file) {
   }
 }
 
-void Reloader::report(const fs::path& file, const std::string& name, const std::string& error) {
+void Reloader::report(const fs::path& file, const std::string& name, const std::string& error, bool compiles) {
   std::string msg = error.rfind("invalid: ", 0) == 0 ? error.substr(9) : error;
   if (reported_[file.string()] == msg) return;
   reported_[file.string()] = msg;
-  log::logger().error("reload: {} (the last good version of '{}' stays in use)", msg, name);
+  // A module nothing loaded yet has no good version to fall back on: said
+  // as it is, not as if one stayed.
+  if (!runtime_.modules().has(name))
+    log::logger().error("reload: {} (module '{}' {}; no earlier version was loaded)", msg, name,
+                        compiles ? "does not load" : "does not compile");
+  else
+    log::logger().error("reload: {} (the last good version of '{}' stays in use)", msg, name);
 }
 
 std::optional<std::string> Reloader::check_load(const lua::Module& mod) {

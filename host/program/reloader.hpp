@@ -54,7 +54,8 @@ class Reloader {
   // when stop() ended the wait.
   std::optional<std::string> check_load(const lua::Module& mod);
   // Reports a module's failed reload once per distinct error.
-  void report(const std::filesystem::path& file, const std::string& name, const std::string& error);
+  // compiles: it compiled, and its top-level code failed (the check).
+  void report(const std::filesystem::path& file, const std::string& name, const std::string& error, bool compiles);
 
   // The check process's end, told by a scheduler exit hook (which may run
   // after this object is gone: it owns its share).

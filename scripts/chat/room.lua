@@ -13,6 +13,9 @@ local function main()
     local r = channel.select { inbox:case_receive(), events:case_receive() }
     local m = r.value
     if r.channel == events then
+      -- It opened its events, so a cancel (Ctrl-C, the host's end) is an
+      -- event here, not its end: it ends now, having nothing to save.
+      if m.kind == "cancel" then return end
       if m.kind == "exit" and members[m.from] then
         say("* " .. members[m.from] .. " left")
         members[m.from] = nil

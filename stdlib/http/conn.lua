@@ -6,7 +6,7 @@
 -- fails outright (a limit) gets the same 500 from the I/O thread.
 local call = require("host.call")
 local CMD = require("host.commands").http
-local type, tostring, xpcall, traceback = type, tostring, xpcall, debug.traceback
+local type, tostring, xpcall, traceback, next, pairs = type, tostring, xpcall, debug.traceback, next, pairs
 
 local M = {}
 
@@ -42,21 +42,42 @@ local function failed(req, what, detail, tb)
     tb and { traceback = tb } or nil)
 end
 
+-- The handler of entry, or nil and why it cannot be had.
+local function load_handler(entry, module, method)
+  local ok, mod = xpcall(require, with_traceback, module)
+  local handler = ok and type(mod) == "table" and mod[method]
+  if not ok then return nil, mod end
+  if type(handler) ~= "function" then
+    return nil, { err = "entry '" .. entry .. "': no function '" .. method .. "' in module '" .. module .. "'" }
+  end
+  return handler
+end
+
 function M.serve(conn, entry)
   current_conn = conn
   local module, method = entry:match("^([^:]+):?(.*)$")
   if method == "" then method = "main" end
-  local ok, mod = xpcall(require, with_traceback, module)
-  local handler = ok and type(mod) == "table" and mod[method]
-  local load_error
-  if not ok then
-    load_error = mod
-  elseif type(handler) ~= "function" then
-    load_error = { err = "entry '" .. entry .. "': no function '" .. method .. "' in module '" .. module .. "'" }
-  end
+  -- With --watch, the names of the modules this process loaded that were
+  -- changed on disk since (the host fills it). A keep-alive connection
+  -- lives as long as its client keeps it busy: between two requests it
+  -- loads the handler afresh once something changed, so that it never
+  -- serves an old version for ever. One table look a request otherwise.
+  local fresh = require("host.reloaded")
+  local handler, load_error = load_handler(entry, module, method)
 
   local req = call(CMD, 0, "next", conn)
   while req do
+    if next(fresh) ~= nil then
+      -- The changed modules and the handler's own (which may hold a
+      -- changed one it required), loaded again at their newest versions.
+      local loaded = package.loaded
+      for name in pairs(fresh) do
+        fresh[name] = nil
+        loaded[name] = nil
+      end
+      loaded[module] = nil
+      handler, load_error = load_handler(entry, module, method)
+    end
     setmetatable(req, Request)
     local status, headers, body
     if load_error then

@@ -14,8 +14,8 @@ end
 
 -- Sends `topic` to a probe process (fixtures.heap_probe) and returns the
 -- payload of its answer, which must come on the same topic.
-local function ask(pid, topic)
-  process.send(pid, topic, nil)
+local function ask(pid, topic, payload)
+  process.send(pid, topic, payload)
   local m = assert(process.receive(5))
   T.eq(m.topic, topic)
   return m.payload
@@ -228,23 +228,39 @@ return { main = function()
       local r = channel.select { process.events():case_receive(), time.after(0.7):case_receive() }
       T.eq(r.value, r.value)  -- either a number (timeout) or an event: no exit may arrive
       T.ok(type(r.value) == "number", "no exit event after unmonitor")
-      T.match(select(2, process.monitor(pid)), "^not_found")
-      T.match(select(2, process.monitor("<0.999999.3>")), "^not_found")
+    end },
+    { "monitor of an ended process, or of a PID no process has, returns true and an exit with noproc comes at once", function()
+      local pid = assert(process.spawn_monitored("fixtures.crash", "none"))
+      T.eq(T.next_event("exit").from, pid)
+      for _, target in ipairs { pid, "<0.999999.3>" } do
+        T.eq(process.monitor(target), true, "monitor " .. target)
+        local ev = T.next_event("exit", 1)
+        T.eq(ev.from, target); T.eq(ev.error, "noproc"); T.eq(ev.result, nil)
+      end
+      -- Its watch channel the same way; a link still refuses it.
+      local ch = assert(process.watch(pid))
+      local r = channel.select { ch:case_receive(), timeout = 1 }
+      T.eq(r.value and r.value.error, "noproc")
+      T.match(select(2, process.link(pid)), "^not_found: ")
+      -- A malformed PID is still refused as one.
+      T.match(select(2, process.monitor("<0.1>")), "^invalid: not a PID")
     end },
     { "an event waits, without loading kernel_ext, until the process asks for it; log and time.now need none", function()
+      -- (A cancel would end a process that never opened its events: the
+      -- event here is a monitor's, of a PID no process has.)
       local quiet = assert(process.spawn("fixtures.heap_probe"))
-      local canceled = assert(process.spawn("fixtures.heap_probe"))
-      T.eq(process.cancel(canceled, "please"), true)
+      local watcher = assert(process.spawn("fixtures.heap_probe"))
+      T.eq(ask(watcher, "monitor", "<0.999999.3>"), true)
       time.sleep(0.05)
-      T.eq(ask(canceled, "log"), true)  -- log and time.now are C too
-      local grown = ask(canceled, "heap") - ask(quiet, "heap")
+      T.eq(ask(watcher, "log"), true)  -- log and time.now are C too
+      local grown = ask(watcher, "heap") - ask(quiet, "heap")
       -- kernel_ext.lua alone is over 20 KB of prototypes and closures; the
       -- log and time tables, the event and the globals they add, about 5 KB
       -- (the quiet process's globals table stays small: small_globals.hpp).
-      T.ok(grown < 8192, "a queued cancel event, log and time.now grew the heap by " .. grown .. " bytes")
-      T.eq(ask(canceled, "events"), "cancel:please")
+      T.ok(grown < 8192, "a queued exit event, log and time.now grew the heap by " .. grown .. " bytes")
+      T.eq(ask(watcher, "events"), "exit:noproc")
       T.eq(ask(quiet, "events"), "none")
-      process.send(quiet, "stop", nil); process.send(canceled, "stop", nil)
+      process.send(quiet, "stop", nil); process.send(watcher, "stop", nil)
     end },
     { "time.sleep runs on the C kernel alone: a process that sleeps stays an idle process's size", function()
       local quiet = assert(process.spawn("fixtures.heap_probe"))
@@ -306,6 +322,7 @@ return { main = function()
       T.match(select(2, process.link(process.pid())), "^invalid")
     end },
     { "cancel delivers a cancel event with reason and sender", function()
+      process.events()  -- opened: a cancel is an event here, not the end
       local me = process.pid()
       T.eq(process.cancel(me, "enough"), true)
       local ev = T.next_event("cancel")
@@ -322,6 +339,47 @@ return { main = function()
       local pid, err = process.cancel(me, { handler = print })
       T.eq(pid, nil); T.eq(err, "invalid: cannot send function at reason.handler")
       T.match(select(2, process.cancel("<0.999999.3>")), "^not_found")
+    end },
+    { "cancel ends at once a process that never opened its events: its monitor sees canceled, or canceled: REASON", function()
+      local plain = assert(process.spawn_monitored("fixtures.idle"))
+      local why = assert(process.spawn_monitored("fixtures.idle"))
+      local valued = assert(process.spawn_monitored("fixtures.idle"))
+      time.sleep(0.02)  -- each waits in its receive by now
+      T.eq(process.cancel(plain), true)
+      T.eq(process.cancel(why, "why"), true)
+      T.eq(process.cancel(valued, { why = "table" }), true)
+      local errors = {}
+      for _ = 1, 3 do
+        local ev = T.next_event("exit", 2)
+        errors[ev.from] = ev.error
+      end
+      T.eq(errors[plain], "canceled")
+      T.eq(errors[why], "canceled: why")
+      T.match(errors[valued], "^canceled")
+    end },
+    { "a process that opened its events gets the cancel as an event and its sleeps keep working", function()
+      local pid = assert(process.spawn_monitored("fixtures.cancelable", process.pid()))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "opened")
+      T.eq(process.cancel(pid, "bye"), true)
+      local ev = T.next_event("exit", 5)
+      T.eq(ev.from, pid)
+      T.eq(ev.error, nil)
+      T.eq(ev.result, "cancel bye, slept true")
+    end },
+    { "after terminate returns, info never says running or waiting and list leaves the process out", function()
+      local pids = {}
+      for i = 1, 1000 do pids[i] = assert(process.spawn("fixtures.idle")) end
+      for _, pid in ipairs(pids) do T.eq(process.terminate(pid), true) end
+      local listed = {}
+      for _, pid in ipairs(process.list()) do listed[pid] = true end
+      for _, pid in ipairs(pids) do
+        T.ok(not listed[pid], "list holds terminated " .. pid)
+        local info, err = process.info(pid)
+        T.ok(info == nil or (info.status ~= "running" and info.status ~= "waiting"),
+          "info of terminated " .. pid .. " says " .. tostring(info and info.status))
+        if not info then T.match(err, "^not_found") end
+      end
     end },
     { "a strict mode on _G works as in plain LuaJIT: the libraries and API tables are there", function()
       -- They come from _G's metatable until named; getmetatable(_G) makes
