@@ -88,21 +88,23 @@ local function route_queued()
   end
 end
 
--- Sends `value` to `dest` (PID or registered name) on `topic` and waits up
--- to `timeout` (seconds or a duration string; default 5 s) for the reply.
--- Returns the reply value, or nil and "timeout", "not_found: ..." (no such
--- process, or it exited before replying) or the error the server replied
--- with through request.fail.
-function M.call(dest, topic, value, timeout)
+-- request.call's work, for it and for server.call, which words the
+-- outcomes its own way: true, the reply's value; or false, err (no such
+-- process, a failed send, "timeout", or request.fail's error); or false,
+-- nil, EXIT, PID when the callee PID ended before it replied (EXIT its
+-- exit event). `level` is where argument errors point (the caller of the
+-- public function).
+function M.call_raw(dest, topic, value, timeout, level)
+  level = (level or 2) + 1
   if type(dest) ~= "string" then
-    error("bad argument #1 to 'call' (PID or registered name expected, got " .. type(dest) .. ")", 2)
+    error("bad argument #1 to 'call' (PID or registered name expected, got " .. type(dest) .. ")", level)
   end
-  if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", 2) end
+  if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", level) end
   local secs = timeout or 5
   if type(secs) ~= "number" or not (secs >= 0) then  -- seconds as they are; the rest parsed
     local valid
     valid, secs = pcall(time.parse_duration, secs)
-    if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", 2) end
+    if not valid then error("bad argument #4 to 'call' (" .. tostring(secs):gsub("^.-:%d+: ", "") .. ")", level) end
   end
   -- A call that could not wait (outside a process task, or where LuaJIT
   -- cannot yield) fails before it sends anything, with the kernel's own
@@ -114,11 +116,11 @@ function M.call(dest, topic, value, timeout)
   local pid = dest
   if dest:sub(1, 1) ~= "<" then
     local found, err = process.registry.lookup(dest)
-    if not found then return nil, err end
+    if not found then return false, err end
     pid = found
   end
   local w, werr = watch_of(pid)
-  if not w then return nil, werr end
+  if not w then return false, werr end
   local watch = w.ch
   next_ref = next_ref + 1
   local ref = next_ref
@@ -127,7 +129,7 @@ function M.call(dest, topic, value, timeout)
   local ok, err = process.send(pid, topic, body)
   if not ok then
     unwatch_kept(pid)
-    return nil, err
+    return false, err
   end
   local cases = boxes[task]
   if not cases then
@@ -172,14 +174,26 @@ function M.call(dest, topic, value, timeout)
     waiting[ref] = nil
     local late = channel.select { box:case_receive(), default = true }
     if late.default then
-      if r.timeout then return nil, "timeout" end
-      return nil, "not_found: " .. pid .. " exited before replying" ..
-        (r.value.error and (": " .. r.value.error:match("^[^\n]*")) or "")
+      if r.timeout then return false, "timeout" end
+      return false, nil, r.value, pid
     end
     reply = late.value
   end
-  if reply.error ~= nil then return nil, reply.error end
-  return reply.value
+  if reply.error ~= nil then return false, reply.error end
+  return true, reply.value
+end
+
+-- Sends `value` to `dest` (PID or registered name) on `topic` and waits up
+-- to `timeout` (seconds or a duration string; default 5 s) for the reply.
+-- Returns the reply value, or nil and "timeout", "not_found: ..." (no such
+-- process, or it exited before replying) or the error the server replied
+-- with through request.fail.
+function M.call(dest, topic, value, timeout)
+  local ok, v, exit, pid = M.call_raw(dest, topic, value, timeout, 2)
+  if ok then return v end
+  if v ~= nil then return nil, v end
+  return nil, "not_found: " .. pid .. " exited before replying" ..
+    (exit.error and (": " .. exit.error:match("^[^\n]*")) or "")
 end
 
 -- True when msg is a call made with request.call.

@@ -617,6 +617,52 @@ TEST_CASE("--watch: a keep-alive HTTP connection kept busy serves a changed hand
   CHECK_FALSE(contains(r.err, "CLIENT got v1 at request 2"));
 }
 
+TEST_CASE("--watch: a server whose module changed upgrades between messages: same PID and name, state through code_change") {
+  ScriptDir d;
+  d.write("main.lua",
+          "local server = require('server')\n"
+          "return function()\n"
+          "  local pid = assert(server.start('counter', nil, { name = 'counter' }))\n"
+          "  local last\n"
+          "  while true do\n"
+          "    local v, err = server.call('counter', 'bump')\n"
+          "    assert(v, err)\n"
+          "    if v.version ~= last then\n"
+          "      log.info('SERVER %s at count %d pid-same=%s', v.version, v.count, tostring(process.registry.lookup('counter') == pid))\n"
+          "      last = v.version\n"
+          "    end\n"
+          "    time.sleep(0.01)\n"
+          "  end\n"
+          "end\n");
+  const char* v1 =
+      "return { init = function() return { count = 0 } end,\n"
+      "  handle_call = function(_, _, s) s.count = s.count + 1 return { version = 'v1', count = s.count }, s end }\n";
+  const char* v2 =
+      "return { init = function() return { count = 0 } end,\n"
+      "  code_change = function(s) s.changed = true return s end,\n"
+      "  handle_call = function(_, _, s) s.count = s.count + 1\n"
+      "    return { version = s.changed and 'v2-changed' or 'v2', count = s.count }, s end }\n";
+  d.write("counter.lua", v1);
+  bool edited = false;
+  RunOptions o;
+  o.timeout = 30s;
+  o.on_output = [&](const std::string&, const std::string& err) {
+    if (!edited && contains(err, "SERVER v1 at count 1")) {
+      std::this_thread::sleep_for(200ms);  // calls keep coming meanwhile
+      d.write("counter.lua", v2);
+      edited = true;
+    }
+  };
+  o.signal = SIGTERM;
+  o.signal_when = [&](const std::string&, const std::string& err) { return contains(err, "SERVER v2"); };
+  auto r = run_host({"run", d.str(), "--watch"}, o);
+  CHECK_MESSAGE(r.code == 143, r.err);
+  // The state went on (the count did not restart at 1), through code_change, in the same process.
+  CHECK_MESSAGE(contains(r.err, "SERVER v2-changed at count"), r.err);
+  CHECK_FALSE(contains(r.err, "SERVER v2-changed at count 1 "));
+  CHECK_FALSE(contains(r.err, "pid-same=false"));
+}
+
 TEST_CASE("--watch: a module never loaded that does not compile is reported as such, with no earlier version claimed") {
   ScriptDir d;
   d.write("main.lua",
