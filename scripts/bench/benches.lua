@@ -2,7 +2,7 @@
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
-  "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect" } }
+  "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -167,6 +167,33 @@ function B.send_1k(quick)
   local s = elapsed(t0)
   assert(m.payload == n * 1024, "sink lost bytes")
   return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+-- pg.send to a group of 1,000 members against the same 1,000 sends made
+-- one by one, alternately, rounds of each; the ratio is the figure.
+function B.pg_send(quick)
+  local pg = require("pg")
+  local members, rounds = 1000, quick and 20 or 200
+  local group = "bench" .. process.pid()
+  local pids = {}
+  for i = 1, members do
+    pids[i] = assert(process.spawn("nodes.count_to", process.pid(), 2 * rounds))
+    assert(pg.join(group, pids[i]))
+  end
+  local plain, grouped = 0, 0
+  for _ = 1, rounds do
+    local t0 = time.now()
+    for i = 1, members do process.send(pids[i], "m", 1) end
+    plain = plain + elapsed(t0)
+    t0 = time.now()
+    assert(pg.send(group, "m", 1) == members, "pg.send missed a member")
+    grouped = grouped + elapsed(t0)
+  end
+  for _ = 1, members do assert(process.receive(30), "a member did not finish") end
+  return { params = members .. " members x " .. rounds .. " rounds, plain sends " ..
+             string.format("%.1f us", plain / rounds * 1e6) .. " a round, ratio pg/plain " ..
+             string.format("%.2fx", grouped / plain),
+           seconds = plain + grouped, per_op = grouped / rounds * 1e6, unit = "us/pg.send" }
 end
 
 -- Table payloads through the codec: a 100-item array and a record of 8
