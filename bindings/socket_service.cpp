@@ -1584,6 +1584,12 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       o.ca_file = arg(args, 5).string;
       o.cert_file = arg(args, 6).string;
       o.key_file = arg(args, 7).string;
+      // The files' contents, read by the calling process (stdlib/ssl.lua):
+      // no file is opened on this thread.
+      o.in_memory = true;
+      o.ca_pem = arg(args, 8).string;
+      o.cert_pem = arg(args, 9).string;
+      o.key_pem = arg(args, 10).string;
       std::string err;
       std::shared_ptr<const TlsContext> ctx = tls_context(o, &err);
       if (!ctx) fail(err);
