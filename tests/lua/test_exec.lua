@@ -229,6 +229,13 @@ return { main = function()
       T.eq(p:wait().signal, 15)
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
     end },
+    { "what a program left running in its group is killed as exec.run returns", function()
+      local r = assert(exec.run { "sh", "-c", "sleep 40 >/dev/null 2>&1 & echo $!" })
+      T.eq(r.code, 0)
+      local pid = r.stdout:match("^(%d+)\n$")
+      T.ok(pid, "the background child's pid")
+      T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+    end },
     { "a process's end kills its programs' children too (their process groups)", function()
       local file = T.tmpdir() .. "/pid"
       local child = assert(process.spawn_monitored("fixtures.io_owner:start_group_and_return", file))
