@@ -13,6 +13,12 @@ local function group_argv(file)
   return { "sh", "-c", "sleep 40 & echo $! > " .. file .. "; wait" }
 end
 
+-- The pid file's directory goes with the test.
+local function tmpfile()
+  local dir = T.tmpdir()
+  return dir .. "/pid", function() os.execute("rm -rf " .. dir) end
+end
+
 local function read_pid(file)
   local pid
   T.eventually(function()
@@ -213,21 +219,23 @@ return { main = function()
       T.eq(err, "invalid: an env name contains a NUL byte")
     end },
     { "a timeout kills the program's children too (its process group)", function()
-      local file = T.tmpdir() .. "/pid"
+      local file, cleanup = tmpfile()
       local r, err = exec.run(group_argv(file), { timeout = 0.5 })
       T.eq(r, nil)
       T.eq(err, "timeout")
       local pid = read_pid(file)
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
     end },
     { "kill signals the program's children too (its process group)", function()
-      local file = T.tmpdir() .. "/pid"
+      local file, cleanup = tmpfile()
       local p = assert(exec.start(group_argv(file)))
       local pid = read_pid(file)
       T.eq(ended(pid), false, "the child runs")
       assert(p:kill())
       T.eq(p:wait().signal, 15)
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
     end },
     { "what a program left running in its group is killed as exec.run returns", function()
       local r = assert(exec.run { "sh", "-c", "sleep 40 >/dev/null 2>&1 & echo $!" })
@@ -237,11 +245,12 @@ return { main = function()
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
     end },
     { "a process's end kills its programs' children too (their process groups)", function()
-      local file = T.tmpdir() .. "/pid"
+      local file, cleanup = tmpfile()
       local child = assert(process.spawn_monitored("fixtures.io_owner:start_group_and_return", file))
       T.next_event("exit", 10)
       local pid = read_pid(file)
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
     end },
   }
 end }
