@@ -8,36 +8,52 @@ local call, CMD = ...
 local type, error, pairs, ipairs, setmetatable, getmetatable, tostring =
   type, error, pairs, ipairs, setmetatable, getmetatable, tostring
 local format, upper = string.format, string.upper
+local require = require
 
-local function bad(n, fname, msg)
-  error(format("bad argument #%d to '%s' (%s)", n, fname, msg), 3)
+-- level: as error()'s, seen from bad's caller (3: the user called the
+-- function that called bad; 4: one helper further in).
+local function bad(n, fname, msg, level)
+  error(format("bad argument #%d to '%s' (%s)", n, fname, msg), level or 3)
 end
 
 local function check_argv(argv, fname)
-  if type(argv) ~= "table" then bad(1, fname, "table of strings expected, got " .. type(argv)) end
-  if #argv == 0 then bad(1, fname, "argv is empty") end
+  if type(argv) ~= "table" then bad(1, fname, "table of strings expected, got " .. type(argv), 4) end
+  if #argv == 0 then bad(1, fname, "argv is empty", 4) end
   for i, a in ipairs(argv) do
-    if type(a) ~= "string" then bad(1, fname, format("argv[%d] is a %s, not a string", i, type(a))) end
+    if type(a) ~= "string" then bad(1, fname, format("argv[%d] is a %s, not a string", i, type(a)), 4) end
   end
+end
+
+local RUN_OPTIONS = { cwd = true, env = true, stdin = true, timeout = true }
+local START_OPTIONS = { cwd = true, env = true, stdin = true, timeout = true }  -- stdin: refused below, with why
+
+-- A number of seconds, neither negative nor NaN (which compares false to
+-- everything, and would end the wait at once).
+local function seconds(v, what, level)
+  if type(v) ~= "number" or v ~= v or v < 0 then
+    error(format("invalid: %s must be a number of seconds, 0 or more (got %s)", what, tostring(v)), level + 1)
+  end
+  return v
 end
 
 -- The options a program takes: cwd, env, stdin (run only), timeout.
 local function check_opts(opts, fname, with_stdin)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then bad(2, fname, "table expected, got " .. type(opts)) end
-  if opts.cwd ~= nil and type(opts.cwd) ~= "string" then bad(2, fname, "cwd must be a string") end
+  if type(opts) ~= "table" then bad(2, fname, "table expected, got " .. type(opts), 4) end
+  require("host.options").check(opts, with_stdin and RUN_OPTIONS or START_OPTIONS, 3)
+  if opts.cwd ~= nil and type(opts.cwd) ~= "string" then bad(2, fname, "cwd must be a string", 4) end
   if opts.env ~= nil then
-    if type(opts.env) ~= "table" then bad(2, fname, "env must be a table") end
+    if type(opts.env) ~= "table" then bad(2, fname, "env must be a table", 4) end
     for k, v in pairs(opts.env) do
       if type(k) ~= "string" or (type(v) ~= "string" and type(v) ~= "number") then
-        bad(2, fname, "env must map names to strings")
+        bad(2, fname, "env must map names to strings", 4)
       end
     end
   end
-  if opts.timeout ~= nil and type(opts.timeout) ~= "number" then bad(2, fname, "timeout must be a number of seconds") end
+  if opts.timeout ~= nil then seconds(opts.timeout, "timeout", 3) end
   if opts.stdin ~= nil then
-    if not with_stdin then bad(2, fname, "stdin is for exec.run; send to the handle's stdin instead") end
-    if type(opts.stdin) ~= "string" then bad(2, fname, "stdin must be a string") end
+    if not with_stdin then bad(2, fname, "stdin is for exec.run; send to the handle's stdin instead", 4) end
+    if type(opts.stdin) ~= "string" then bad(2, fname, "stdin must be a string", 4) end
   end
   return { cwd = opts.cwd, env = opts.env, stdin = opts.stdin, timeout = opts.timeout }
 end
@@ -85,7 +101,7 @@ end
 -- wait([timeout]) -> { code =, signal = }, or nil, "timeout".
 function Program:wait(timeout)
   program(self, "wait")
-  if timeout ~= nil and type(timeout) ~= "number" then bad(1, "wait", "number of seconds expected") end
+  if timeout ~= nil then seconds(timeout, "timeout", 2) end
   return call(CMD, 0, "wait", self.id, timeout)
 end
 

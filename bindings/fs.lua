@@ -7,6 +7,11 @@ local call, CMD = ...
 local type, error, select, setmetatable, getmetatable, tostring, unpack =
   type, error, select, setmetatable, getmetatable, tostring, unpack
 local format = string.format
+local collectgarbage, require = collectgarbage, require
+
+-- The bytes this process's heap holds: a read may add no more than its
+-- memory limit leaves (the service answers "limit: memory ..." past it).
+local function heap_bytes() return collectgarbage("count") * 1024 end
 
 local function check(v, want, n, fname)
   if type(v) ~= want then
@@ -25,7 +30,7 @@ local fs = {}
 
 function fs.read(path)
   check(path, "string", 1, "fs.read")
-  return call(CMD, 0, "read", path)
+  return call(CMD, 0, "read", path, heap_bytes())
 end
 
 function fs.write(path, data)
@@ -48,9 +53,14 @@ function fs.list(dir)
   return call(CMD, 0, "list", dir)
 end
 
+local MKDIR_OPTIONS = { parents = true }
+
 function fs.mkdir(path, opts)
   check(path, "string", 1, "fs.mkdir")
-  if opts ~= nil then check(opts, "table", 2, "fs.mkdir") end
+  if opts ~= nil then
+    check(opts, "table", 2, "fs.mkdir")
+    require("host.options").check(opts, MKDIR_OPTIONS, 2)
+  end
   return call(CMD, 0, "mkdir", path, opts ~= nil and opts.parents == true)
 end
 
@@ -94,7 +104,7 @@ end
 -- read(...): io's formats ("l", "L", "n", "a", a count; "*l" and the
 -- other old spellings too), one result each; nil at the end of the file.
 function File:read(...)
-  return call(CMD, 0, "fread", live(self, "read"), ...)
+  return call(CMD, 0, "fread", live(self, "read"), heap_bytes(), ...)
 end
 
 -- write(...): strings and numbers; the file, or nil and the error.
@@ -110,7 +120,7 @@ function File:lines(...)
   live(self, "lines")
   local n, formats = select("#", ...), { ... }
   return function()
-    local v, err = call(CMD, 0, "fread", live(self, "lines"), unpack(formats, 1, n))
+    local v, err = call(CMD, 0, "fread", live(self, "lines"), heap_bytes(), unpack(formats, 1, n))
     if v == nil and err ~= nil then error(err, 2) end
     return v
   end

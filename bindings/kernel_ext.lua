@@ -686,10 +686,12 @@ E.process = {
     if type(opts) ~= "table" then error("bad argument #1 to 'set_options' (table expected)", 2) end
     for k, v in pairs(opts) do
       if k == "trap_links" then
-        if type(v) ~= "boolean" then error("bad option 'trap_links' (boolean expected)", 2) end
+        if type(v) ~= "boolean" then error("invalid: option 'trap_links' must be a boolean, got " .. type(v), 2) end
         I.set_trap_links(v)
       else
-        error("unknown option '" .. tostring(k) .. "'", 2)
+        -- The wording of stdlib/host/options.lua's check (the kernel does
+        -- not load modules).
+        error("invalid: unknown option '" .. tostring(k) .. "'", 2)
       end
     end
     return true

@@ -157,11 +157,13 @@ int Primitives::searcher(lua_State* L) {
     });
     return 1;
   }
-  if (name == "host.commands") {  // the host's own commands, for stdlib modules (http)
+  if (name == "host.commands") {  // the host's own commands, for stdlib modules (http, ssl)
     lua_pushcfunction(L, [](lua_State* S) -> int {
-      lua_createtable(S, 0, 1);
+      lua_createtable(S, 0, 2);
       lua_pushinteger(S, io::io_cmd::kHttp);
       lua_setfield(S, -2, "http");
+      lua_pushinteger(S, io::io_cmd::kFs);  // stdlib/ssl.lua's reads of certificates and keys
+      lua_setfield(S, -2, "fs");
       return 1;
     });
     return 1;

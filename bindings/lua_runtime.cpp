@@ -57,6 +57,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   err = ModuleCache::compile("=metatable_calls", k_metatable_calls_source, metatable_calls_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
   io_ = io::install_io_services(scheduler_, options_.io_threads);
+  io_->fs.set_read_limit(options_.mem_limit);
+  io_->fs.set_alive([this](const Pid& pid) { return scheduler_.alive(pid); });
   io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
                    [this](const std::string& module) { return !modules_.locate(module).empty(); });
   install_moved_value_hooks();

@@ -367,10 +367,12 @@ void check_optstring(lua_State* L, int idx, const char* what, const char* method
     luaL_error(L, "bad argument to '%s' (%s: string expected, got %s)", method, what, luaL_typename(L, idx));
 }
 
-// sock:__tlswrap(mode, protocol, verify, cafile, certificate, key): ssl.wrap's
-// entry (stdlib/ssl.lua checks the parameters first). The socket becomes
-// a TLS connection (class tls{connection}) once the I/O thread has made
-// its context; nil, err where it cannot (a file missing, a bad key).
+// sock:__tlswrap(mode, protocol, verify, cafile, certificate, key, ca_pem,
+// certificate_pem, key_pem): ssl.wrap's entry (stdlib/ssl.lua checks the
+// parameters and reads the files first: the I/O thread never opens a
+// file). The socket becomes a TLS connection (class tls{connection}) once
+// the I/O thread has made its context; nil, err where it cannot (a bad
+// key).
 int m_tlswrap(lua_State* L) {
   SocketRef* s = check(L, "wrap");
   const char* mode = luaL_checkstring(L, 2);
@@ -380,12 +382,15 @@ int m_tlswrap(lua_State* L) {
   check_optstring(L, 5, "cafile", "wrap");
   check_optstring(L, 6, "certificate", "wrap");
   check_optstring(L, 7, "key", "wrap");
+  check_optstring(L, 8, "cafile's contents", "wrap");
+  check_optstring(L, 9, "certificate's contents", "wrap");
+  check_optstring(L, 10, "key's contents", "wrap");
   if (!live(s)) return answer_closed(L);
   expect_class_change(L, s);
-  lua_settop(L, 7);
+  lua_settop(L, 10);
   lua_pushboolean(L, lua_toboolean(L, 4));
   lua_replace(L, 4);
-  return call(L, "tls_wrap", s, 6);
+  return call(L, "tls_wrap", s, 9);
 }
 
 // conn:dohandshake(): true, or nil and why ("certificate verify failed:

@@ -75,7 +75,7 @@ local function make_context(params, fname)
 end
 
 -- ssl.newcontext(params): the parameters, checked; its files are read at
--- each wrap (where a missing one is wrap's nil, err).
+-- each wrap (where a missing one is wrap's nil, err), by the wrapping task.
 function ssl.newcontext(params) return make_context(params, "newcontext") end
 
 -- ssl.wrap(sock, params or context): the connected TCP socket as a TLS
@@ -86,7 +86,23 @@ function ssl.wrap(sock, params)
     if type(sock) == "userdata" and tostring(sock):find("^tls{") then return nil, "already wrapped" end
     error(format("bad argument #1 to 'wrap' (a connected tcp socket expected, got %s)", type(sock) == "userdata" and tostring(sock):match("^[^:]*") or type(sock)), 2)
   end
-  local ok, err = sock:__tlswrap(ctx.mode, ctx.protocol, ctx.verify, ctx.cafile, ctx.certificate, ctx.key)
+  -- The files are read here, in the caller's task, and their bytes handed
+  -- over (host.tls_files).
+  local files = require("host.tls_files")
+  local ca_pem, cert_pem, key_pem, err
+  if ctx.cafile and ctx.verify then
+    ca_pem, err = files.read(ctx.cafile, "cafile", "CA file")
+    if not ca_pem then return nil, err end
+  end
+  if ctx.certificate then
+    cert_pem, err = files.read(ctx.certificate, "certificate", "certificate file")
+    if not cert_pem then return nil, err end
+    key_pem, err = files.read(ctx.key, "key", "key file")
+    if not key_pem then return nil, err end
+  end
+  local ok
+  ok, err = sock:__tlswrap(ctx.mode, ctx.protocol, ctx.verify, ctx.cafile, ctx.certificate, ctx.key,
+    ca_pem, cert_pem, key_pem)
   if not ok then return nil, err end
   return sock
 end

@@ -32,21 +32,33 @@ local M = {}
 local STRATEGIES = { one_for_one = true, one_for_all = true, rest_for_one = true }
 local RESTARTS = { permanent = true, transient = true, temporary = true }
 
+local options = require("host.options")
+local SPEC_OPTIONS = {
+  strategy = true, intensity = true, period = true, children = true, name = true,
+  start_timeout = true, shutdown_timeout = true,
+}
+local CHILD_OPTIONS = { id = true, entry = true, args = true, restart = true, name = true }
+
+-- Raises at the line that called supervisor.start (level 3 from here).
+local function bad_spec(msg) error("invalid: " .. msg, 4) end
+
 local function check_spec(spec)
-  if type(spec) ~= "table" then error("supervisor spec must be a table", 3) end
+  if type(spec) ~= "table" then bad_spec("supervisor spec must be a table") end
+  options.check(spec, SPEC_OPTIONS, 3)
   spec.strategy = spec.strategy or "one_for_one"
-  if not STRATEGIES[spec.strategy] then error("unknown supervisor strategy '" .. tostring(spec.strategy) .. "'", 3) end
+  if not STRATEGIES[spec.strategy] then bad_spec("unknown supervisor strategy '" .. tostring(spec.strategy) .. "'") end
   spec.intensity = spec.intensity or 3
   spec.period = spec.period or 5
-  if type(spec.children) ~= "table" then error("supervisor spec needs a children list", 3) end
+  if type(spec.children) ~= "table" then bad_spec("supervisor spec needs a children list") end
   local ids = {}
   for i, c in ipairs(spec.children) do
-    if type(c) ~= "table" or type(c.entry) ~= "string" then error("child #" .. i .. " needs an entry string", 3) end
+    if type(c) ~= "table" or type(c.entry) ~= "string" then bad_spec("child #" .. i .. " needs an entry string") end
+    options.check(c, CHILD_OPTIONS, 3)
     c.id = c.id or c.entry
-    if ids[c.id] then error("duplicate child id '" .. tostring(c.id) .. "'", 3) end
+    if ids[c.id] then bad_spec("duplicate child id '" .. tostring(c.id) .. "'") end
     ids[c.id] = true
     c.restart = c.restart or "permanent"
-    if not RESTARTS[c.restart] then error("child '" .. c.id .. "': unknown restart '" .. tostring(c.restart) .. "'", 3) end
+    if not RESTARTS[c.restart] then bad_spec("child '" .. c.id .. "': unknown restart '" .. tostring(c.restart) .. "'") end
   end
   return spec
 end

@@ -151,6 +151,36 @@ TEST_CASE("a --mem-limit too small for any process fails the root with limit: me
   }
 }
 
+TEST_CASE("a process terminated in a read of an endless file stops reading: the host's memory stops growing") {
+  // Under a large --mem-limit the read's own bound is far off: only its
+  // stop at the reader's end keeps the host's memory from growing. The
+  // host's resident memory is taken twice, a second apart, after the
+  // terminate has had time to take effect.
+  ScriptDir d;
+  d.write("main.lua",
+          "local M = {}\n"
+          "local function rss() return tonumber(fs.read('/proc/self/status'):match('VmRSS:%s*(%d+)')) end\n"
+          "function M.main()\n"
+          "  local reader = process.spawn('main:reader')\n"
+          "  time.sleep(0.1)\n"
+          "  process.terminate(reader)\n"
+          "  time.sleep(0.5)\n"
+          "  local before = rss()\n"
+          "  time.sleep(1)\n"
+          "  log.info('GREW %d KiB', rss() - before)\n"
+          "end\n"
+          "function M.reader() return fs.read('/dev/zero') end\n"
+          "return M\n");
+  RunOptions o;
+  o.timeout = 60s;
+  auto r = run_host({"run", d.str(), "--mem-limit", "3G"}, o);
+  CHECK_MESSAGE(r.code == 0, r.err);
+  const auto at = r.err.find("GREW ");
+  REQUIRE_MESSAGE(at != std::string::npos, r.err);
+  const long grew_kib = std::stol(r.err.substr(at + 5));
+  CHECK_MESSAGE(grew_kib < 16 * 1024, r.err);
+}
+
 TEST_CASE("os.exit ends the process that calls it; the host ends with the root, 0 or 1") {
   // Before, os.exit in any process ended the host at once with its code.
   ScriptDir d;

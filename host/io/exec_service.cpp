@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <deque>
@@ -67,6 +68,7 @@ struct ExecService::Program {
   std::uint64_t id = 0;
   Pid owner;
   int os_pid = 0;
+  bool group_gone = false;  // its process group had no one left when it exited: the number may be reused
   bool collect = false;  // exec.run: everything read, one completion
   Pid run_pid;
   std::uint64_t run_tag = 0;
@@ -143,6 +145,9 @@ struct ProgramOps {
   static void on_exit(uv_process_t* proc, std::int64_t status, int term_signal) {
     auto* p = static_cast<Program*>(proc->data);
     p->exited = true;
+    // Children it left behind keep its group (and so its number) in use;
+    // with none, a later signal to the number could reach a stranger.
+    if (::kill(-p->os_pid, 0) != 0 && errno == ESRCH) p->group_gone = true;
     p->signal = term_signal;
     // Killed by a signal: the shell's convention, 128 and its number.
     p->code = term_signal ? 128 + term_signal : status;
@@ -278,11 +283,18 @@ struct ProgramOps {
     st.waiting.clear();
   }
 
-  // Closes everything of p's; kills the program unless it has exited. The
+  // Signals the program's process group (it leads one: started
+  // detached). 0 or a libuv error.
+  static int signal_group(Program* p, int sig) {
+    if (p->os_pid <= 0 || p->group_gone) return UV_ESRCH;
+    return ::kill(-p->os_pid, sig) == 0 ? 0 : uv_translate_sys_error(errno);
+  }
+
+  // Closes everything of p's; kills the program and its process group. The
   // process handle stays until the exit comes (so the child is reaped),
   // unless `now` (the loop is stopping).
   static void shut(Program* p, bool now) {
-    if (!p->exited && p->proc_open) uv_process_kill(&p->proc, SIGKILL);
+    if (p->os_pid > 0) signal_group(p, SIGKILL);  // its children too, where it has exited before them
     close(p, reinterpret_cast<uv_handle_t*>(&p->in), p->in_open);
     end_stream(p, p->out);
     end_stream(p, p->err);
@@ -427,10 +439,7 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
     }
     if (op.string == "kill") {
       const int sig = arg(args, 2).is_number() ? static_cast<int>(arg(args, 2).number) : SIGTERM;
-      if (!p->exited) {
-        if (int rc = uv_process_kill(&p->proc, sig); rc != 0 && rc != UV_ESRCH)
-          fail(uv_error(rc, "kill"));
-      }
+      if (int rc = Ops::signal_group(p, sig); rc != 0 && rc != UV_ESRCH) fail(uv_error(rc, "kill"));
       scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
       return;
     }
@@ -446,9 +455,16 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
   const CallValue& argv = arg(args, 1);
   const CallValue& opts = arg(args, 2);
   if (!argv.is_table() || argv.array.empty()) fail(make_error(ErrorKind::Invalid, "argv must be a table of strings"));
+  // A NUL byte would end the C string the program is given there, so it
+  // would run with another argument, directory or variable than the one
+  // asked for.
+  auto no_nul = [](const std::string& s, const std::string& what) {
+    if (s.find('\0') != std::string::npos) fail(make_error(ErrorKind::Invalid, what + " contains a NUL byte"));
+  };
   std::vector<std::string> words;
   for (const auto& v : argv.array) {
     if (!v.is_string()) fail(make_error(ErrorKind::Invalid, "argv must be a table of strings"));
+    no_nul(v.string, "argv[" + std::to_string(words.size() + 1) + "]");
     words.push_back(v.string);
   }
   std::vector<char*> cargs;
@@ -463,6 +479,8 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
     std::vector<std::pair<std::string, std::string>> adds;
     for (const auto& [k, v] : extra->fields) {
       if (!k.is_string() || !(v.is_string() || v.is_number())) fail(make_error(ErrorKind::Invalid, "env must map names to strings"));
+      no_nul(k.string, "an env name");
+      if (v.is_string()) no_nul(v.string, "env['" + k.string + "']");
       std::string value = v.is_string() ? v.string : std::to_string(v.number);
       if (v.is_number() && v.number == static_cast<double>(static_cast<long long>(v.number)))
         value = std::to_string(static_cast<long long>(v.number));
@@ -481,6 +499,7 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
     env.push_back(nullptr);
   }
   const CallValue* cwd = opts.field("cwd");
+  if (cwd && cwd->is_string()) no_nul(cwd->string, "cwd");
   const CallValue* input = opts.field("stdin");
   const CallValue* timeout = opts.field("timeout");
 
@@ -511,6 +530,10 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
   o.env = env.empty() ? nullptr : env.data();
   o.cwd = cwd && cwd->is_string() ? cwd->string.c_str() : nullptr;
   o.exit_cb = Ops::on_exit;
+  // Its own process group (a new session), so that a timeout, a kill and
+  // its owner's end reach the children it started too (a shell's
+  // pipeline, `sh -c "...; ..."`), not only the program itself.
+  o.flags = UV_PROCESS_DETACHED;
   o.stdio_count = 3;
   o.stdio = stdio;
   const int rc = uv_spawn(loop, &p->proc, &o);

@@ -38,6 +38,14 @@ const std::string& string_arg(const std::vector<CallValue>& args, std::size_t i,
   return args[i].string;
 }
 
+// A path goes to the system as a C string: a NUL byte in it would cut it
+// short, so that another file than the one named would be used.
+const std::string& path_arg(const std::vector<CallValue>& args, std::size_t i, const char* name) {
+  const std::string& s = string_arg(args, i, name);
+  if (s.find('\0') != std::string::npos) fail(make_error(ErrorKind::Invalid, std::string(name) + " contains a NUL byte"));
+  return s;
+}
+
 double number_arg(const std::vector<CallValue>& args, std::size_t i, const char* name) {
   if (i >= args.size() || !args[i].is_number()) fail(make_error(ErrorKind::Invalid, std::string(name) + " must be a number"));
   return args[i].number;
@@ -58,14 +66,49 @@ class Fd {
   int fd_;
 };
 
-std::string read_whole(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+}  // namespace
+
+// What one call may read: the calling process's memory limit less what
+// its heap holds already (a read's bytes end up in that heap), and
+// whether the process is still there to take them, asked between chunks
+// so that an endless source stops soon after its reader ended.
+struct FsService::ReadBudget {
+  const FsService& svc;
+  const Pid& caller;
+  std::size_t left;
+  std::size_t since_check = 0;
+
+  // n more bytes, after `held` the call holds already.
+  void take(const std::string& what, std::size_t n, std::size_t held) {
+    if (held + n > left)
+      fail(make_error(ErrorKind::Limit, "memory (" + what + ": more than the process's memory limit of " +
+                                            std::to_string(svc.read_limit_) + " bytes allows)"));
+    since_check += n;
+    if (since_check >= (1u << 20)) {
+      since_check = 0;
+      if (svc.alive_ && !svc.alive_(caller)) fail(make_error(ErrorKind::Canceled));
+    }
+  }
+};
+
+namespace {
+
+// regular_only: anything but a plain file is refused before a byte is
+// read, and the open does not wait for a FIFO's writer (the host's own
+// reads of certificates and keys).
+std::string read_whole(const std::string& path, FsService::ReadBudget& budget, bool regular_only) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | (regular_only ? O_NONBLOCK : 0)));
   if (fd.get() < 0) fail_errno(path);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) fail_errno(path);
+  if (regular_only && !S_ISREG(st.st_mode)) fail(make_error(ErrorKind::Invalid, path + ": not a regular file"));
   if (S_ISDIR(st.st_mode)) fail(make_error(ErrorKind::Io, path + ": is a directory"));
   std::string data;
-  if (S_ISREG(st.st_mode)) data.reserve(static_cast<std::size_t>(st.st_size));
+  if (S_ISREG(st.st_mode)) {
+    const auto size = static_cast<std::size_t>(st.st_size);
+    budget.take(path, size, 0);  // too large for the process: answered before reading any of it
+    data.reserve(size);
+  }
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(fd.get(), buf, sizeof buf);
@@ -74,6 +117,7 @@ std::string read_whole(const std::string& path) {
       fail_errno(path);
     }
     if (n == 0) break;
+    budget.take(path, static_cast<std::size_t>(n), data.size());
     data.append(buf, static_cast<std::size_t>(n));
   }
   return CallResultWriter().string(data).finish();
@@ -169,7 +213,10 @@ bool valid_mode(const std::string& m) {
 
 // io's read formats on a stdio stream; each result written to w, stopping
 // after the first that finds nothing (nil), as io's read does.
-void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t first, CallResultWriter& w) {
+void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t first, CallResultWriter& w,
+                  FsService::ReadBudget& budget) {
+  std::size_t held = 0;  // what this call's earlier formats read
+  const std::string what = "read";
   std::vector<CallValue> defaults;
   if (first >= args.size()) {
     defaults.resize(1);
@@ -193,10 +240,20 @@ void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t 
           w.string("");
         }
       } else {
-        std::string buf(static_cast<std::size_t>(std::min(n, 1e9)), '\0');
-        const std::size_t r = std::fread(buf.data(), 1, buf.size(), f);
-        if (r == 0) got = false;
-        else w.string(std::string_view(buf.data(), r));
+        // Grown as the bytes come: a count larger than the file costs no
+        // more than the file.
+        const std::size_t want = n >= 9e15 ? std::size_t(9e15) : static_cast<std::size_t>(n);
+        std::string got_bytes;
+        char buf[65536];
+        while (got_bytes.size() < want) {
+          const std::size_t r = std::fread(buf, 1, std::min(sizeof buf, want - got_bytes.size()), f);
+          if (r == 0) break;
+          budget.take(what, r, held + got_bytes.size());
+          got_bytes.append(buf, r);
+        }
+        if (got_bytes.empty()) got = false;
+        else w.string(got_bytes);
+        held += got_bytes.size();
       }
     } else if (fmt.is_string()) {
       std::string_view s = fmt.string;
@@ -209,7 +266,11 @@ void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t 
       } else if (kind == 'l' || kind == 'L') {
         std::string line;
         int c;
-        while ((c = std::getc(f)) != EOF && c != '\n') line.push_back(static_cast<char>(c));
+        while ((c = std::getc(f)) != EOF && c != '\n') {
+          if ((line.size() & 65535) == 65535) budget.take(what, 65536, held + line.size());
+          line.push_back(static_cast<char>(c));
+        }
+        held += line.size();
         if (c == '\n' && kind == 'L') line.push_back('\n');
         if (c == EOF && line.empty()) got = false;
         else w.string(line);
@@ -217,7 +278,11 @@ void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t 
         std::string all;
         char buf[65536];
         std::size_t r;
-        while ((r = std::fread(buf, 1, sizeof buf, f)) > 0) all.append(buf, r);
+        while ((r = std::fread(buf, 1, sizeof buf, f)) > 0) {
+          budget.take(what, r, held + all.size());
+          all.append(buf, r);
+        }
+        held += all.size();
         w.string(all);
       } else {
         fail(make_error(ErrorKind::Invalid, "bad read format '" + fmt.string + "'"));
@@ -235,6 +300,13 @@ void read_formats(std::FILE* f, const std::vector<CallValue>& args, std::size_t 
 
 }  // namespace
 
+// args[i]: the bytes the caller's heap holds (fs.lua sends them).
+FsService::ReadBudget FsService::budget_for(const Pid& caller, const std::vector<CallValue>& args, std::size_t i) const {
+  const double used = i < args.size() && args[i].is_number() && args[i].number > 0 ? args[i].number : 0;
+  const std::size_t held = used >= static_cast<double>(read_limit_) ? read_limit_ : static_cast<std::size_t>(used);
+  return ReadBudget{*this, caller, read_limit_ - held};
+}
+
 std::shared_ptr<FsService::File> FsService::find(const Pid& caller, double id) {
   std::lock_guard lock(mu_);
   auto it = files_.find(static_cast<std::uint64_t>(id));
@@ -243,7 +315,7 @@ std::shared_ptr<FsService::File> FsService::find(const Pid& caller, double id) {
 }
 
 std::string FsService::open(const Pid& caller, const std::vector<CallValue>& args) {
-  const std::string& path = string_arg(args, 1, "path");
+  const std::string& path = path_arg(args, 1, "path");
   const std::string& mode = string_arg(args, 2, "mode");
   if (!valid_mode(mode)) fail(make_error(ErrorKind::Invalid, "bad mode '" + mode + "'"));
   std::FILE* f = std::fopen(path.c_str(), (mode + "e").c_str());
@@ -303,19 +375,23 @@ void FsService::close_owned(const Pid& owner) {
 
 std::string FsService::handle(const Pid& caller, const std::vector<CallValue>& args) {
   const std::string& op = string_arg(args, 0, "operation");
-  if (op == "read") return read_whole(string_arg(args, 1, "path"));
-  if (op == "write") return write_whole(string_arg(args, 1, "path"), string_arg(args, 2, "data"), false);
-  if (op == "append") return write_whole(string_arg(args, 1, "path"), string_arg(args, 2, "data"), true);
-  if (op == "stat") return stat_path(string_arg(args, 1, "path"));
-  if (op == "list") return list_dir(string_arg(args, 1, "path"));
+  if (op == "read") {
+    ReadBudget budget = budget_for(caller, args, 2);
+    const bool regular_only = args.size() > 3 && args[3].type == CallValue::Type::Boolean && args[3].boolean;
+    return read_whole(path_arg(args, 1, "path"), budget, regular_only);
+  }
+  if (op == "write") return write_whole(path_arg(args, 1, "path"), string_arg(args, 2, "data"), false);
+  if (op == "append") return write_whole(path_arg(args, 1, "path"), string_arg(args, 2, "data"), true);
+  if (op == "stat") return stat_path(path_arg(args, 1, "path"));
+  if (op == "list") return list_dir(path_arg(args, 1, "path"));
   if (op == "mkdir") {
     const bool parents = args.size() > 2 && args[2].type == CallValue::Type::Boolean && args[2].boolean;
-    return make_dir(string_arg(args, 1, "path"), parents);
+    return make_dir(path_arg(args, 1, "path"), parents);
   }
-  if (op == "remove") return remove_path(string_arg(args, 1, "path"));
+  if (op == "remove") return remove_path(path_arg(args, 1, "path"));
   if (op == "rename") {
-    const std::string& from = string_arg(args, 1, "from");
-    if (::rename(from.c_str(), string_arg(args, 2, "to").c_str()) != 0) fail_errno(from);
+    const std::string& from = path_arg(args, 1, "from");
+    if (::rename(from.c_str(), path_arg(args, 2, "to").c_str()) != 0) fail_errno(from);
     return ok();
   }
   if (op == "open") return open(caller, args);
@@ -326,8 +402,9 @@ std::string FsService::handle(const Pid& caller, const std::vector<CallValue>& a
   if (!file->f) fail(make_error(ErrorKind::Invalid, "file is closed"));
   std::FILE* f = file->f;
   if (op == "fread") {
+    ReadBudget budget = budget_for(caller, args, 2);
     CallResultWriter w;
-    read_formats(f, args, 2, w);
+    read_formats(f, args, 3, w, budget);
     return w.finish();
   }
   if (op == "fwrite") {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,11 +38,17 @@ class FsService {
   std::string handle(const Pid& caller, const std::vector<CallValue>& args);
   // Closes every file `owner` still has open.
   void close_owned(const Pid& owner);
+  // What one read may hold (the processes' memory limit), and whether a
+  // reader is still alive; set once, before the first call.
+  void set_read_limit(std::size_t bytes) { read_limit_ = bytes; }
+  void set_alive(std::function<bool(const Pid&)> alive) { alive_ = std::move(alive); }
+  struct ReadBudget;
   // Open files, all processes together (a test's leak check).
   std::size_t open_files() const { return count_.load(std::memory_order_relaxed); }
 
  private:
   struct File;
+  ReadBudget budget_for(const Pid& caller, const std::vector<CallValue>& args, std::size_t i) const;
   std::shared_ptr<File> find(const Pid& caller, double id);
   std::string open(const Pid& caller, const std::vector<CallValue>& args);
   std::string close(const Pid& caller, double id);
@@ -50,6 +57,8 @@ class FsService {
   std::uint64_t next_id_ = 0;                                     // guarded by mu_
   std::unordered_map<std::uint64_t, std::shared_ptr<File>> files_;  // guarded by mu_
   std::unordered_map<Pid, std::unordered_set<std::uint64_t>> owned_;  // guarded by mu_
+  std::size_t read_limit_ = SIZE_MAX;
+  std::function<bool(const Pid&)> alive_;
   std::atomic<std::size_t> count_{0};  // files_.size(), read without the lock
 };
 

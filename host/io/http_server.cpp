@@ -1293,6 +1293,15 @@ struct HttpOps {
       o.verify = false;
       o.cert_file = cert->string;
       o.key_file = key->string;
+      // Their contents, read by the calling process (stdlib/http/server.lua):
+      // this thread opens no file.
+      const CallValue* cert_pem = tls->field("cert_pem");
+      const CallValue* key_pem = tls->field("key_pem");
+      if (!cert_pem || !cert_pem->is_string() || !key_pem || !key_pem->is_string())
+        fail("invalid: opts.tls needs cert_pem and key_pem, the files' contents");
+      o.in_memory = true;
+      o.cert_pem = cert_pem->string;
+      o.key_pem = key_pem->string;
       std::string err;
       lim.tls = TlsContext::make(o, &err);
       if (!lim.tls) fail(err);

@@ -1211,6 +1211,14 @@ void resolve(uv_loop_t* loop, const std::string& host, int port, int family, boo
   }
 }
 
+// A host name or address: a NUL byte would end the C string the lookup
+// is given, so another host than the one named would be reached.
+std::string host_arg(const std::vector<CallValue>& args, std::size_t i) {
+  const std::string& host = arg(args, i).string;
+  if (host.find('\0') != std::string::npos) throw CallError{make_error(ErrorKind::Invalid, "host name contains a NUL byte")};
+  return host;
+}
+
 int family_of(const CallValue& v) {
   if (v.string == "inet") return AF_INET;
   if (v.string == "inet6") return AF_INET6;
@@ -1243,7 +1251,8 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       return reply(CallResultWriter().moved(s->id, s->udp ? "+udp{unconnected}" : "+tcp{master}").finish());
     }
     if (op == "toip" || op == "getaddrinfo" || op == "tohostname") {
-      const std::string host = arg(args, 1).string;
+      const std::string host = host_arg(args, 1);
+      if (host.empty()) fail("host not found");  // as LuaSocket: no name is no host (not 0.0.0.0)
       resolve(loop, host, 0, op == "toip" ? AF_INET : AF_UNSPEC, false,
               [this, loop, caller, tag, op, host](int status, std::vector<sockaddr_storage> addrs) {
                 if (status != 0) {
@@ -1312,7 +1321,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
     }
     if (s->state == Sock::Dead || !s->h) fail("closed");
     if (op == "bind") {
-      const std::string host = arg(args, 2).string;
+      const std::string host = host_arg(args, 2);
       const int port = static_cast<int>(arg(args, 3).number);
       const std::uint64_t id = s->id;
       resolve(loop, host, port, s->family, s->udp, [this, caller, tag, id](int status, std::vector<sockaddr_storage> addrs) {
@@ -1350,7 +1359,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
     if (op == "connect" && !s->udp) {
       if (s->state == Sock::Client) fail("already connected");
       if (s->connecting) fail("operation already in progress");
-      const std::string host = arg(args, 2).string;
+      const std::string host = host_arg(args, 2);
       const int port = static_cast<int>(arg(args, 3).number);
       s->connect = Req{caller, tag, Ops::deadline(loop, arg(args, 4))};
       s->connecting = true;
@@ -1372,7 +1381,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       return;
     }
     if (op == "connect" && s->udp) {  // setpeername
-      const std::string host = arg(args, 2).string;
+      const std::string host = host_arg(args, 2);
       const int port = static_cast<int>(arg(args, 3).number);
       if (host == "*") {
         if (s->udp_connected) uv_udp_connect(Ops::udp(s), nullptr);
@@ -1420,7 +1429,7 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
         return;
       }
       const std::uint64_t id = s->id;
-      resolve(loop, arg(args, 3).string, static_cast<int>(arg(args, 4).number), s->family, true,
+      resolve(loop, host_arg(args, 3), static_cast<int>(arg(args, 4).number), s->family, true,
               [this, caller, tag, id, data, send_to](int status, std::vector<sockaddr_storage> addrs) {
                 auto it = socks_.find(id);
                 if (it == socks_.end()) return (void)scheduler_.complete_yield(caller, tag, {}, "closed");
@@ -1575,6 +1584,12 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       o.ca_file = arg(args, 5).string;
       o.cert_file = arg(args, 6).string;
       o.key_file = arg(args, 7).string;
+      // The files' contents, read by the calling process (stdlib/ssl.lua):
+      // no file is opened on this thread.
+      o.in_memory = true;
+      o.ca_pem = arg(args, 8).string;
+      o.cert_pem = arg(args, 9).string;
+      o.key_pem = arg(args, 10).string;
       std::string err;
       std::shared_ptr<const TlsContext> ctx = tls_context(o, &err);
       if (!ctx) fail(err);

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -47,6 +48,70 @@ std::string file_error(const char* what, const std::string& path, const char* fa
                     std::string(what) + " " + path + ": " + std::strerror(e));
 }
 
+// A key is never asked for a passphrase (OpenSSL's default would prompt
+// on the terminal): an encrypted key is refused.
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+// PEM bytes in a read-only memory BIO, freed with it.
+class PemBio {
+ public:
+  explicit PemBio(const std::string& pem) : bio_(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()))) {}
+  ~PemBio() { BIO_free(bio_); }
+  PemBio(const PemBio&) = delete;
+  BIO* get() const { return bio_; }
+
+ private:
+  BIO* bio_;
+};
+
+// The certificates of pem into ctx's trust store; whether there was one.
+bool load_ca_pem(SSL_CTX* ctx, const std::string& pem) {
+  PemBio bio(pem);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int added = 0;
+  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
+    if (X509_STORE_add_cert(store, x) == 1) ++added;
+    X509_free(x);
+  }
+  if (added > 0) ERR_clear_error();  // the end of the bytes reads as an error
+  return added > 0;
+}
+
+// A certificate chain as SSL_CTX_use_certificate_chain_file takes it: the
+// certificate, then the certificates that sign it.
+bool use_chain_pem(SSL_CTX* ctx, const std::string& pem) {
+  PemBio bio(pem);
+  X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, no_passphrase, nullptr);
+  if (!leaf) return false;
+  const bool used = SSL_CTX_use_certificate(ctx, leaf) == 1;
+  X509_free(leaf);
+  if (!used) return false;
+  SSL_CTX_clear_chain_certs(ctx);
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(ctx, ca) != 1) {
+      X509_free(ca);
+      return false;
+    }
+  }
+  ERR_clear_error();
+  return true;
+}
+
+bool use_key_pem(SSL_CTX* ctx, const std::string& pem) {
+  PemBio bio(pem);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr);
+  if (!key) return false;
+  const bool used = SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  return used;
+}
+
+// The error of a file whose bytes the caller read: it is there, but not
+// what was asked for.
+std::string content_error(const char* what, const std::string& path, const char* fallback) {
+  return make_error(ErrorKind::Invalid, std::string(what) + " " + path + ": " + openssl_reason(fallback));
+}
+
 }  // namespace
 
 std::shared_ptr<TlsContext> TlsContext::make(const Options& o, std::string* err) {
@@ -78,7 +143,22 @@ std::shared_ptr<TlsContext> TlsContext::make(const Options& o, std::string* err)
   }
   // Idle connections keep no read and write buffers (about 34 KB each).
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  if (!o.cert_file.empty()) {
+  SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+  if (o.in_memory && !o.cert_file.empty()) {
+    if (!use_chain_pem(ctx, o.cert_pem)) {
+      *err = content_error("certificate file", o.cert_file, "not a PEM certificate");
+      return nullptr;
+    }
+    if (!use_key_pem(ctx, o.key_pem)) {
+      *err = content_error("key file", o.key_file, "not a PEM private key");
+      return nullptr;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+      *err = make_error(ErrorKind::Invalid, "key file " + o.key_file + " does not match certificate " + o.cert_file);
+      ERR_clear_error();
+      return nullptr;
+    }
+  } else if (!o.cert_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(ctx, o.cert_file.c_str()) != 1) {
       *err = file_error("certificate file", o.cert_file, "not a PEM certificate");
       return nullptr;
@@ -94,7 +174,12 @@ std::shared_ptr<TlsContext> TlsContext::make(const Options& o, std::string* err)
     }
   }
   if (o.verify) {
-    if (!o.ca_file.empty()) {
+    if (o.in_memory && !o.ca_file.empty()) {
+      if (!load_ca_pem(ctx, o.ca_pem)) {
+        *err = content_error("CA file", o.ca_file, "no PEM certificates in it");
+        return nullptr;
+      }
+    } else if (!o.ca_file.empty()) {
       if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1) {
         *err = file_error("CA file", o.ca_file, "no PEM certificates in it");
         return nullptr;

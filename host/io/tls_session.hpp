@@ -48,6 +48,14 @@ class TlsContext {
     // may give both to present a certificate.
     std::string cert_file;
     std::string key_file;
+    // The files' contents, read by the caller: then no file is opened
+    // here (the I/O threads make contexts, and a file that blocks, a FIFO,
+    // would stop every socket of the thread), and the names above only
+    // name them in errors. An empty string is an empty file.
+    bool in_memory = false;
+    std::string ca_pem;
+    std::string cert_pem;
+    std::string key_pem;
   };
   // The context, or nullptr with *err set ("kind: detail").
   static std::shared_ptr<TlsContext> make(const Options& options, std::string* err);

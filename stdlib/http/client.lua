@@ -696,13 +696,17 @@ function M.request(method, url, opts)
   if type(opts) ~= "table" then
     error("bad argument #3 to 'http.request' (table expected, got " .. type(opts) .. ")", 2)
   end
+  require("host.options").check(opts, OPTION, 2)
   for k, v in pairs(opts) do
     local want = OPTION[k]
-    if not want then error("bad argument #3 to 'http.request' (unknown option " .. tostring(k) .. ")", 2) end
     if type(v) ~= want then
       error(format("bad argument #3 to 'http.request' (opts.%s: %s expected, got %s)", k, want, type(v)), 2)
     end
   end
+  -- A NUL byte would cut the host name (or a file's name) short, so
+  -- another than the one named would be reached.
+  if find(url, "\0", 1, true) then return nil, "invalid: url contains a NUL byte" end
+  if opts.ca_file and find(opts.ca_file, "\0", 1, true) then return nil, "invalid: ca_file contains a NUL byte" end
   if not find(method, TOKEN) then return invalid("method %q", method) end
   local timeout = opts.timeout or DEFAULT_TIMEOUT
   if timeout ~= timeout or timeout < 0 then return invalid("timeout %s", tostring(timeout)) end

@@ -4,7 +4,8 @@
 -- stdlib/http/conn.lua, which calls the entry's method with each request.
 local call = require("host.call")
 local CMD = require("host.commands").http
-local type, error, tonumber, setmetatable = type, error, tonumber, setmetatable
+local type, error, tonumber, setmetatable, pairs = type, error, tonumber, setmetatable, pairs
+local options = require("host.options")
 
 local M = {}
 
@@ -41,6 +42,8 @@ local known = {
   keepalive_timeout = "number", max_connections = "number", hibernate_after = "number", tls = "table",
 }
 
+local TLS_OPTIONS = { cert = true, key = true }
+
 function M.serve(address, entry, opts)
   local host, port = split_address(address)
   if type(entry) ~= "string" or not entry:match("^[%w_%.%-/]+:?[%w_]*$") then
@@ -51,11 +54,29 @@ function M.serve(address, entry, opts)
     error("bad argument #3 to 'serve' (table expected, got " .. type(opts) .. ")", 2)
   end
   opts = opts or {}
+  options.check(opts, known, 2)
   for k, v in pairs(opts) do
-    if not known[k] then return nil, "invalid: unknown option '" .. tostring(k) .. "'" end
     if type(v) ~= known[k] and not (k == "hibernate_after" and v == false) then
       return nil, "invalid: opts." .. k .. " must be a " .. known[k] .. ", got " .. type(v)
     end
+  end
+  if opts.tls then
+    options.check(opts.tls, TLS_OPTIONS, 2)
+    local cert, key = opts.tls.cert, opts.tls.key
+    if type(cert) ~= "string" or type(key) ~= "string" then
+      return nil, "invalid: opts.tls needs cert and key, the PEM files of the server's certificate chain and key"
+    end
+    -- Read here, by the calling task: the I/O thread that makes the
+    -- context never opens a file (host.tls_files).
+    local files = require("host.tls_files")
+    local cert_pem, err = files.read(cert, "cert", "certificate file")
+    if not cert_pem then return nil, err end
+    local key_pem, kerr = files.read(key, "key", "key file")
+    if not key_pem then return nil, kerr end
+    local given = opts
+    opts = {}
+    for k, v in pairs(given) do opts[k] = v end
+    opts.tls = { cert = cert, key = key, cert_pem = cert_pem, key_pem = key_pem }
   end
   local id, addr = call(CMD, 0, "serve", host, port, entry, opts)
   if not id then return nil, addr end

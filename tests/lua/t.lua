@@ -32,6 +32,20 @@ function T.raises(fn, pattern, what)
   end
 end
 
+-- Expects fn to raise an error that is exactly the caller's file and
+-- line, then msg (plain text, at the start): a check must blame the line
+-- that made the bad call, not a line of the library. Call it with fn on
+-- the same line.
+function T.raises_here(fn, msg, what)
+  local at = debug.getinfo(2, "Sl")
+  local ok, err = pcall(fn)
+  if ok then error((what or "call") .. " did not raise", 2) end
+  local want = at.short_src .. ":" .. at.currentline .. ": " .. msg
+  if tostring(err):sub(1, #want) ~= want then
+    error((what or "call") .. " raised " .. show(tostring(err)) .. ", expected " .. show(want .. "..."), 2)
+  end
+end
+
 -- Waits for the next event of `kind` (skipping none), with a timeout.
 function T.next_event(kind, timeout)
   local ev_ch = process.events()

@@ -1,6 +1,33 @@
 -- The exec module (SPEC section 8), through the host as a user runs it.
 local T = require("t")
 
+-- Whether OS process pid has ended (gone, or a zombie nobody reaped yet).
+local function ended(pid)
+  local stat = fs.read("/proc/" .. pid .. "/stat")
+  return stat == nil or stat:match("^%d+ %b() (%a)") == "Z"
+end
+
+-- A shell that starts `sleep 40` in its own process group and waits for
+-- it; the sleep's pid is written to file.
+local function group_argv(file)
+  return { "sh", "-c", "sleep 40 & echo $! > " .. file .. "; wait" }
+end
+
+-- The pid file's directory goes with the test.
+local function tmpfile()
+  local dir = T.tmpdir()
+  return dir .. "/pid", function() os.execute("rm -rf " .. dir) end
+end
+
+local function read_pid(file)
+  local pid
+  T.eventually(function()
+    pid = fs.read(file)
+    return pid and pid:match("^%d+\n$")
+  end, 5, "the child's pid in " .. file)
+  return (pid:gsub("\n", ""))
+end
+
 return { main = function()
   return T.run {
     { "exec is a global and require('exec') is the same table", function()
@@ -132,7 +159,7 @@ return { main = function()
     { "wrong argument types raise, naming the argument", function()
       T.raises(function() exec.run("ls") end, "bad argument #1 to 'exec.run'")
       T.raises(function() exec.run({ "ls", 3 }) end, "argv%[2%]")
-      T.raises(function() exec.run({ "ls" }, { timeout = "1s" }) end, "bad argument #2")
+      T.raises(function() exec.run({ "ls" }, { timeout = "1s" }) end, "invalid: timeout")
       T.raises(function() exec.start({ "cat" }, { stdin = "x" }) end, "stdin is for exec.run")
       local p = assert(exec.start { "true" })
       T.raises(function() p.stdout:send("x") end, "cannot send")
@@ -152,6 +179,78 @@ return { main = function()
         alive = exec.run({ "kill", "-0", a }).code == 0 or exec.run({ "kill", "-0", b }).code == 0
       until not alive or time.now() > deadline
       T.eq(alive, false, "its programs were killed")
+    end },
+    { "an unknown option raises at the caller's line, in run and start alike", function()
+      local t0 = time.now()
+      T.raises_here(function() exec.run({ "sleep", "2" }, { timeot = 1 }) end, "invalid: unknown option 'timeot'")
+      T.ok(time.now() - t0 < 1, "the program did not run")
+      T.raises_here(function() exec.start({ "true" }, { cwdir = "/" }) end, "invalid: unknown option 'cwdir'")
+    end },
+    { "a bad argv names the caller's line", function()
+      T.raises_here(function() exec.run("ls -l") end, "bad argument #1 to 'exec.run'")
+      T.raises_here(function() exec.start({}) end, "bad argument #1 to 'exec.start' (argv is empty)")
+      T.raises_here(function() exec.run({ "ls" }, { env = 1 }) end, "bad argument #2 to 'exec.run' (env must be a table)")
+    end },
+    { "a NaN, negative or non-number timeout raises invalid", function()
+      T.raises_here(function() exec.run({ "true" }, { timeout = 0 / 0 }) end, "invalid: timeout")
+      T.raises_here(function() exec.run({ "true" }, { timeout = -1 }) end, "invalid: timeout")
+      T.raises_here(function() exec.run({ "true" }, { timeout = "1" }) end, "invalid: timeout")
+      local p = assert(exec.start { "sleep", "5" })
+      T.raises_here(function() p:wait(0 / 0) end, "invalid: timeout")
+      p:kill("KILL")
+      T.eq(p:wait().signal, 9)
+      T.eq(exec.run({ "true" }, { timeout = 5 }).code, 0, "a good timeout still runs")
+    end },
+    { "a NUL byte in an argument, cwd or the environment is refused, naming it", function()
+      local function refused(want, argv, opts)
+        local r, err = exec.run(argv, opts)
+        T.eq(r, nil, want)
+        T.eq(err, "invalid: " .. want .. " contains a NUL byte")
+        local p, serr = exec.start(argv, opts)
+        T.eq(p, nil, want)
+        T.eq(serr, "invalid: " .. want .. " contains a NUL byte")
+      end
+      refused("argv[1]", { "true\0x" })
+      refused("argv[3]", { "echo", "a", "b\0c" })
+      refused("cwd", { "true" }, { cwd = "/tmp\0/x" })
+      refused("env['A']", { "true" }, { env = { A = "x\0y" } })
+      local r, err = exec.run({ "true" }, { env = { ["A\0B"] = "x" } })
+      T.eq(r, nil)
+      T.eq(err, "invalid: an env name contains a NUL byte")
+    end },
+    { "a timeout kills the program's children too (its process group)", function()
+      local file, cleanup = tmpfile()
+      local r, err = exec.run(group_argv(file), { timeout = 0.5 })
+      T.eq(r, nil)
+      T.eq(err, "timeout")
+      local pid = read_pid(file)
+      T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
+    end },
+    { "kill signals the program's children too (its process group)", function()
+      local file, cleanup = tmpfile()
+      local p = assert(exec.start(group_argv(file)))
+      local pid = read_pid(file)
+      T.eq(ended(pid), false, "the child runs")
+      assert(p:kill())
+      T.eq(p:wait().signal, 15)
+      T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
+    end },
+    { "what a program left running in its group is killed as exec.run returns", function()
+      local r = assert(exec.run { "sh", "-c", "sleep 40 >/dev/null 2>&1 & echo $!" })
+      T.eq(r.code, 0)
+      local pid = r.stdout:match("^(%d+)\n$")
+      T.ok(pid, "the background child's pid")
+      T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+    end },
+    { "a process's end kills its programs' children too (their process groups)", function()
+      local file, cleanup = tmpfile()
+      local child = assert(process.spawn_monitored("fixtures.io_owner:start_group_and_return", file))
+      T.next_event("exit", 10)
+      local pid = read_pid(file)
+      T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
+      cleanup()
     end },
   }
 end }

@@ -5,6 +5,11 @@ local dir
 
 local function path(name) return dir .. "/" .. name end
 
+-- A field of the host's /proc/self/status, in KiB (VmRSS, VmHWM).
+local function host_kib(field)
+  return tonumber(fs.read("/proc/self/status"):match(field .. ":%s*(%d+)"))
+end
+
 return { main = function()
   dir = T.tmpdir()
   local result = T.run {
@@ -139,6 +144,63 @@ return { main = function()
       for i = 1, 50 do fs.write(path("t" .. i), ("x"):rep(10000)) end
       stop = true
       T.ok(ticks > 0, "the other task ran meanwhile")
+    end },
+    { "reading an endless file answers limit: memory soon, and the process goes on", function()
+      local t0 = time.now()
+      local v, err = fs.read("/dev/zero")
+      T.eq(v, nil)
+      T.match(err, "^limit: memory")
+      T.ok(time.now() - t0 < 15, "answered within 15 s (never, unbounded)")
+      T.eq(fs.read(path("a.txt")), "over", "the next read works")
+      local f = assert(fs.open("/dev/zero"))
+      v, err = f:read("a")
+      T.eq(v, nil)
+      T.match(err, "^limit: memory")
+      v, err = f:read(1e12)
+      T.eq(v, nil)
+      T.match(err, "^limit: memory")
+      f:close()
+    end },
+    { "read(n) of a count larger than the file costs only what the file gives", function()
+      assert(fs.write(path("three"), "abc"))
+      local before = host_kib("VmHWM")
+      local f = assert(fs.open(path("three")))
+      T.eq(f:read(1e9), "abc")
+      T.eq(f:read(1e9), nil, "then the end")
+      f:close()
+      T.ok(host_kib("VmHWM") - before < 200 * 1024, "the host's peak memory grew by less than 200 MiB")
+    end },
+    { "a process terminated while it reads an endless file leaves the host's memory bounded", function()
+      local before = host_kib("VmRSS")
+      local pid = assert(process.spawn("fixtures.fs_reader:read_endless"))
+      time.sleep(0.05)
+      process.terminate(pid)
+      time.sleep(1)
+      T.ok(host_kib("VmRSS") - before < 200 * 1024, "the host's memory grew by less than 200 MiB")
+    end },
+    { "a NUL byte in a path is refused, naming the argument", function()
+      assert(fs.write(path("server.key"), "secret"))
+      local function refused(want, v, err)
+        T.eq(v, nil, want)
+        T.eq(err, "invalid: " .. want .. " contains a NUL byte")
+      end
+      local p = path("server.key\0.txt")
+      refused("path", fs.read(p))
+      refused("path", fs.write(p, "x"))
+      refused("path", fs.append(p, "x"))
+      refused("path", fs.stat(p))
+      refused("path", fs.list(dir .. "\0"))
+      refused("path", fs.mkdir(p))
+      refused("path", fs.mkdir(p, { parents = true }))
+      refused("path", fs.remove(p))
+      refused("path", fs.open(p))
+      refused("from", fs.rename(p, path("b")))
+      refused("to", fs.rename(path("server.key"), p))
+      T.eq(fs.read(path("server.key")), "secret", "the file is untouched")
+    end },
+    { "an unknown option raises at the caller's line", function()
+      T.raises_here(function() fs.mkdir(path("unmade/q"), { parent = true }) end, "invalid: unknown option 'parent'")
+      T.eq(fs.stat(path("unmade")), nil, "nothing was made")
     end },
   }
   os.execute("rm -rf " .. dir)

@@ -137,6 +137,10 @@ return { main = function(host)
       T.eq(bad, nil); T.match(berr, "^invalid: opts.max_body_bytes")
       srv:close()
     end },
+    { "an unknown option, or tls option, raises at the caller's line", function()
+      T.raises_here(function() http.serve("127.0.0.1:0", APP, { max_body = 10 }) end, "invalid: unknown option 'max_body'")
+      T.raises_here(function() http.serve("127.0.0.1:0", APP, { tls = { cert = "c", key = "k", ca = "x" } }) end, "invalid: unknown option 'ca'")
+    end },
     { "keep-alive: one connection, one process, requests in turn", function()
       local srv, port = serve { hibernate_after = 30 }
       local c = connect(port)
@@ -471,6 +475,14 @@ return { main = function(host)
       T.eq(none, nil); T.match(err, "^not_found")
       local nokey, kerr = http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert } })
       T.eq(nokey, nil); T.match(kerr, "^invalid: opts.tls needs cert and key")
+      T.eq(select(2, http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert .. "\0.x", key = c.key } })),
+        "invalid: cert contains a NUL byte")
+      T.eq(select(2, http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert, key = c.key .. "\0.x" } })),
+        "invalid: key contains a NUL byte")
+      local fifo = c.dir .. "/key.fifo"
+      T.eq(exec.run({ "mkfifo", fifo }).code, 0)
+      T.eq(select(2, http.serve("127.0.0.1:0", APP, { tls = { cert = c.cert, key = fifo } })),
+        "invalid: key file " .. fifo .. ": not a regular file", "a FIFO is refused, not waited for")
       srv:close()
       os.execute("rm -rf " .. c.dir)
     end },

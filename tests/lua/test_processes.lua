@@ -423,8 +423,8 @@ return { main = function()
     end },
     { "set_options validates its options", function()
       T.eq(process.set_options { trap_links = false }, true)
-      T.raises(function() process.set_options { bogus = 1 } end, "unknown option")
-      T.raises(function() process.set_options { trap_links = "yes" } end, "boolean expected")
+      T.raises_here(function() process.set_options { bogus = 1 } end, "invalid: unknown option 'bogus'")
+      T.raises(function() process.set_options { trap_links = "yes" } end, "must be a boolean")
     end },
     { "upgrade restarts on the new entry with its arguments, also from inside a coroutine", function()
       local pid = assert(process.spawn_monitored("fixtures.upgrader", "direct"))

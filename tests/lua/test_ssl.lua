@@ -367,6 +367,55 @@ local cases = {
     T.match(err, "^invalid: key file")
     s2:close()
   end },
+  { "a FIFO as cafile is refused by its own wrap while another socket's echo goes on", function()
+    local fifo = dir .. "/ca.fifo"
+    T.eq(exec.run({ "mkfifo", fifo }).code, 0)
+    -- Should the FIFO's open block, a writer opens it after 4 s (a shell
+    -- of its own: exec's programs run on the I/O thread being tested).
+    os.execute("(sleep 4; : > " .. fifo .. ") >/dev/null 2>&1 &")
+    local srv, port = listener()
+    coroutine.spawn(function()
+      local s = assert(srv:accept())
+      s:settimeout(10)
+      while true do
+        local line = s:receive()
+        if not line then break end
+        s:send(line .. "\n")
+      end
+      s:close()
+    end)
+    local echo = assert(socket.connect("127.0.0.1", port))
+    echo:settimeout(10)
+    local wrapped = channel.new(1)
+    coroutine.spawn(function()
+      local c = assert(socket.connect("127.0.0.1", py_port))
+      local v, err = ssl.wrap(c, { mode = "client", cafile = fifo })
+      c:close()
+      wrapped:send({ v = v, err = err })
+    end)
+    time.sleep(0.1)
+    local t0 = time.now()
+    for i = 1, 5 do
+      assert(echo:send("ping " .. i .. "\n"))
+      T.eq(echo:receive(), "ping " .. i)
+    end
+    T.ok(time.now() - t0 < 2, "the echo went on (" .. (time.now() - t0) .. " s)")
+    local r = channel.select { wrapped:case_receive(), timeout = 10 }
+    T.eq(r.timeout, nil, "wrap answered")
+    T.eq(r.value.v, nil)
+    T.eq(r.value.err, "invalid: CA file " .. fifo .. ": not a regular file")
+    echo:close()
+    srv:close()
+  end },
+  { "a NUL byte in a file parameter is refused, naming it", function()
+    local c = assert(socket.connect("127.0.0.1", py_port))
+    T.eq(select(2, ssl.wrap(c, { mode = "client", cafile = ca .. "\0.txt" })), "invalid: cafile contains a NUL byte")
+    T.eq(select(2, ssl.wrap(c, { mode = "client", verify = "none", certificate = cert .. "\0", key = key })),
+      "invalid: certificate contains a NUL byte")
+    T.eq(select(2, ssl.wrap(c, { mode = "client", verify = "none", certificate = cert, key = key .. "\0" })),
+      "invalid: key contains a NUL byte")
+    c:close()
+  end },
 }
 
 return { main = function()

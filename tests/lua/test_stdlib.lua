@@ -340,5 +340,13 @@ return { main = function()
         "test_stdlib%.lua:%d+: bad argument #1 to 'which_children' %(supervisor PID or name expected, got number%)")
       T.raises(function() supervisor.start { children = { { entry = "a", restart = "sometimes" } } } end, "unknown restart")
     end },
+    { "an unknown supervisor option or child option raises at the caller's line, starting nothing", function()
+      local before = T.count_processes("supervisor:run")
+      T.raises_here(function() supervisor.start { intesity = 1, children = {} } end, "invalid: unknown option 'intesity'")
+      T.raises_here(function() supervisor.start { children = { { entry = "fixtures.idle", restrat = "temporary" } } } end, "invalid: unknown option 'restrat'")
+      T.raises_here(function() supervisor.start { strategy = "all_for_none", children = {} } end, "invalid: unknown supervisor strategy")
+      T.raises_here(function() supervisor.start { children = { { id = "x" } } } end, "invalid: child #1 needs an entry string")
+      T.eq(T.count_processes("supervisor:run"), before, "no supervisor started")
+    end },
   }
 end }
