@@ -1,11 +1,11 @@
 // The value codec: Lua values <-> compact bytes, for messages, spawn
-// arguments and results (SPEC section 3). Threads: any; each call works on
+// arguments and results (docs/LUA_API.md, Errors, PIDs and messages). Threads: any; each call works on
 // the lua_State it is given.
 //
 // Allowed: nil, booleans, numbers (integers as zigzag varints, every other
 // number as its 8 IEEE bytes, so NaN, +-inf and -0.0 are exact), strings of
 // any bytes, the NULL light userdata (JSON's null: cjson.null, json.null;
-// SPEC section 9), and tables of these (a table referenced twice arrives as
+// docs/LUA_API.md, stdlib: json), and tables of these (a table referenced twice arrives as
 // two copies; a metatable stays behind). Refused, naming the path of the
 // offending value: functions, other userdata, coroutines, tables with
 // cycles, nesting deeper than kMaxDepth.
@@ -78,8 +78,8 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error, Stri
 // cost 0.45% more instructions.
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
-// Values that move between processes instead of being copied (SPEC
-// section 7: a socket in a message or spawn arguments): the encoder meets
+// Values that move between processes instead of being copied
+// (docs/LUA_API.md, socket: a socket in a message or spawn arguments): the encoder meets
 // them as userdata, which it otherwise refuses, and the decoder as kMoved,
 // followed by the value's id (a varint) and its class (a string). Set
 // once by the bindings (LuaRuntime); until then both refuse.

@@ -96,7 +96,7 @@ int Primitives::list(lua_State* L) {
   return 1;
 }
 
-// process.info(pid or name): what SPEC section 10 lists, or nil,
+// process.info(pid or name): what docs/LUA_API.md, process, lists, or nil,
 // "not_found: ..." for a process that is not alive.
 int Primitives::info(lua_State* L) {
   return on_target(L, [L](LuaProcess& p, const Pid& to) {

@@ -93,7 +93,7 @@ inline lua_CFunction opener(const char* name) {
 }
 
 // Pushes nil, err and returns 2: the "fails for reasons outside the caller's
-// code" convention of SPEC section 4.
+// code" convention (docs/LUA_API.md, Errors, PIDs and messages).
 inline int push_fail(lua_State* L, const std::string& err) {
   lua_pushnil(L);
   lua_pushlstring(L, err.data(), err.size());

@@ -47,7 +47,7 @@ class LuaRuntime {
 
   // Spawns a Lua process running `entry` ("module" or "module:method") with
   // the encoded arguments. Fails at once when the module is missing, does not
-  // compile, or lacks the method (SPEC section 2).
+  // compile, or lacks the method (docs/LUA_API.md, Modules, globals and the standard libraries).
   SpawnResult spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options = {});
   // Spawns made from modules' top-level code, each inside the one loading
   // it, nest at most this deep on one thread; a deeper one fails with

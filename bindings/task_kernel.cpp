@@ -207,7 +207,7 @@ std::string with_hint(const char* msg) {
 std::string failure_text(lua_State* L, lua_State* co, int rc) {
   // A memory error is the limit's, wherever LuaJIT raised it (an
   // allocation the limit refused, or a string too long to make, which
-  // LuaJIT refuses itself: string.rep("abc", 1e9)); SPEC's words.
+  // LuaJIT refuses itself: string.rep("abc", 1e9)); docs/LUA_API.md, Limits.
   if (rc == LUA_ERRMEM) {
     lua_pop(co, 1);
     return make_error(ErrorKind::Limit, "memory");

@@ -155,7 +155,7 @@ class TaskKernel {
   void check_blockable(lua_State* L) const;
   int block_in_sleep(lua_State* L, double secs);
   // os.exit(code) inside a process (Primitives::exit): the process ends,
-  // not the host (SPEC: only the root's end ends it), completed (code nil,
+  // not the host (only the root's end ends it), completed (code nil,
   // true or 0; its result nil) or failed with "os.exit(code)". The task
   // yields to the kernel, which ends the process once the yield reaches
   // it; where it cannot yield (a C call), the call raises instead.

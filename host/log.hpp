@@ -1,7 +1,7 @@
 // The runtime's spdlog logger. Lines go to stderr, flushed line by line, and
 // carry the time, the level and the PID of the process that wrote them (the
 // process running on this thread, set by the worker around each step).
-// Every entry is one line (SPEC section 10): in the text format a message's
+// Every entry is one line (docs/LUA_API.md, Output and logs): in the text format a message's
 // newlines and other control characters are escaped, so no logged string can
 // start a line of its own; the JSON format writes one object a line.
 // Threads: any; the format and level are set once, before processes run.

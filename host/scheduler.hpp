@@ -183,7 +183,7 @@ class Scheduler {
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
 
-  // process.list and process.info (SPEC section 10). live_pids: every live
+  // process.list and process.info (docs/LUA_API.md, process). live_pids: every live
   // process, each slot locked in turn (a snapshot that may miss a process
   // spawned meanwhile). inspect: nullopt when pid is not alive; a process
   // that is running is waited for a few milliseconds, so that most answers
@@ -223,7 +223,7 @@ class Scheduler {
   void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }
   // Called for a process that failed with nobody to tell: none of its
   // monitors and links named a live process when it ended, so no exit or
-  // link_down event of it reached anyone (SPEC section 10's crash report).
+  // link_down event of it reached anyone (the crash report of docs/LUA_API.md, Output and logs).
   // On the thread that finished it, after the exit hooks. Set before
   // spawning; the same lifetime rule as the exit hooks'.
   void set_unwatched_failure_hook(std::function<void(const ExitInfo&)> hook) {
