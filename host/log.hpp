@@ -74,7 +74,7 @@ void escape_text(std::string_view text, std::string& out);
 // of the process that the step does not need (ThreadRing 1000, cachegrind).
 // Inline, over thread_locals of constant initialization (no TLS wrapper):
 // a worker's every step sets and clears them, where the out-of-line calls
-// were about 20 instructions a step.
+// were paid on every step (BENCHMARKS.md's source figures).
 namespace detail {
 inline thread_local Pid current_pid;
 inline thread_local const Process* current_process = nullptr;

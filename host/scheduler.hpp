@@ -157,7 +157,7 @@ class Scheduler {
   // send for a payload held elsewhere (a sender's buffer on its stack),
   // copied once, into the event in the queue: for a short payload,
   // encoded into a std::string and moved, the append and the move's copy
-  // were about 60 instructions a message (PingPong, callgrind).
+  // were paid on every message (BENCHMARKS.md's source figures).
   std::string send_copy(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from = {},
                         std::size_t* backlog = nullptr);
   // Moves the event once, into the process's queue.
