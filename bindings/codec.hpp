@@ -56,7 +56,7 @@ std::size_t encode_small(lua_State* L, int idx, int type, char* buf);
 std::string encode_value_large(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
 
 // Whether tables are read straight from LuaJIT's memory (codec.cpp,
-// raw_table: a fifth of the C API walk's instructions), which holds where
+// raw_table: far less work than the C API walk; BENCHMARKS.md's ledger, entry 4), which holds where
 // a check on a state of the codec's own, made at the first encode, found
 // LuaJIT's layout as expected; else every table goes through the C API.
 bool reads_tables_raw();
@@ -75,7 +75,7 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error, Stri
 // lookup is not inlined into every caller of push_simple_value (inlined
 // there too, it cost the topic's lookup in deliver_events a call). The
 // decoder keeps the lookup inline: through this call, PingPong's table key
-// cost 0.45% more instructions.
+// cost more (BENCHMARKS.md's source figures).
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
 // Values that move between processes instead of being copied

@@ -139,7 +139,7 @@ inline void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
 // with of(L).
 struct Primitives {
   // The process whose state L is: the one this thread runs (one load,
-  // where the C API's lua_getallocf was about 10 instructions), else the
+  // where the C API's lua_getallocf was a call), else the
   // allocator's data. Debug builds check that L is that process's: a
   // state is touched only by the thread running it.
   static LuaProcess& of(lua_State* L) {

@@ -64,7 +64,7 @@ class LuaRuntime {
   // An embedded chunk compiled at its first use, once: the fs, exec and
   // socket modules' Lua halves (bindings/fs.lua, exec.lua, socket.lua),
   // which most runs never load, so that start-up does not compile them
-  // (about 1.5M instructions).
+  // (BENCHMARKS.md's source figures).
   class LazyChunk {
    public:
     LazyChunk(const char* name, const char* source) : name_(name), source_(source) {}
