@@ -26,8 +26,8 @@ void put_long_varint(Out& out, std::uint64_t v);
 
 // Appends to a string through a pointer into its buffer, for the table
 // walk read from LuaJIT's memory (Encoder::raw_table): std::string's
-// push_back, out of line, was about 30 instructions a byte, and the walk's
-// appends two thirds of PingPong's encode of { n = i }. It writes into the
+// push_back, out of line, was a call a byte, and the walk's
+// appends most of PingPong's encode of { n = i } (BENCHMARKS.md's source figures). It writes into the
 // string's whole capacity (its 15-byte inline buffer for most messages:
 // no allocation that the string would not make) and doubles it when full;
 // finish() cuts the string to what was written. Only its own calls may
@@ -114,8 +114,8 @@ bool is_identifier(const char* s, std::size_t n) {
   return true;
 }
 
-// Inline: out of line, its call cost ping-pong's encode of { n = i } 15
-// instructions a message (callgrind).
+// Inline: out of line, its call cost ping-pong's encode of { n = i }
+// a call on every message (BENCHMARKS.md's source figures).
 template <typename Out>
 [[gnu::always_inline]] inline void put_number(Out& out, double d) {
   if (encodes_as_int(d)) {
@@ -212,7 +212,7 @@ class Encoder {
       out_.resize(mark);
     }
     // The root's address only once a nested table asks (in_cycle): a flat
-    // table (most payloads) never pays for lua_topointer (30 instructions).
+    // table (most payloads) never pays for lua_topointer (a C API call).
     const void* self = nullptr;
     if (depth_ > 0) {
       self = lua_topointer(L_, idx);
@@ -261,7 +261,7 @@ class Encoder {
 
   // The table t (a GCtab) read straight from LuaJIT's memory, in the order
   // lua_next gives (the array part, then the hash part), so the bytes are
-  // table()'s: about a fifth of its instructions, which are mostly the C
+  // table()'s: a fraction of its work, which is mostly the C
   // API's checks of each call. Tables of nil, booleans, numbers, strings
   // and such tables only: false (out_ partly written) at anything else (a
   // value that cannot be sent, a cycle, nesting too deep), and table() then
@@ -470,8 +470,8 @@ class Decoder {
         lua_createtable(L_, static_cast<int>(n), static_cast<int>(m));
         const int t = lua_gettop(L_);
         // Numbers and booleans straight into the array part (nil is there
-        // already); the rest through the stack. About 110 instructions an
-        // element were two C API calls and the element's decode.
+        // already); the rest through the stack, where an
+        // element takes two C API calls and the element's decode (BENCHMARKS.md's source figures).
         unsigned char* array = n > 0 ? stack_args::array_part(L_, t, n + 1) : nullptr;
         for (std::uint64_t i = 1; i <= n; ++i) {
           if (array && scalar_into(array + 8 * i)) continue;
@@ -640,7 +640,7 @@ inline bool put_small_string(PtrOut& out, std::uint64_t tv) {
 // numbers, booleans or such strings as values, its array part empty. The
 // bytes are raw_table's, written into buf (kSmallPayloadBytes, so with no
 // bounds to check): through the encoder's setup and RawOut's checked byte
-// writes, PingPong's { n = i } took about 530 instructions. Returns their
+// writes, PingPong's { n = i } took more (BENCHMARKS.md's ledger, entry 4). Returns their
 // length; 0 for any other table.
 constexpr std::uint32_t kSmallEntries = 8;
 std::size_t put_small_table(const unsigned char* t, char* buf) {

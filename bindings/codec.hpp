@@ -1,11 +1,11 @@
 // The value codec: Lua values <-> compact bytes, for messages, spawn
-// arguments and results (SPEC section 3). Threads: any; each call works on
+// arguments and results (docs/LUA_API.md, Errors, PIDs and messages). Threads: any; each call works on
 // the lua_State it is given.
 //
 // Allowed: nil, booleans, numbers (integers as zigzag varints, every other
 // number as its 8 IEEE bytes, so NaN, +-inf and -0.0 are exact), strings of
 // any bytes, the NULL light userdata (JSON's null: cjson.null, json.null;
-// SPEC section 9), and tables of these (a table referenced twice arrives as
+// docs/LUA_API.md, stdlib: json), and tables of these (a table referenced twice arrives as
 // two copies; a metatable stays behind). Refused, naming the path of the
 // offending value: functions, other userdata, coroutines, tables with
 // cycles, nesting deeper than kMaxDepth.
@@ -56,7 +56,7 @@ std::size_t encode_small(lua_State* L, int idx, int type, char* buf);
 std::string encode_value_large(lua_State* L, int idx, int type, std::string& out, const char* root = "value");
 
 // Whether tables are read straight from LuaJIT's memory (codec.cpp,
-// raw_table: a fifth of the C API walk's instructions), which holds where
+// raw_table: far less work than the C API walk; BENCHMARKS.md's ledger, entry 4), which holds where
 // a check on a state of the codec's own, made at the first encode, found
 // LuaJIT's layout as expected; else every table goes through the C API.
 bool reads_tables_raw();
@@ -75,11 +75,11 @@ int decode_values(lua_State* L, std::string_view bytes, std::string* error, Stri
 // lookup is not inlined into every caller of push_simple_value (inlined
 // there too, it cost the topic's lookup in deliver_events a call). The
 // decoder keeps the lookup inline: through this call, PingPong's table key
-// cost 0.45% more instructions.
+// cost more (BENCHMARKS.md's source figures).
 void push_string(lua_State* L, std::string_view s, StringCache* strings);
 
-// Values that move between processes instead of being copied (SPEC
-// section 7: a socket in a message or spawn arguments): the encoder meets
+// Values that move between processes instead of being copied
+// (docs/LUA_API.md, socket: a socket in a message or spawn arguments): the encoder meets
 // them as userdata, which it otherwise refuses, and the decoder as kMoved,
 // followed by the value's id (a varint) and its class (a string). Set
 // once by the bindings (LuaRuntime); until then both refuse.

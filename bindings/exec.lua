@@ -1,4 +1,4 @@
--- The exec module (SPEC section 8): programs run without a shell, their
+-- The exec module (docs/LUA_API.md, fs and exec): programs run without a shell, their
 -- stdin, stdout and stderr as pipes, through waiting calls carried out on
 -- the I/O thread (host/io/exec_service.cpp), so a program that runs long
 -- suspends only the calling task. The chunk is called with the waiting

@@ -1,4 +1,4 @@
--- The fs module (SPEC section 8): files and directories through waiting
+-- The fs module (docs/LUA_API.md, fs and exec): files and directories through waiting
 -- calls (the host's blocking pool does the system calls: bindings/
 -- fs_service.cpp), so a slow disk suspends only the calling task. The
 -- chunk is called with the waiting call and the fs command, and returns

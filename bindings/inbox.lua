@@ -17,7 +17,7 @@ local TAIL = 2
 -- kernel makes the same table through the C API). A table constructor of
 -- constants is one copy of a template (LuaJIT's TDUP) with its keys in
 -- place, where building the table through the C API creates it and
--- inserts each key, about 400 instructions more a message. With buf (the
+-- inserts each key, more work on every message (BENCHMARKS.md's source figures). With buf (the
 -- inbox's buffer) it appends the message there instead of returning it:
 -- the C kernel's call for a message nobody waits for (TaskKernel::message).
 local function new(from, topic, payload, buf)
@@ -50,7 +50,7 @@ end
 -- process keeps receiving comes as nil, its shape's constructor and true:
 -- the constructor makes the whole message (bindings/shape_cache.hpp).
 -- Each form copies new's template in its own code rather than calling it:
--- a call there cost Big 6% more instructions (BENCHMARKS.md's ledger).
+-- a call there cost Big more (BENCHMARKS.md's source figures).
 --
 -- With inbox (the inbox channel: { buf, recvq, sendq, closed, slow,
 -- tables }), also its drain loop: a receive that first takes a queued
@@ -77,7 +77,7 @@ local function receive_form(c_receive, inbox)
   end
   local buf = inbox[1]
   -- (The layout's indices written as numbers: as upvalues they cost each
-  -- receive a load more, Big 2-3% more instructions.)
+  -- receive a load more (BENCHMARKS.md's source figures).)
   return function(timeout)
     local h = buf[1]
     if h <= buf[2] and not inbox[5] then

@@ -82,8 +82,8 @@ local E = {}
 -- drain loop write and read the same, and the inbox's buffer is this
 -- layout too. (Defined here, not in inbox.lua, which every process that
 -- receives 16 messages loads: these functions' prototypes there cost each
--- such process 3.7 KB of heap, and a ring of 1000 such processes 23% of
--- its wall time.)
+-- such process heap, and a ring of such processes a good part of
+-- its wall time: BENCHMARKS.md's source figures.)
 local HEAD, TAIL, FIRST = 1, 2, 3
 -- (With its first item's slot in the array part from the start: added by
 -- the first push, it rehashed the table.)
@@ -133,7 +133,7 @@ end
 -- filled in: LuaJIT copies such a constructor's template with its keys in
 -- place, where one with variable values (`{ task = t, value = v }`) adds
 -- its keys one by one and rehashes the new table for one of them in two
--- (about 300 instructions each; a request.call made 14 rehashes).
+-- (each costly, and a request.call made many: BENCHMARKS.md's source figures).
 local function waiter(task, sel, value)
   local w = { task = false, sel = false, value = false }
   w.task, w.sel, w.value = task, sel, value
@@ -503,7 +503,7 @@ local open_events = I.open_events
 for _, ch in ipairs({ inbox, events }) do
   ch.cap = 0
   -- Their receive as their own field: found through the metatable, each
-  -- inbox:receive() paid a C lookup of about 150 instructions (the
+  -- inbox:receive() paid a costly C lookup (the
   -- interpreter resolves __index tables in C).
   ch.receive = Channel.receive
   setmetatable(ch, Channel)

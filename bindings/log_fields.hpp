@@ -1,5 +1,5 @@
 // The fields of a log entry, from Lua: log.info("text", { user = id })
-// (SPEC section 10). Which argument is the fields table, and each field as
+// (docs/LUA_API.md, log). Which argument is the fields table, and each field as
 // the log writes it (host/log.hpp's Field).
 // Threads: the calling process's (it reads that process's state).
 #pragma once

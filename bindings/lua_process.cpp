@@ -101,8 +101,8 @@ void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize)
 void* LuaProcess::allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   auto* self = static_cast<LuaProcess*>(ud);
   // The global state's allocation and free, and the globals hash part, are
-  // out of line: the rest tail-calls allocate, saving no registers (about a
-  // thousand instructions a spawn: lua_newstate makes some 50 allocations).
+  // out of line: the rest tail-calls allocate, saving no registers (which
+  // counts in a spawn: lua_newstate makes some 50 allocations; BENCHMARKS.md's source figures).
   if (ptr ? ptr == self->global_state_ : (!self->global_state_ || nsize == small_globals::kHashBytes)) [[unlikely]]
     return self->allocate_newstate_special(ptr, osize, nsize);
   return allocate(ud, ptr, osize, nsize);
@@ -206,7 +206,7 @@ bool LuaProcess::Prepare() {
   lua_setallocf(L_, &LuaProcess::allocate, this);
   // No collection while the kernel is set up (and until Init has loaded the
   // script's module): everything it allocates stays alive, so a collection
-  // would only cost time (about 10% of a spawn).
+  // would only cost time (a noticeable share of a spawn: BENCHMARKS.md's source figures).
   lua_gc(L_, LUA_GCSTOP, 0);
   lua_gc(L_, LUA_GCSETPAUSE, gc_pressure::available() ? config::kLuaGcPause : config::kLuaGcPauseUnpressed);
   // Protected: a memory error must not panic.
@@ -229,7 +229,7 @@ bool LuaProcess::Prepare() {
     p.step_fn_ref_ = p.kernel_.pin(S);
     // package.loaded, where the entry module and the API tables a process
     // uses are recorded, made here and kept in a slot: found by name
-    // (luaL_findtable) it cost each spawn about 1k instructions.
+    // (luaL_findtable) it cost each spawn a search (BENCHMARKS.md's source figures).
     lua_createtable(S, 0, 4);
     lua_pushvalue(S, -1);
     lua_setfield(S, LUA_REGISTRYINDEX, "_LOADED");
@@ -505,8 +505,8 @@ void LuaProcess::Close() {
     return;
   }
   const RunningHere running(this);
-  // lua_close would only free memory, one object at a time (a sixth of a
-  // spawn's instructions), unless finalizers or machine code may exist;
+  // lua_close would only free memory, one object at a time (a large part of a
+  // spawn's work: BENCHMARKS.md's ledger, entry 1), unless finalizers or machine code may exist;
   // the arena frees it all at once.
   if (needs_close_) {
     arena_.begin_teardown();  // the chunks go back whole below

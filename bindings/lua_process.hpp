@@ -88,8 +88,8 @@ class LuaProcess final : public Process, private KernelHost {
   [[gnu::noinline]] void* allocate_newstate_special(void* ptr, std::size_t osize, std::size_t nsize);
 
   // Pushes on L (the main state or one of its coroutines) the entry's method
-  // function, loading the newest module version; or returns the error (SPEC
-  // section 2) and pushes nothing.
+  // function, loading the newest module version; or returns the error
+  // (docs/LUA_API.md, Modules, globals and the standard libraries) and pushes nothing.
   std::string push_entry(lua_State* L, const std::string& entry);
   // Pushes the chunk Preload loaded if it is `mod`, and forgets it either way.
   bool take_preloaded(lua_State* L, const Module& mod);

@@ -22,13 +22,13 @@ namespace host::lua {
 
 // A PID string, or a registered name, to a PID; else nil, err pushed.
 // The common case inline (a send's destination seen before: out of line
-// the call cost a send about 20 instructions), the rest out of line.
+// its call was overhead on every send), the rest out of line.
 [[gnu::always_inline]] inline bool Primitives::resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
   // A PID string seen before: Lua strings are interned, so the same
   // pointer (kept alive by PeerStrings) is the same text. Found by its
   // address alone: the string's length is read only on a miss, as a
   // process that sends to many others (Big) finds the string's own line
-  // evicted, and that read was 60% of a send's perf samples.
+  // evicted, and that read dominated a send's perf samples (BENCHMARKS.md's source figures).
   const char* s = check_string(L, idx);
   if (p.peers_.find(s, out)) return true;
   std::size_t n;
@@ -96,7 +96,7 @@ int Primitives::list(lua_State* L) {
   return 1;
 }
 
-// process.info(pid or name): what SPEC section 10 lists, or nil,
+// process.info(pid or name): what docs/LUA_API.md, process, lists, or nil,
 // "not_found: ..." for a process that is not alive.
 int Primitives::info(lua_State* L) {
   return on_target(L, [L](LuaProcess& p, const Pid& to) {

@@ -29,8 +29,8 @@ namespace {
 
 // On the path of every message: the rare failure's logging is out of line.
 // Both inlined into their callers (deliver_events, queue_run): out of line
-// they cost a message about 25 instructions of call and register saves
-// (PingPong, callgrind).
+// they cost every message a call and its register saves
+// (BENCHMARKS.md's source figures).
 [[gnu::always_inline]] inline bool LuaProcess::push_payload(lua_State* L, const Event& ev) {
   // No bytes: nil (what send writes for a nil payload, and what a native
   // sender's empty payload reads as).
@@ -60,8 +60,8 @@ namespace {
   // A message from the same sender on the same topic as the one before
   // (a producer's stream) takes that one's from and topic strings again,
   // copied on the stack, instead of finding them (the sender's registry
-  // slot, the topic's cache): Counting's consumer, about 80 instructions a
-  // message. While the kernel takes each message off the stack, the two
+  // slot, the topic's cache), a cost Counting's consumer paid on every
+  // message (BENCHMARKS.md's source figures). While the kernel takes each message off the stack, the two
   // are kept in two slots of their own.
   const bool popped = kernel_.queue_pops();
   int kept = 0;

@@ -120,7 +120,7 @@ int Primitives::lazy_global(lua_State* L) {
 // file and line before a message that is a string or a number, as
 // lj_err_callermsg adds them; any other message is raised as it is, and,
 // as in LuaJIT, that is the last argument). Opening the base library for
-// it cost a spawn about 14k instructions (a fifth of Fib's). It is a
+// it was a large share of a spawn's cost (BENCHMARKS.md's source figures). It is a
 // plain C function, not one of LuaJIT's fast functions that compiled
 // code calls inline, so the library replaces it when it opens, and opens
 // when the compiler comes on (jit_opened).
@@ -147,8 +147,8 @@ bool Primitives::has_own_assert(lua_State* L) {
   return own;
 }
 
-// Opens LuaJIT's base library (about 45 functions, a third of a spawn's
-// instructions and 4.7 KB of an idle process) the first time a process
+// Opens LuaJIT's base library (about 45 functions, a large share of a spawn's
+// work and of an idle process's memory: BENCHMARKS.md's source figures) the first time a process
 // names a global it lacks. It must not replace what the process already
 // has: the globals defined before it (ours, such as print and the API
 // tables, and the script's own) are put back afterwards, and coroutine
@@ -448,8 +448,8 @@ void LuaProcess::install_globals() {
   lua_setfield(L, -2, "__index");
   // Strings get their methods once the string library opens (it installs
   // their own metatable); until then a method call opens it, through the
-  // same __index: a metatable of their own cost a spawn about 650
-  // instructions and 144 bytes.
+  // same __index: a metatable of their own cost every spawn time
+  // and memory (BENCHMARKS.md's source figures).
   lua_pushliteral(L, "");
   lua_pushvalue(L, -2);
   lua_setmetatable(L, -2);

@@ -97,7 +97,7 @@ inline lua_CFunction opener(const char* name) {
 }
 
 // Pushes nil, err and returns 2: the "fails for reasons outside the caller's
-// code" convention of SPEC section 4.
+// code" convention (docs/LUA_API.md, Errors, PIDs and messages).
 inline int push_fail(lua_State* L, const std::string& err) {
   lua_pushnil(L);
   lua_pushlstring(L, err.data(), err.size());
@@ -143,7 +143,7 @@ inline void push_closure(lua_State* L, lua_CFunction fn, int variant = -1) {
 // with of(L).
 struct Primitives {
   // The process whose state L is: the one this thread runs (one load,
-  // where the C API's lua_getallocf was about 10 instructions), else the
+  // where the C API's lua_getallocf was a call), else the
   // allocator's data. Debug builds check that L is that process's: a
   // state is touched only by the thread running it.
   static LuaProcess& of(lua_State* L) {

@@ -47,7 +47,7 @@ class LuaRuntime {
 
   // Spawns a Lua process running `entry` ("module" or "module:method") with
   // the encoded arguments. Fails at once when the module is missing, does not
-  // compile, or lacks the method (SPEC section 2).
+  // compile, or lacks the method (docs/LUA_API.md, Modules, globals and the standard libraries).
   SpawnResult spawn(const std::string& entry, std::string encoded_args, const SpawnOptions& options = {});
   // Spawns made from modules' top-level code, each inside the one loading
   // it, nest at most this deep on one thread; a deeper one fails with
@@ -64,7 +64,7 @@ class LuaRuntime {
   // An embedded chunk compiled at its first use, once: the fs, exec and
   // socket modules' Lua halves (bindings/fs.lua, exec.lua, socket.lua),
   // which most runs never load, so that start-up does not compile them
-  // (about 1.5M instructions).
+  // (BENCHMARKS.md's source figures).
   class LazyChunk {
    public:
     LazyChunk(const char* name, const char* source) : name_(name), source_(source) {}

@@ -7,15 +7,15 @@
 // registry slot: a ping-pong partner or a ring node, which hears from one
 // process and sends to one, never needs more. A process that talks to many
 // (a server, a mall, Big's workers) missed there on most messages, and each
-// miss cost about 480 instructions for the sender (to_chars, LuaJIT's hash
-// and intern of the string) and 230 for a destination (Pid::parse and the
-// slot's update). After kMissesBeforeCache misses it also gets a cache:
+// miss cost the sender's string (to_chars, LuaJIT's hash
+// and intern of the string) and a destination's parse (Pid::parse and the
+// slot's update; BENCHMARKS.md's ledger, entry 11). After kMissesBeforeCache misses it also gets a cache:
 // kSlots senders direct-mapped by their slot index, kSlots destinations
 // direct-mapped by their string's address, each entry's string held in a
 // registry slot of its own (so an address in the cache always names the
-// same text, and a cached sender is one lua_rawgeti: about 35
-// instructions, where the strings in one Lua table took three calls and
-// about 190): 6 KB of entries and up to 256 registry slots (2 KB of the
+// same text, and a cached sender is one lua_rawgeti,
+// where the strings in one Lua table took three calls and
+// several times the work: BENCHMARKS.md's source figures): 6 KB of entries and up to 256 registry slots (2 KB of the
 // registry's array part) and PID strings kept alive, only in such
 // processes.
 //

@@ -6,8 +6,8 @@
 // the inbox: LuaProcess::push_payload) is made in one call into Lua.
 //
 // Why. The hand-over made such a payload from C: lua_createtable, each key
-// pushed and lua_rawset, about 800 instructions for { n = i }, a quarter
-// of a PingPong message. A constructor made for the shape,
+// pushed and lua_rawset, for { n = i } a large share
+// of a PingPong message's cost (BENCHMARKS.md's source figures). A constructor made for the shape,
 //
 //   local s = ...                       -- the cache's scratch table
 //   return function()
@@ -24,8 +24,8 @@
 // (`return { ["n"] = v1 }` after taking s[3] and clearing it), which the
 // step calls from C where a message is delivered inside its protected
 // body: decoding { ref = r, value = v } through the C API there was
-// about 1.2k instructions, 8% of a request.call (its reply goes to a
-// listener).
+// a noticeable share of a request.call (its reply goes to a
+// listener; BENCHMARKS.md's source figures).
 //
 // How. fill() matches a payload against the shapes (at most kShapes, each
 // of 1 to kMaxKeys string keys; values nil-free scalars or strings the

@@ -1,4 +1,4 @@
--- The socket module (SPEC section 7): LuaSocket 3's API over waiting calls
+-- The socket module (docs/LUA_API.md, socket): LuaSocket 3's API over waiting calls
 -- carried out on the host's I/O thread (host/io/socket_service.cpp), so
 -- that a call that waits (connect, accept, receive, send, the name
 -- lookups) suspends only the calling task. require("socket") and

@@ -251,7 +251,7 @@ int m_send(lua_State* L) {
     lua_pushnumber(L, static_cast<double>(i - 1));
     return 1;
   }
-  // One that fits the socket's bounded buffer returns at once (SPEC: a
+  // One that fits the socket's bounded buffer returns at once (as a
   // send returns once its data is with the kernel or in a per-socket
   // buffer of bounded size): no wait for the I/O thread's answer.
   const std::string_view piece(data + i - 1, static_cast<std::size_t>(j - i + 1));

@@ -1,4 +1,4 @@
-// Socket objects (SPEC section 7): the userdata a process holds for a
+// Socket objects (docs/LUA_API.md, socket): the userdata a process holds for a
 // socket, and their methods, in C. Threads: the one running the process.
 //
 // Why C: LuaJIT cannot share prototypes between states, so methods

@@ -59,8 +59,8 @@ class StateArena {
   // A small block from its class's free list or the newest chunk's unused
   // part; nullptr when n is large or the chunk is full (allocate then
   // takes a new chunk or mallocs). Calls nothing: the state's allocator,
-  // whose fast path this is, then saves no registers (a third of its
-  // instructions when it called out).
+  // whose fast path this is, then saves no registers (a large part of its
+  // work when it called out: BENCHMARKS.md's source figures).
   void* try_allocate_small(std::size_t n) {
     if (n > kMaxSmall) return nullptr;
     const std::size_t c = class_of(n);

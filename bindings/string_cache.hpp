@@ -43,7 +43,7 @@ class StringCache {
 
   // Whether a and b hold the same bytes: up to 16 by two loads from each
   // end, as the keys below are made, with no call; longer ones by memcmp.
-  // (operator== calls memcmp for any length: about 19 instructions a
+  // (operator== calls memcmp for any length: a call on every
   // message where a run of messages compares each topic with the one
   // before.)
   static bool same(std::string_view a, std::string_view b) {
@@ -65,7 +65,7 @@ class StringCache {
   // pushes out a short string), matched by its key and then its bytes.
   // Topics such as "order_status_changed" (over 15 bytes) were made anew for
   // every message, and no message on them was handed over: a ring's hop
-  // took 25% more instructions on a 17-byte topic than on "token".
+  // took more work on a 17-byte topic than on "token" (BENCHMARKS.md's source figures).
   const char* find_topic(std::string_view s) const {
     if (const char* kept = find(s)) return kept;
     if (s.size() <= kMaxLength) return nullptr;
@@ -103,8 +103,8 @@ class StringCache {
   // A string of up to 15 bytes as two words and its length, equal exactly
   // when the strings are: the words are two loads of 8 bytes (or 4, 2, 1)
   // from its start and from its end, which overlap and so cover every
-  // byte. A slot is then matched with three compares, where memcmp took
-  // about 20 instructions a slot (1.3% of PingPong's time, perf).
+  // byte. A slot is then matched with three compares, where memcmp was
+  // a call a slot (BENCHMARKS.md's source figures).
   struct Key {
     std::uint64_t head = 0, tail = 0;
     std::uint32_t size = 0;

@@ -207,7 +207,7 @@ std::string with_hint(const char* msg) {
 std::string failure_text(lua_State* L, lua_State* co, int rc) {
   // A memory error is the limit's, wherever LuaJIT raised it (an
   // allocation the limit refused, or a string too long to make, which
-  // LuaJIT refuses itself: string.rep("abc", 1e9)); SPEC's words.
+  // LuaJIT refuses itself: string.rep("abc", 1e9)); docs/LUA_API.md, Limits.
   if (rc == LUA_ERRMEM) {
     lua_pop(co, 1);
     return make_error(ErrorKind::Limit, "memory");
@@ -255,8 +255,8 @@ int TaskKernel::pin(lua_State* L) {
 void TaskKernel::init(lua_State* L, KernelHost& host) {
   host_ = &host;
   // A fresh state's registry is an empty table without an array part: its
-  // first dozen slots (the pins) grew it four times, a rehash each, about
-  // 2k instructions of a spawn. This one is sized for them. (It replaces
+  // first dozen slots (the pins) grew it four times, a rehash each, work
+  // every spawn paid (BENCHMARKS.md's source figures). This one is sized for them. (It replaces
   // the empty one before anything is in it, and while the collector is
   // stopped, as LuaProcess::Prepare keeps it.)
   lua_createtable(L, kRegistrySlots, 1);
@@ -266,8 +266,8 @@ void TaskKernel::init(lua_State* L, KernelHost& host) {
   // The inbox: a channel with a fifth field, the slow flag. Its queues
   // come on first use (push_inbox_queue): a process waiting in
   // process.receive takes each message as it arrives and needs none, and
-  // they were a third of an idle process's own heap (312 bytes) and about
-  // 1.3k instructions of a spawn.
+  // they were a large part of an idle process's own heap and of
+  // a spawn's work (BENCHMARKS.md's source figures).
   new_channel(L, false);
   lua_pushboolean(L, 0);
   lua_rawseti(L, -2, kSlow);
@@ -354,7 +354,7 @@ void TaskKernel::push_inbox_queue(lua_State* L, int which) {
     return;
   }
   // The buffer's bounds and a flat message's three values without a
-  // resize of its array part (one costs about 800 instructions).
+  // resize of its array part (one is costly: BENCHMARKS.md's source figures).
   new_queue(L, which == kBuf ? 8 : 4);
   inbox_queues_[which - 1] = lua_topointer(L, -1);
   lua_pushvalue(L, -1);
@@ -377,7 +377,7 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   if (inbox_queue_refs_[which - 1] == -2) return true;
   // Its tail read from its table where the layout allows: a receive of a
   // process with kernel_ext loaded asks each time (inbox_recvq_empty),
-  // and the C API's reads were about 120 instructions of it.
+  // and the C API's reads were a costly part of it.
   std::uint64_t tail;
   if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_private::is_number(tail))
     return luajit_private::number(tail) == kFirst - 1;
@@ -898,7 +898,7 @@ void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<Event
   }
   // Built with its names kept from one event to the next: interning
   // "exit" again (it is garbage between events) and looking up each key
-  // by its C string cost an exit event about 285 instructions more.
+  // by its C string cost every exit event more (BENCHMARKS.md's source figures).
   lua_createtable(L, 0, static_cast<int>(fields.size()) + 1);
   const int ev = lua_gettop(L);
   push_event_names(L);
@@ -932,7 +932,7 @@ void TaskKernel::event(lua_State* L, EventName kind, std::initializer_list<Event
   push_events(L);
   const int events = ev + 1;
   // What kernel_ext's deliver would do, in the two common cases, without
-  // a call into Lua (about 1.2k instructions of an exit event): with
+  // a call into Lua (a large part of an exit event's cost): with
   // nobody waiting on events() (nothing can before kernel_ext loads), the
   // event goes to the end of its buffer (the channel is unbounded); a task
   // in a plain events():receive() is handed it with ok, as the inbox's
@@ -973,8 +973,8 @@ void TaskKernel::push_events(lua_State* L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, events_ref_);
 }
 
-// Inline in both callers: out of line, run's resume cost a message about
-// 20 instructions more (PingPong, callgrind).
+// Inline in both callers: out of line, run's resume cost every message a
+// call more (BENCHMARKS.md's source figures).
 [[gnu::always_inline]] inline int TaskKernel::resume(lua_State* co) {
   current_ = co;
   parking_ = false;
@@ -1263,8 +1263,8 @@ void TaskKernel::push_ext(lua_State* L) {
   make_inbox_queues(L);  // kernel_ext reads them from the inbox table
   load_inbox(L);         // its inbox:receive is inbox.lua's form, its messages the constructor's
   // What loading it makes lives as long as the state: no collection while
-  // it loads (a young process's heap triples with it, and the cycle that
-  // started was a sixth of the load's 245k instructions). Restarted by the
+  // it loads (a young process's heap grows several times over with it, and the cycle that
+  // started was a good part of the load's work: BENCHMARKS.md's source figures). Restarted by the
   // destructor, also when the load raises (LuaJIT unwinds C++ frames).
   struct PausedCollector {
     lua_State* L;
@@ -1357,7 +1357,7 @@ int TaskKernel::l_current(lua_State* L) {
   if (k.current_ == nullptr) return 0;
   // The running task's coroutine is alive (it runs, and the tasks table
   // holds it): pushed as the object it is, without the table's lookup
-  // (about 200 instructions; every blocking channel call asks).
+  // (a costly lookup; every blocking channel call asks).
   if (!stack_args::push_object(L, k.current_, luajit_private::kTagThread)) k.push_task(L, k.current_);
   return 1;
 }

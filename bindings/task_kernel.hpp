@@ -65,7 +65,7 @@ class TaskKernel {
   // child's start inside the parent's step). The kernel's C functions
   // (l_receive, I.wake, ...) find their kernel there: one load, where a
   // light userdata upvalue on each closure cost lua_touserdata's index
-  // resolution (about 49 instructions a receive).
+  // resolution on every receive.
   static void set_running(TaskKernel* kernel) { running_ = kernel; }
 
   // Pops LuaJIT's own coroutine library, which kernel_ext.lua wraps (the
@@ -77,8 +77,8 @@ class TaskKernel {
   // Pops the value on top of L into the next of the registry slots 1, 2,
   // ... and returns its number: for values kept for the state's life, set up
   // before anything calls luaL_ref (init, then LuaProcess::Prepare).
-  // luaL_ref costs a search for the table's length each time (about 600
-  // instructions; a spawn made 14); a later luaL_ref, which takes a slot
+  // luaL_ref costs a search for the table's length each time (costly,
+  // and a spawn made many: BENCHMARKS.md's source figures); a later luaL_ref, which takes a slot
   // past the length, never takes one of these.
   int pin(lua_State* L);
 
@@ -148,9 +148,9 @@ class TaskKernel {
   // what is left. So timed waits share one command however many there
   // are: a server that waits with process.receive(d) for each message
   // starts one every d seconds, not one a message, and request.call's
-  // select one per call at most (each start and cancel about 1.1k
-  // instructions in the scheduler's timer service). A time.sleep or a
-  // timed receive needs no kernel_ext.lua (180k instructions and 39 KB of
+  // select one per call at most (each start and cancel
+  // work in the scheduler's timer service: BENCHMARKS.md's source figures). A time.sleep or a
+  // timed receive needs no kernel_ext.lua (a load's work and the
   // heap that a process which only sleeps or waits with a timeout never
   // needs). check_blockable raises where the running code cannot block
   // (outside a task; inside a C call), as kernel_ext's does; then
@@ -158,7 +158,7 @@ class TaskKernel {
   void check_blockable(lua_State* L) const;
   int block_in_sleep(lua_State* L, double secs);
   // os.exit(code) inside a process (Primitives::exit): the process ends,
-  // not the host (SPEC: only the root's end ends it), completed (code nil,
+  // not the host (only the root's end ends it), completed (code nil,
   // true or 0; its result nil) or failed with "os.exit(code)". The task
   // yields to the kernel, which ends the process once the yield reaches
   // it; where it cannot yield (a C call), the call raises instead.
@@ -191,8 +191,8 @@ class TaskKernel {
   // Route 1, a message to the task that waits for it, in a step of that
   // one message (LuaProcess::hand_over): the message given to the task
   // waiting in process.receive and the task resumed, without the step's
-  // delivery, wake and run around the resume (they were about a sixth of
-  // a ThreadRing hop's instructions: a ring node's, a ping-pong partner's
+  // delivery, wake and run around the resume (a large share of
+  // a ThreadRing hop's work, BENCHMARKS.md's source figures: a ring node's, a ping-pong partner's
   // or a Big worker's step is mostly this one message for this one task).
   // sole_receiver: that task, when it is the only thing the message could
   // go to and nothing else is ready to run (nullptr otherwise), with *raw
@@ -248,7 +248,7 @@ class TaskKernel {
   // where the C receive calls the message constructor from C (a C-to-Lua
   // call a message). A process gets the Lua form at its
   // kMessagesBeforeCtor-th message (enable_waiting_receive: loading the
-  // chunk costs about 2 us, which a process with few messages never
+  // chunk takes time, which a process with few messages never
   // pays), and its drain loop once its JIT compiler is on or its messages
   // queue up (a run of them nobody waited for, see begin_queue): the loop
   // takes a queued message itself, so that LuaJIT compiles it into the
@@ -256,8 +256,8 @@ class TaskKernel {
   // message. Only then: reading the inbox's buffer at each receive costs a
   // process that always waits for its next message cache lines the C
   // receive does not touch (with it in every node from the 16th message,
-  // a ring of 100 missed a simulated cache 8-12% more often at 1 and 4 MB,
-  // twice as often at 2 MB). The receive in the process table replaces
+  // a ring of 100 missed a simulated cache more often:
+  // BENCHMARKS.md's source figures). The receive in the process table replaces
   // itself the next time it is called, unless the script replaced it.
   void push_receive(lua_State* L);
   void enable_fast_receive() {
@@ -393,8 +393,8 @@ class TaskKernel {
   // goes through here: one that skipped the stop left its timer armed and
   // held shutdown.
   // Inline, with the usual case (one parked, no timer) touching no call:
-  // with link-time optimisation g++ had made it a call of 31
-  // instructions a message (PingPong, callgrind).
+  // with link-time optimisation g++ had made it a call
+  // on every message (BENCHMARKS.md's source figures).
   [[gnu::always_inline]] lua_State* unpark_front() {
     const Parked w = parked_.front();
     if (parked_.size() == 1) parked_.pop_back();
@@ -425,12 +425,12 @@ class TaskKernel {
   std::vector<Parked> parked_;
   // Appends a parked entry, its fields written in place: a Parked built
   // on the stack and copied in was read back with 16-byte loads from the
-  // narrower stores that made it, a store-forwarding stall (an eighth of
+  // narrower stores that made it, a store-forwarding stall (seen in
   // PingPong's receive, perf). Flattened: g++ left the vector's
-  // emplace_back a call of its own, 23 instructions a receive that parks
-  // (callgrind). Inline: with link-time optimisation the whole of it had
-  // become a call, 33 instructions a receive that parks; inline, with
-  // emplace_back left a call by that build, 5 fewer.
+  // emplace_back a call of its own on every receive that parks
+  // (BENCHMARKS.md's source figures). Inline: with link-time optimisation the whole of it had
+  // become a call on every receive that parks; inline, with
+  // emplace_back left a call by that build, less work still.
   [[gnu::always_inline, gnu::flatten]] void park(lua_State* co, bool raw, std::uint64_t timer = 0, double deadline = 0) {
     Parked& w = parked_.emplace_back();
     w.co = co;

@@ -50,7 +50,7 @@ struct CommandHandler {
   // Instead of run and cancel, for the host's own commands (cmd::kSleep):
   // carried out on the dispatching worker straight from the yield and the
   // process's slot (under no lock), without a request. Through run, a
-  // timed wait's sleep and its cancel cost about 120 instructions more (a
+  // timed wait's sleep and its cancel cost more (a
   // std::function's call, a CommandRequest, a guarded call: BENCHMARKS
   // change 107). direct must not throw; direct_cancel returns as cancel.
   void (*direct)(Scheduler&, ProcessSlot&, const Yield&) = nullptr;

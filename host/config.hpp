@@ -50,13 +50,13 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // Lazy JIT (bindings/lua_process_jit.cpp): a Lua process starts interpreted and
 // switches LuaJIT's compiler on once it has run kJitWarmupInstructions
 // bytecodes (or names `jit`). Switching it on probes the CPU with cpuid,
-// which this kind of virtual machine traps: about 35 us a state, more than
+// which this kind of virtual machine traps: per state, it costs more than
 // the rest of a spawn, so short-lived processes should not pay it. 100k
-// bytecodes are a few hundred microseconds of interpreted Lua, so a
-// process that computes pays at most ~10% extra before it is compiled.
+// bytecodes are a short run of interpreted Lua, so a
+// process that computes pays little extra before it is compiled (BENCHMARKS.md's source figures).
 //
 // The count is a count hook's, and any count hook sends every bytecode
-// through the interpreter's hook check (about 10 instructions each, and a
+// through the interpreter's hook check (extra work for each, and a
 // second cold dispatch table a step). So it is armed only on a process's
 // first kJitProbeSteps steps, which count in full, and then on one step in
 // kJitSampleSteps, which counts for the steps since the last: it fires
@@ -83,8 +83,8 @@ inline constexpr std::chrono::milliseconds kHandoffAfter{50};
 // that took at least one step in kJitHotShare of its thread's, at each of
 // kJitHotSamples sampled steps in a row (2048 steps). Its traces are used
 // again before the cache loses them: compiled, PingPong's pair and
-// Chameneos's mall ran 16-19% faster here, where a ring's 100 nodes (each
-// one step in 50 of its core's) ran a third slower (BENCHMARKS.md, change
+// Chameneos's mall ran faster here, where a ring's 100 nodes (each
+// one step in 50 of its core's) ran slower (BENCHMARKS.md, change
 // 90).
 inline constexpr std::uint32_t kJitWarmupInstructions = 100000;
 inline constexpr std::uint32_t kJitHotShare = 4;
@@ -98,8 +98,8 @@ inline constexpr int kJitHookInterval = 1000;
 // percentage of what the last cycle left alive (LuaJIT's default is 200).
 // A process that handles messages allocates a table for each, and every
 // cycle marks all of its live heap again: at 300 a busy process runs half
-// as many cycles for at most 1.5 times the heap (ThreadRing 100 -3.8%,
-// Big -2.2%, PingPong -1.4% instructions); an idle one is not affected.
+// as many cycles for at most 1.5 times the heap (less work on ThreadRing 100,
+// Big and PingPong: BENCHMARKS.md's source figures); an idle one is not affected.
 inline constexpr int kLuaGcPause = 300;
 // Where gc_pressure cannot lower the threshold near the memory limit
 // (built without the LuaJIT seam), cycles start at this pause instead, so
@@ -130,10 +130,10 @@ inline constexpr std::size_t kSendBacklogYield = 1024;
 // are there or kStreamWait has passed (Worker::gather_batch). Two cores
 // passing a stream in steps of a few events move its queue's cache lines
 // between them at every step: Counting on two workers was slower than on
-// one, and takes 0.31-0.39 s with this against 0.41-0.50 s (BENCHMARKS.md,
+// one, and is faster with this (BENCHMARKS.md,
 // change 68). What it costs: a stream's events wait up to kStreamWait
 // more, and a step that a request ends waits kStreamQuiet when nothing
-// else comes (a plain 10 us wait made Chameneos three times slower). Not
+// else comes (a plain wait of a few microseconds made Chameneos far slower). Not
 // when all that came during the step was the process's own doing (sends
 // to itself, commands completed inline): those are all there already
 // (change 91).

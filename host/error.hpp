@@ -8,7 +8,7 @@
 
 namespace host {
 
-// Denied and Io are the file and program calls' (SPEC section 8): a
+// Denied and Io are the file and program calls' (docs/LUA_API.md, fs and exec): a
 // permission refused, and any other failure of the system call.
 enum class ErrorKind { NotFound, Timeout, Invalid, Exists, Canceled, Limit, Denied, Io };
 

@@ -1,7 +1,7 @@
 // The runtime's spdlog logger. Lines go to stderr, flushed line by line, and
 // carry the time, the level and the PID of the process that wrote them (the
 // process running on this thread, set by the worker around each step).
-// Every entry is one line (SPEC section 10): in the text format a message's
+// Every entry is one line (docs/LUA_API.md, Output and logs): in the text format a message's
 // newlines and other control characters are escaped, so no logged string can
 // start a line of its own; the JSON format writes one object a line.
 // Threads: any; the format and level are set once, before processes run.
@@ -76,7 +76,7 @@ void escape_text(std::string_view text, std::string& out);
 // of the process that the step does not need (ThreadRing 1000, cachegrind).
 // Inline, over thread_locals of constant initialization (no TLS wrapper):
 // a worker's every step sets and clears them, where the out-of-line calls
-// were about 20 instructions a step.
+// were paid on every step (BENCHMARKS.md's source figures).
 namespace detail {
 inline thread_local Pid current_pid;
 inline thread_local const Process* current_process = nullptr;

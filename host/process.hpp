@@ -42,15 +42,15 @@ struct Event {
   // User-provided, so that a value-initialised Event (the message path's
   // pending.emplace_back()) is built by its member initialisers alone: with
   // the implicit constructor g++ first zeroes all 96 bytes with a rep stos,
-  // whose start-up cost was a quarter of Scheduler::send's samples (perf).
+  // whose start-up cost showed in Scheduler::send's samples (BENCHMARKS.md's source figures).
   Event() noexcept {}
   // A message (Scheduler::send builds it in place in the queue). Its
-  // payload is moved in by construction, a few inline instructions, where
-  // move-assigning into the empty string was an out-of-line call of about
-  // 43 (callgrind); a nil payload (no bytes) takes the other, which moves
+  // payload is moved in by construction, inline, where
+  // move-assigning into the empty string was an out-of-line call
+  // (BENCHMARKS.md's source figures); a nil payload (no bytes) takes the other, which moves
   // nothing at all.
   // (Not noexcept: a long topic's copy may allocate, and fail. Flattened:
-  // g++ left the payload's move construction a call, 21 instructions.)
+  // g++ left the payload's move construction a call.)
   [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes, std::string&& body)
       : from(sender), topic(topic_bytes), payload(std::move(body)) {}
   [[gnu::flatten]] Event(const Pid& sender, std::string_view topic_bytes) : from(sender), topic(topic_bytes) {}
@@ -117,8 +117,8 @@ class StepOutput {
   std::span<const CancelRequest> cancels() const { return cancels_; }
   // Whether the step left anything for Scheduler::dispatch: most steps
   // wait on messages only, and a call into dispatch for nothing (its
-  // prologue and epilogue, a large function's register saves) was about
-  // 30 instructions a step, 1% of a PingPong round trip (callgrind).
+  // prologue and epilogue, a large function's register saves) was paid
+  // on every step (BENCHMARKS.md's source figures).
   bool has_commands() const { return count_ != 0 || !cancels_.empty(); }
 
   void reset() {

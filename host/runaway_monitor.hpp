@@ -1,4 +1,4 @@
-// Runaway protection (SPEC section 6): a monitor thread that stops a
+// Runaway protection (docs/LUA_API.md, Limits): a monitor thread that stops a
 // process whose step runs longer than the time limit, and keeps the other
 // processes running meanwhile. Threads: its own; started and stopped by the
 // Scheduler.

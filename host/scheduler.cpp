@@ -61,8 +61,8 @@ std::string Scheduler::not_found(const Pid& pid) const {
   return make_error(ErrorKind::NotFound, "no process " + pid.to_string());
 }
 
-// Inline: on every message's path (out of line, a send paid about 18
-// instructions for the call and the lock's return).
+// Inline: on every message's path (out of line, a send paid for
+// the call and the lock's return).
 [[gnu::always_inline]] inline std::unique_lock<SpinLock> Scheduler::lock_live(const Pid& pid, ProcessSlot*& slot) {
   slot = table_.find(pid);
   if (!slot) return {};
@@ -71,8 +71,8 @@ std::string Scheduler::not_found(const Pid& pid) const {
   return lock;
 }
 
-// Inline into post, a message's path: out of line its call was about 20
-// of its 43 instructions a message (PingPong, callgrind).
+// Inline into post, a message's path: out of line its call was a large
+// share of a message's cost there (BENCHMARKS.md's source figures).
 [[gnu::always_inline]] inline void Scheduler::schedule(ProcessSlot* slot) {
   if (Worker* w = own_worker()) {
     w->push_local(slot);

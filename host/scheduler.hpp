@@ -157,7 +157,7 @@ class Scheduler {
   // send for a payload held elsewhere (a sender's buffer on its stack),
   // copied once, into the event in the queue: for a short payload,
   // encoded into a std::string and moved, the append and the move's copy
-  // were about 60 instructions a message (PingPong, callgrind).
+  // were paid on every message (BENCHMARKS.md's source figures).
   std::string send_copy(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from = {},
                         std::size_t* backlog = nullptr);
   // Moves the event once, into the process's queue.
@@ -185,7 +185,7 @@ class Scheduler {
   bool alive(const Pid& pid);
   std::size_t live_count() const { return live_.load(std::memory_order_acquire); }
 
-  // process.list and process.info (SPEC section 10). live_pids: every live
+  // process.list and process.info (docs/LUA_API.md, process). live_pids: every live
   // process, each slot locked in turn (a snapshot that may miss a process
   // spawned meanwhile). Both take a process terminate() was called for as
   // gone already, though its worker may finish it a little later.
@@ -227,7 +227,7 @@ class Scheduler {
   void add_exit_hook(std::function<void(const ExitInfo&)> hook) { exit_hooks_.push_back(std::move(hook)); }
   // Called for a process that failed with nobody to tell: none of its
   // monitors and links named a live process when it ended, so no exit or
-  // link_down event of it reached anyone (SPEC section 10's crash report).
+  // link_down event of it reached anyone (the crash report of docs/LUA_API.md, Output and logs).
   // On the thread that finished it, after the exit hooks. Set before
   // spawning; the same lifetime rule as the exit hooks'.
   void set_unwatched_failure_hook(std::function<void(const ExitInfo&)> hook) {

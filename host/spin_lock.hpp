@@ -3,8 +3,8 @@
 // the pause a spinning thread makes between looks.
 //
 // Why not std::mutex: a message takes the slot's lock about three times
-// (the send, the step's start, its end), and glibc's mutex costs about 35
-// instructions a lock and unlock where this costs a few (the atomic
+// (the send, the step's start, its end), and glibc's mutex's lock and unlock
+// cost many times what this one's do (the atomic
 // exchange is the same); it is also 40 bytes in every slot, where this is
 // one. The sections it guards never block or wait, so a waiter spins,
 // testing before it tries again (the cache line stays shared), and yields

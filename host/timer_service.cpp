@@ -37,7 +37,7 @@ void TimerService::schedule(Pid pid, std::uint64_t tag, std::chrono::nanoseconds
   // A deadline is the first tick boundary at or after now + delay, and the
   // wheel is advanced to the last boundary passed: a timer never fires
   // early. (Advanced to the next boundary, a delay shorter than a tick was
-  // due at once most of the time: time.sleep(0.0005) returned in 5 us.) A
+  // due at once most of the time: time.sleep(0.0005) returned almost at once.) A
   // delay of 0 is due at the boundary passed: time.sleep(0) is a yield.
   const auto now = std::chrono::steady_clock::now();
   std::uint64_t when = delay > std::chrono::nanoseconds::zero() ? ticks_since_start(now + delay, true)

@@ -1,4 +1,4 @@
--- http (SPEC section 9): a server whose connections are each a process of
+-- http (docs/LUA_API.md, stdlib: http): a server whose connections are each a process of
 -- their own (http.server), and a client (http.client). Each half loads on
 -- first use, so a process that only serves never compiles the client.
 --

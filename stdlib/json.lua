@@ -1,5 +1,5 @@
 -- json: lua-cjson from the distribution (OpenResty's choice), with the
--- SPEC's error convention (section 9).
+-- the host's error convention (docs/LUA_API.md, stdlib: json).
 --
 --   local json = require("json")
 --   local text = json.encode({ ok = true, items = { 1, 2 } })

@@ -203,7 +203,7 @@ end
 
 -- The reply to a call: made from a constructor of constants, then filled
 -- in, because LuaJIT builds `{ ref = r, value = v }` key by key and
--- rehashes it on the way (about 300 instructions).
+-- rehashes it on the way (BENCHMARKS.md's source figures).
 local function reply_to(msg, key, value)
   local body = { ref = 0, value = false, error = false }
   body.ref, body.value, body.error = msg.payload.call, nil, nil

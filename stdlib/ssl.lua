@@ -1,4 +1,4 @@
--- ssl (SPEC section 9): LuaSec's API over the host's sockets. A wrapped
+-- ssl (docs/LUA_API.md, ssl): LuaSec's API over the host's sockets. A wrapped
 -- socket stays the same socket object, of class tls{connection}: its
 -- bytes are encrypted and decrypted on the I/O thread
 -- (host/io/tls_session.cpp, host/io/socket_service.cpp), so its

@@ -1,4 +1,4 @@
-// End-to-end tests of the host program (SPEC sections 1, 5, 6), run as a
+// End-to-end tests of the host program (its command line, hot reload, limits), run as a
 // subprocess exactly as a user runs it.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// Stopping always works (SPEC sections 6 and 10), tried as a user meets it:
+// Stopping always works, tried as a user meets it:
 // the fixtures in tests/lua/fixtures/stopping.lua run through the host
 // program, each under run_program's timeout, so a process that can no
 // longer be stopped fails its test instead of hanging it.

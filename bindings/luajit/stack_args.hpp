@@ -3,8 +3,8 @@
 // made once a message (process.send: its destination, topic and payload's
 // type; the kernel's receive and delivery: whether a value is nil).
 // Through the C API each of lua_type and lua_tolstring resolves its index
-// (index2adr) and checks it, 30-40 instructions a call, and a send made
-// five such calls (BENCHMARKS.md's ledger). push_object writes a value
+// (index2adr) and checks it on every call, and a send made
+// five such calls (BENCHMARKS.md's ledger, entry 5, and its source figures). push_object writes a value
 // onto the stack the same way, for objects that a registry slot keeps
 // alive. Every read and write is luajit_private's; where that seam is
 // unavailable (another LuaJIT build, or built without it), each function
@@ -108,8 +108,8 @@ inline bool push_tvalues(lua_State* L, const std::uint64_t* tvs, int n) {
 // Pushes the GC object obj of type `tag` (luajit_private's kTag*), as
 // lua_rawgeti of a registry slot that holds it would, and returns true;
 // false, pushing nothing, where the seam is unavailable or the stack has
-// no room (the caller then reads the slot). A registry read is about 35
-// instructions and its slot's line, often evicted in a process that runs
+// no room (the caller then reads the slot). A registry read is a C API call
+// and its slot's line, often evicted in a process that runs
 // one step in a hundred.
 inline bool push_object(lua_State* L, const void* obj, std::uint32_t tag) {
   const std::uint64_t tv = LP::tvalue(obj, tag);
@@ -175,7 +175,7 @@ inline bool array_slot(const void* t, std::size_t i, std::uint64_t& tv) {
 }
 
 // lua_settop(L, idx) for an idx from 0 to the current top: the values
-// above it dropped (the C API's call was about 22 instructions, a
+// above it dropped (the C API's function was a call of its own, and a
 // message's receive made one).
 inline void drop_to(lua_State* L, int idx) {
   if (!layout_matches()) {

@@ -1,4 +1,4 @@
-// The `exec` module's command handler (SPEC section 8): programs started
+// The `exec` module's command handler (docs/LUA_API.md, fs and exec): programs started
 // with libuv's uv_spawn (no shell), their stdin, stdout and stderr as
 // pipes, on the I/O thread (host/io/io_loop.hpp). Threads: dispatch() and
 // kill_owned() from any thread (they post to the loop); everything else on

@@ -1,4 +1,4 @@
-// The `fs` module's command handler (SPEC section 8): whole-file calls,
+// The `fs` module's command handler (docs/LUA_API.md, fs and exec): whole-file calls,
 // directories, and open files, carried out on the scheduler's blocking
 // pool so a slow disk never holds a worker. Threads: handle() runs on pool
 // threads; close_owned() on the thread that finished a process.

@@ -1,4 +1,4 @@
-// The http module's server (SPEC section 9): HTTP/1.1 parsed in C++ on
+// The http module's server (docs/LUA_API.md, stdlib: http): HTTP/1.1 parsed in C++ on
 // the first I/O thread's libuv loop with the distribution's http-parser,
 // each connection served by a Lua process of its own (stdlib/http/conn.lua)
 // that the loop spawns when it accepts the connection. Threads: dispatch()

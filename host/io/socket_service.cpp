@@ -992,8 +992,8 @@ void SocketService::close_owned(const Pid& owner) {
     }
     done->set_value();
   });
-  // Its monitors hear of its end only once its sockets are closed (SPEC
-  // section 7); a loop that does not answer within a second is not waited
+  // Its monitors hear of its end only once its sockets are closed
+  // (docs/LUA_API.md, socket); a loop that does not answer within a second is not waited
   // for longer.
   if (posted) closed.wait_for(std::chrono::seconds(1));
 }

@@ -1,4 +1,4 @@
-// The `socket` module's command handler (SPEC section 7): TCP and UDP
+// The `socket` module's command handler (docs/LUA_API.md, socket): TCP and UDP
 // sockets and name lookups on the I/O thread's libuv loop (host/io/io_loop.hpp),
 // under LuaSocket's API (bindings/socket.lua). Threads: dispatch() and
 // close_owned() from any thread; everything else on the loop thread, so

@@ -1,4 +1,4 @@
-// TLS over memory (SPEC section 9): OpenSSL driven through two memory BIOs,
+// TLS over memory (docs/LUA_API.md, ssl): OpenSSL driven through two memory BIOs,
 // so that whoever owns the connection's bytes (the socket service's I/O
 // thread, the HTTP server's loop) moves them, and OpenSSL only turns
 // ciphertext into plaintext and back. The shape of Skynet's ltls.c: the

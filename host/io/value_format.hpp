@@ -41,8 +41,8 @@ inline char* write_varint(char* p, std::uint64_t v) {
 // Whether d is encoded as an integer (kInt): a whole number in int64's
 // range, not -0.0. Told by its conversion to an integer and back (in
 // range, that truncation is exact only for whole numbers), not by
-// std::floor: a call into libm without SSE4.1's rounding, about 30
-// instructions a number.
+// std::floor: a call into libm without SSE4.1's rounding, paid on
+// every number.
 inline bool encodes_as_int(double d) {
   return d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 &&
          static_cast<double>(static_cast<std::int64_t>(d)) == d && !(d == 0 && std::signbit(d));
@@ -55,7 +55,7 @@ inline std::uint64_t zigzag(std::int64_t i) {
 // The encoding of one number as a whole payload (its count, then an
 // integer's tag and zigzag varint, or a double's tag and 8 bytes: 12
 // bytes at most), written into buf; returns its length. Inline: a send of
-// a number (ThreadRing's token) paid about 75 instructions for it through
+// a number (ThreadRing's token) paid extra for it through
 // encode_small's call and type dispatch.
 inline std::size_t encode_number(double d, char* buf) {
   char* p = buf;

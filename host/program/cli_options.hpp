@@ -1,4 +1,4 @@
-// The command line of the host program (SPEC section 1), parsed into
+// The command line of the host program (docs/LUA_API.md, The command line), parsed into
 // options or one clear error line.
 #pragma once
 

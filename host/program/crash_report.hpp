@@ -1,4 +1,4 @@
-// Crash reports (SPEC section 10): which failures that reached nobody the
+// Crash reports (docs/LUA_API.md, Output and logs): which failures that reached nobody the
 // host logs, as Erlang's logger reports a process that crashed.
 // Threads: any (pure functions of their arguments).
 #pragma once

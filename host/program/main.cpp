@@ -1,5 +1,5 @@
 // The host program: `host run DIR` runs the script directory's root process
-// on the scheduler and exits with its outcome (SPEC section 1).
+// on the scheduler and exits with its outcome (docs/LUA_API.md, The command line).
 #include <signal.h>
 #include <csignal>
 #include <unistd.h>
@@ -97,7 +97,7 @@ int run(const cli::RunOptions& o) {
   Scheduler scheduler({.workers = o.workers});
   lua::LuaRuntime runtime(scheduler, lo);
   RootWatch watch;
-  // A process that fails with nobody to tell is reported (SPEC section 10),
+  // A process that fails with nobody to tell is reported (docs/LUA_API.md, Output and logs),
   // but for the root, whose failure the host reports as it exits.
   scheduler.set_unwatched_failure_hook([&watch](const ExitInfo& info) {
     Pid root;

@@ -27,7 +27,7 @@ constexpr std::uint32_t kFileEvents = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE |
 // A file's changes settle for kQuietMs before it is reloaded, each file on
 // its own clock (another file rewritten all the time delays no one else);
 // one that keeps changing is reloaded kMaxWaitMs after its first change
-// anyway (SPEC: within a second).
+// anyway (a change is to be picked up within a second).
 constexpr auto kQuiet = std::chrono::milliseconds(50);
 constexpr auto kMaxWait = std::chrono::milliseconds(500);
 // How long past the time limit a check may take before it is stopped and

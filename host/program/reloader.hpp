@@ -1,4 +1,4 @@
-// Hot reload (`host run --watch`, SPEC section 5): watches the script
+// Hot reload (`host run --watch`; docs/LUA_API.md, Hot reload): watches the script
 // directory with inotify and, for each changed .lua file, recompiles its
 // module and runs the new top-level code once in a process of its own
 // (check_load); keeps the last good version when the new one does not

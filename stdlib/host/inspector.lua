@@ -1,4 +1,4 @@
--- The inspector (--inspect ADDRESS, SPEC section 10): a page of the live
+-- The inspector (--inspect ADDRESS; docs/LUA_API.md, The inspector): a page of the live
 -- processes at /, their data as JSON at /api/processes, a terminate at
 -- POST /api/terminate?pid=..., and Prometheus' text format at /metrics.
 -- The host serves it itself (HttpServer::serve_internal, host/program/main.cpp):

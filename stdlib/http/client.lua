@@ -1,4 +1,4 @@
--- http.client (SPEC section 9): HTTP/1.1 requests over the host's socket
+-- http.client (docs/LUA_API.md, stdlib: http): HTTP/1.1 requests over the host's socket
 -- module, so that a request waits without blocking a worker: only the
 -- calling task is suspended while it connects, sends and receives.
 --

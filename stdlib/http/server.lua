@@ -1,4 +1,4 @@
--- http.serve (SPEC section 9): the server's Lua half. The listening, the
+-- http.serve (docs/LUA_API.md, stdlib: http): the server's Lua half. The listening, the
 -- parsing and the limits are C++ on the I/O thread (host/io/http_server.cpp);
 -- each connection is served by a process of its own, running
 -- stdlib/http/conn.lua, which calls the entry's method with each request.

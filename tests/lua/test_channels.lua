@@ -1,4 +1,4 @@
--- Channels, select and coroutines inside one process (SPEC section 4).
+-- Channels, select and coroutines inside one process.
 local T = require("t")
 
 return { main = function()

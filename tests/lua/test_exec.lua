@@ -1,4 +1,4 @@
--- The exec module (SPEC section 8), through the host as a user runs it.
+-- The exec module, through the host as a user runs it.
 local T = require("t")
 
 -- Whether OS process pid has ended (gone, or a zombie nobody reaped yet).

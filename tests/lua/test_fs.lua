@@ -1,4 +1,4 @@
--- The fs module (SPEC section 8), through the host as a user runs it.
+-- The fs module, through the host as a user runs it.
 local T = require("t")
 
 local dir

@@ -1,4 +1,4 @@
--- http.request (SPEC section 9, the client) against a python peer the
+-- http.request (the client) against a python peer the
 -- test starts on a loopback port: python's http.server with handlers of
 -- our own for each framing, the slow, the redirecting and the dropping.
 local T = require("t")

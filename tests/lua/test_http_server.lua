@@ -1,4 +1,4 @@
--- http.serve (SPEC section 9), through the host as a user runs it: curl
+-- http.serve, through the host as a user runs it: curl
 -- and raw sockets as clients, each case against a server of its own.
 local T = require("t")
 local http = require("http")
@@ -103,7 +103,7 @@ return { main = function(host)
   host = host or "/proc/self/exe"
   local tests_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")
   return T.run {
-    { "a request reaches the handler as SPEC's table; curl gets the response", function()
+    { "a request reaches the handler as the documented request table; curl gets the response", function()
       local srv, port = serve()
       local r = curl { "-H", "X-Mixed-Case: Yes", "-H", "Accept: a", "-d", "payload=1",
         string.format("http://127.0.0.1:%d/echo?a=1&b=two%%20words&a=3&c=x+y&flag", port) }

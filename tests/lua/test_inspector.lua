@@ -1,4 +1,4 @@
--- The inspector (--inspect, SPEC section 10): a second host program runs
+-- The inspector (--inspect): a second host program runs
 -- fixtures/inspected.lua under --inspect; this test reads its /metrics and
 -- /api/processes with curl, terminates through it, drives its page in
 -- headless Chromium (tests/browser/inspector_page.py), and checks that it

@@ -1,4 +1,4 @@
--- Introspection (SPEC section 10): process.list() and process.info(pid),
+-- Introspection: process.list() and process.info(pid),
 -- for processes in each state, their relations, and bad PIDs.
 local T = require("t")
 

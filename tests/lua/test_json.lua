@@ -1,4 +1,4 @@
--- JSON (SPEC section 9): require("json") on lua-cjson, bad input as
+-- JSON: require("json") on lua-cjson, bad input as
 -- nil, "invalid: ...", json.null crossing between processes as itself, and
 -- the empty-array convention.
 local T = require("t")

@@ -1,4 +1,4 @@
--- Messages and values (SPEC sections 3 and 4): send/receive, the envelope,
+-- Messages and values: send/receive, the envelope,
 -- exact values, refused values, dead PIDs and names, the registry, listen,
 -- ordering across 10k processes.
 local T = require("t")

@@ -1,4 +1,4 @@
--- The process lifecycle (SPEC sections 2 and 4): entries, spawn errors,
+-- The process lifecycle: entries, spawn errors,
 -- results, failures with tracebacks, links, monitors, cancel, terminate,
 -- upgrade.
 local T = require("t")

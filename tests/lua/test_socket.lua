@@ -1,4 +1,4 @@
--- The socket module (SPEC section 7), through the host as a user runs it.
+-- The socket module, through the host as a user runs it.
 local T = require("t")
 local socket = require("socket")
 

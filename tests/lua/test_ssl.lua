@@ -1,4 +1,4 @@
--- The ssl module (SPEC section 9, LuaSec's API on the host's sockets),
+-- The ssl module (LuaSec's API on the host's sockets),
 -- against python's ssl module and against itself, with a CA and a server
 -- certificate for localhost/127.0.0.1 made here with the openssl program.
 local T = require("t")
