@@ -24,6 +24,7 @@
 -- gave up is dropped. `from` is `{ pid =, ref = }`: a plain table, so any
 -- process it is sent to may answer it.
 local request = require("request")
+local options = require("host.options")
 
 local M = {}
 
@@ -32,12 +33,9 @@ local CALL, CAST, STOP, INIT = "$call", "$cast", "$stop", "$init"
 local function check_options(opts, allowed, fname)
   if opts == nil then return {} end
   if type(opts) ~= "table" then
-    error("invalid: bad argument to '" .. fname .. "' (options table expected, got " .. type(opts) .. ")", 3)
+    options.fail("bad argument to '" .. fname .. "' (options table expected, got " .. type(opts) .. ")", 3)
   end
-  for k in pairs(opts) do
-    if not allowed[k] then error("invalid: unknown option '" .. tostring(k) .. "'", 3) end
-  end
-  return opts
+  return options.check(opts, allowed, 3)
 end
 
 local function check_dest(dest, fname)
@@ -181,10 +179,10 @@ function M.start(module, args, opts)
     error("bad argument #1 to 'start' (module name expected, got " .. type(module) .. ")", 2)
   end
   opts = check_options(opts, { name = true, link = true, timeout = true }, "start")
-  if opts.name ~= nil and type(opts.name) ~= "string" then error("invalid: option 'name' must be a string", 2) end
+  if opts.name ~= nil and type(opts.name) ~= "string" then options.fail("option 'name' must be a string", 2) end
   local timeout = opts.timeout or 5
   if type(timeout) ~= "number" or timeout ~= timeout or timeout < 0 then
-    error("invalid: option 'timeout' must be a number of seconds", 2)
+    options.fail("option 'timeout' must be a number of seconds", 2)
   end
   local pid, err = process.spawn("server:run")
   if not pid then return nil, err end

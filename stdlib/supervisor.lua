@@ -35,12 +35,36 @@ local RESTARTS = { permanent = true, transient = true, temporary = true }
 local options = require("host.options")
 local SPEC_OPTIONS = {
   strategy = true, intensity = true, period = true, children = true, name = true,
-  start_timeout = true, shutdown_timeout = true,
+  start_timeout = true, shutdown_timeout = true, max_children = true,
 }
-local CHILD_OPTIONS = { id = true, entry = true, args = true, restart = true, name = true }
+local CHILD_OPTIONS = {
+  id = true, entry = true, args = true, restart = true, name = true, shutdown = true, delay = true,
+}
 
--- Raises at the line that called supervisor.start (level 3 from here).
-local function bad_spec(msg) error("invalid: " .. msg, 4) end
+-- Raises at the line that called supervisor.start (level 3 from here,
+-- plus `deeper` calls between).
+local function bad_spec(msg, deeper) error("invalid: " .. msg, 4 + (deeper or 0)) end
+
+-- Checks one child spec (the i-th of a start's list, or start_child's),
+-- filling in its defaults; raises at the line that called the public
+-- function, `deeper` calls further up than start_child's caller.
+local function check_child(c, where, deeper)
+  local function bad(msg) error("invalid: " .. msg, 4 + deeper) end
+  if type(c) ~= "table" or type(c.entry) ~= "string" then bad(where .. " needs an entry string") end
+  options.check(c, CHILD_OPTIONS, 3 + deeper)
+  c.id = c.id or c.entry
+  c.restart = c.restart or "permanent"
+  if not RESTARTS[c.restart] then bad("child '" .. tostring(c.id) .. "': unknown restart '" .. tostring(c.restart) .. "'") end
+  if c.shutdown == nil then c.shutdown = 5 end
+  if c.shutdown ~= "brutal" and (type(c.shutdown) ~= "number" or not (c.shutdown >= 0)) then
+    bad("child '" .. tostring(c.id) .. "': shutdown must be seconds or \"brutal\"")
+  end
+  c.delay = c.delay or 0
+  if type(c.delay) ~= "number" or not (c.delay >= 0) then
+    bad("child '" .. tostring(c.id) .. "': delay must be seconds")
+  end
+  return c
+end
 
 local function check_spec(spec)
   if type(spec) ~= "table" then bad_spec("supervisor spec must be a table") end
@@ -49,16 +73,16 @@ local function check_spec(spec)
   if not STRATEGIES[spec.strategy] then bad_spec("unknown supervisor strategy '" .. tostring(spec.strategy) .. "'") end
   spec.intensity = spec.intensity or 3
   spec.period = spec.period or 5
-  if type(spec.children) ~= "table" then bad_spec("supervisor spec needs a children list") end
+  spec.children = spec.children or {}
+  if type(spec.children) ~= "table" then bad_spec("supervisor spec's children must be a list") end
+  if spec.max_children ~= nil and (type(spec.max_children) ~= "number" or not (spec.max_children >= 0)) then
+    bad_spec("max_children must be a number")
+  end
   local ids = {}
   for i, c in ipairs(spec.children) do
-    if type(c) ~= "table" or type(c.entry) ~= "string" then bad_spec("child #" .. i .. " needs an entry string") end
-    options.check(c, CHILD_OPTIONS, 3)
-    c.id = c.id or c.entry
+    check_child(c, "child #" .. i, 1)
     if ids[c.id] then bad_spec("duplicate child id '" .. tostring(c.id) .. "'") end
     ids[c.id] = true
-    c.restart = c.restart or "permanent"
-    if not RESTARTS[c.restart] then bad_spec("child '" .. c.id .. "': unknown restart '" .. tostring(c.restart) .. "'") end
   end
   return spec
 end
@@ -88,10 +112,39 @@ local function call_supervisor(op, sup, timeout)
   return r, err
 end
 
--- { { id =, pid = }, ... } in child order (pid is nil for a stopped child).
+-- { { id =, pid =, restart =, status = }, ... } in start order; status is
+-- "running", "restarting" (waiting its delay) or "stopped" (pid nil: a
+-- transient or temporary child that ended and stays ended).
 function M.which_children(sup, timeout)
   local r, err = call_supervisor("which_children", sup, timeout)
   return r, err
+end
+
+-- { specs =, active = }: the children known, and those running.
+function M.count_children(sup, timeout)
+  local r, err = call_supervisor("count_children", sup, timeout)
+  return r, err
+end
+
+-- Starts a child from spec (as in start's children list) and keeps it;
+-- returns its PID, or nil, err (its start failed, max_children reached,
+-- a duplicate id). A bad spec raises at the caller's line.
+function M.start_child(sup, spec, timeout)
+  if type(sup) ~= "string" then
+    error("bad argument #1 to 'start_child' (supervisor PID or name expected, got " .. type(sup) .. ")", 2)
+  end
+  check_child(spec, "child spec", 0)
+  return request.call(sup, "$supervisor", { op = "start_child", spec = spec }, timeout)
+end
+
+-- Stops the child (by id or PID) as its shutdown says and forgets it: it
+-- is never restarted. Returns true, or nil, "not_found: ...".
+function M.terminate_child(sup, child, timeout)
+  if type(sup) ~= "string" then
+    error("bad argument #1 to 'terminate_child' (supervisor PID or name expected, got " .. type(sup) .. ")", 2)
+  end
+  if child == nil then error("bad argument #2 to 'terminate_child' (child id or PID expected)", 2) end
+  return request.call(sup, "$supervisor", { op = "terminate_child", child = child }, timeout)
 end
 
 -- Restarts every child but a temporary one that has ended (on the newest
@@ -140,21 +193,29 @@ function M.run(spec, starter)
   end
 
   -- Stops a child and waits until it is gone, so old and new children never
-  -- run side by side (terminate is forced, but takes effect at the child's
-  -- next scheduling; a runaway takes until --time-limit).
+  -- run side by side: a cancel, up to its shutdown seconds for it to end,
+  -- then terminate (at once for "brutal"). Terminate is forced, but takes
+  -- effect at the child's next scheduling (a runaway takes until
+  -- --time-limit).
   local function stop_child(i)
     local ch = children[i]
+    ch.due = nil
     local pid = ch.pid
     if not pid then return end
     by_pid[pid] = nil  -- its exit event is expected: ignore it
     ch.pid = nil
     process.unlink(pid)
     local gone = process.watch(pid)
-    process.terminate(pid)
-    if gone then
-      local r = channel.select { gone:case_receive(), timeout = spec.shutdown_timeout or 15 }
-      if r.channel ~= gone then log.error("supervisor: child '%s' (%s) did not stop", ch.spec.id, pid) end
+    if not gone then return end
+    local shutdown = ch.spec.shutdown
+    if shutdown ~= "brutal" and shutdown > 0 then
+      process.cancel(pid, "shutdown")
+      local r = channel.select { gone:case_receive(), timeout = shutdown }
+      if r.channel == gone then return end
     end
+    process.terminate(pid)
+    local r = channel.select { gone:case_receive(), timeout = spec.shutdown_timeout or 15 }
+    if r.channel ~= gone then log.error("supervisor: child '%s' (%s) did not stop", ch.spec.id, pid) end
   end
 
   local function stop_all()
@@ -187,6 +248,7 @@ function M.run(spec, starter)
 
   local function start_range(from, to)
     for i = from, to do
+      children[i].due = nil
       if children[i].pid == nil and not children[i].ended then
         local ok, err = start_child(i)
         if not ok then
@@ -236,11 +298,54 @@ function M.run(spec, starter)
     end
   end
 
+  local function reindex()
+    by_pid = {}
+    for j, ch in ipairs(children) do
+      if ch.pid then by_pid[ch.pid] = j end
+    end
+  end
+
+  local function find(child)
+    for j, ch in ipairs(children) do
+      if ch.spec.id == child or ch.pid == child then return j end
+    end
+  end
+
+  local function status(ch)
+    if ch.pid then return "running" end
+    if ch.due then return "restarting" end
+    return "stopped"
+  end
+
+  -- The restarts whose delay is over, in start order: one restart toward
+  -- the intensity for the children a failure made wait together.
+  local function start_due()
+    local now, any = time.now(), false
+    for j = 1, #children do
+      local due = children[j].due
+      if due and due <= now then
+        if not any then
+          note_restart()
+          any = true
+        end
+        start_range(j, j)
+      end
+    end
+  end
+
   local events, inbox = process.events(), process.inbox()
+  local cases = { events:case_receive(), inbox:case_receive() }
   while true do
-    local r = channel.select { events:case_receive(), inbox:case_receive() }
+    local next_due
+    for _, ch in ipairs(children) do
+      if ch.due and (not next_due or ch.due < next_due) then next_due = ch.due end
+    end
+    cases.timeout = next_due and math.max(0, next_due - time.now()) or nil
+    local r = channel.select(cases)
     local m = r.value
-    if r.channel == events then
+    if r.timeout then
+      start_due()
+    elseif r.channel == events then
       if m.kind == "exit" and by_pid[m.from] then
         local i = by_pid[m.from]
         by_pid[m.from] = nil
@@ -255,17 +360,27 @@ function M.run(spec, starter)
         local restart = not shutdown and (c.restart == "permanent" or (c.restart == "transient" and failed))
         if c.restart == "temporary" then children[i].ended = true end
         if restart then
-          note_restart()
-          if spec.strategy == "one_for_one" then
-            start_range(i, i)
-          elseif spec.strategy == "one_for_all" then
+          -- The strategy stops the siblings it reaches now; the restart
+          -- itself comes after the child's delay, and counts toward the
+          -- intensity when it happens.
+          local from, to = i, i
+          if spec.strategy == "one_for_all" then
             end_temporaries(1, #children)
             stop_all()
-            start_range(1, #children)
-          else  -- rest_for_one
+            from, to = 1, #children
+          elseif spec.strategy == "rest_for_one" then
             end_temporaries(i + 1, #children)
             for j = #children, i + 1, -1 do stop_child(j) end
-            start_range(i, #children)
+            to = #children
+          end
+          if c.delay > 0 then
+            local due = time.now() + c.delay
+            for j = from, to do
+              if not children[j].ended then children[j].due = due end
+            end
+          else
+            note_restart()
+            start_range(from, to)
           end
         end
       elseif m.kind == "cancel" then
@@ -277,8 +392,40 @@ function M.run(spec, starter)
       local op = m.payload.value and m.payload.value.op
       if op == "which_children" then
         local list = {}
-        for i, ch in ipairs(children) do list[i] = { id = ch.spec.id, pid = ch.pid } end
+        for i, ch in ipairs(children) do
+          list[i] = { id = ch.spec.id, pid = ch.pid, restart = ch.spec.restart, status = status(ch) }
+        end
         request.reply(m, list)
+      elseif op == "count_children" then
+        local active = 0
+        for _, ch in ipairs(children) do if ch.pid then active = active + 1 end end
+        request.reply(m, { specs = #children, active = active })
+      elseif op == "start_child" then
+        local c = m.payload.value.spec
+        if find(c.id) then
+          request.fail(m, "exists: a child with id '" .. tostring(c.id) .. "'")
+        elseif spec.max_children and #children >= spec.max_children then
+          request.fail(m, "limit: max_children (" .. spec.max_children .. ") reached")
+        else
+          children[#children + 1] = { spec = c }
+          local pid, err = start_child(#children)
+          if pid then
+            request.reply(m, pid)
+          else
+            children[#children] = nil
+            request.fail(m, err)
+          end
+        end
+      elseif op == "terminate_child" then
+        local j = find(m.payload.value.child)
+        if not j then
+          request.fail(m, "not_found: no child " .. tostring(m.payload.value.child))
+        else
+          stop_child(j)
+          table.remove(children, j)
+          reindex()
+          request.reply(m, true)
+        end
       elseif op == "restart_children" then
         stop_all()
         start_range(1, #children)
