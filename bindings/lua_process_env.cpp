@@ -88,8 +88,8 @@ int Primitives::lazy_global(lua_State* L) {
     lua_rawget(L, 1);
     return 1;
   }
-  if (is_api(k)) {
-    push_api(L, p, k);
+  if (const ModuleLine* m = p.rt_.find_module(k); m && m->global) {
+    push_module(L, p, *m);
     return 1;
   }
   if (is_metatable_call(k)) {
@@ -343,7 +343,8 @@ void Primitives::plain_globals(lua_State* L) {
   for (const auto& [name, open] : kLibraries)
     if (std::strcmp(name, "ffi") != 0) name_global(name);  // ffi is only require'd, as in plain LuaJIT
   name_global("require");
-  for (const char* name : kApiNames) name_global(name);
+  for (const ModuleLine& m : p.rt_.module_lines())
+    if (m.global) name_global(m.name);
   lua_pushnil(L);
   lua_setmetatable(L, LUA_GLOBALSINDEX);
 }
@@ -376,25 +377,44 @@ void Primitives::wrap_needs_close(lua_State* L, int idx, const char* key) {
   lua_setfield(L, idx, key);
 }
 
-// Pushes the API table `name`, building it once and recording it as a
-// global and in package.loaded so require("time") returns the same table.
-void Primitives::push_api(lua_State* L, LuaProcess& p, const char* name) {
-  if (!std::strcmp(name, "process")) {
-    p.push_process_api(L);
-  } else if (!std::strcmp(name, "log")) {
-    push_log_api(L);
-  } else if (!std::strcmp(name, "time")) {
-    push_time_api(L);
-  } else if (!std::strcmp(name, "fs") || !std::strcmp(name, "exec")) {
-    push_io_api(L, p, name);
-  } else {
-    push_ext_api(L, p, name);
+// Pushes module m's table (or value), made the way its registry line says,
+// and records it in package.loaded (under its alias too) and, for a global
+// one, as the global, so that require("time") and time are one table.
+void Primitives::push_module(lua_State* L, LuaProcess& p, const ModuleLine& m) {
+  switch (m.kind) {
+    case ModuleKind::kProcess: p.push_process_api(L); break;
+    case ModuleKind::kLog: push_log_api(L); break;
+    case ModuleKind::kTime: push_time_api(L); break;
+    case ModuleKind::kKernel: push_ext_api(L, p, m.name); break;
+    case ModuleKind::kLuaHalf: push_lua_half(L, p, m); break;
+    case ModuleKind::kHostCall: lua_pushcfunction(L, wait_call); break;
+    case ModuleKind::kHostCommands: push_host_commands(L, p); break;
+    case ModuleKind::kHostStats: lua_pushcfunction(L, host_stats); break;
+    case ModuleKind::kHostReloaded:  // the set reload events fill (deliver_events), made here if none came yet
+      lua_getfield(L, LUA_REGISTRYINDEX, kReloadedKey);
+      if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, kReloadedKey);
+      }
+      break;
+    case ModuleKind::kService:  // its Lua side is a stdlib module: never looked up here
+      HOST_ASSERT(false, "a service-only module has no table");
+      lua_pushnil(L);
+      return;
   }
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_GLOBALSINDEX, name);  // rawset: _G has no __newindex
+  if (m.global) {
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_GLOBALSINDEX, m.name);  // rawset: _G has no __newindex
+  }
   p.push_loaded(L);
   lua_pushvalue(L, -2);
-  lua_setfield(L, -2, name);
+  lua_setfield(L, -2, m.name);
+  if (m.alias) {
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, m.alias);
+  }
   lua_pop(L, 1);
 }
 

@@ -27,6 +27,7 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process.hpp"
+#include "bindings/module_registry.hpp"
 #include "bindings/luajit/stack_args.hpp"
 #include "host/assert.hpp"
 
@@ -70,17 +71,6 @@ inline void raw_global(lua_State* L, const char* name) {
 // The registry key of require("host.reloaded")'s set: the names of the
 // modules reload events named since its code last cleared them.
 inline constexpr const char* kReloadedKey = "host.reloaded";
-
-// The API tables every process has as globals (built by the kernel), and
-// the kernel's wrapper of the coroutine library.
-// fs and exec are Lua modules over waiting calls (bindings/fs.lua, exec.lua).
-inline constexpr const char* kApiNames[] = {"process", "channel", "time", "log", "coroutine", "fs", "exec"};
-
-inline bool is_api(const char* name) {
-  for (const char* api : kApiNames)
-    if (std::strcmp(api, name) == 0) return true;
-  return false;
-}
 
 // LuaJIT's standard libraries, by name.
 inline constexpr std::pair<const char*, lua_CFunction> kLibraries[] = {
@@ -216,13 +206,15 @@ struct Primitives {
   static int exit(lua_State* L);
   static int needs_close(lua_State* L);
   static void wrap_needs_close(lua_State* L, int idx, const char* key);
-  static void push_api(lua_State* L, LuaProcess& p, const char* name);
+  static void push_module(lua_State* L, LuaProcess& p, const ModuleLine& m);
   static void push_ext_api(lua_State* L, LuaProcess& p, const char* name);
   static int describe(lua_State* L);
 
-  // lua_process_modules.cpp: require's searcher, the host's Lua modules,
-  // sockets in a process.
-  static void push_io_api(lua_State* L, LuaProcess& p, const char* name);
+  // lua_process_modules.cpp: require's searcher, the registry's Lua
+  // halves, sockets in a process.
+  static void push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m);
+  static void push_host_commands(lua_State* L, LuaProcess& p);
+  static void push_loaded_module(lua_State* L, LuaProcess& p, const ModuleLine& m);
   static void push_socket_module(lua_State* L, LuaProcess& p);
   static void claim_socket(lua_State* L, std::uint64_t id);
   static void give_socket(lua_State* L, std::uint64_t id);

@@ -1,9 +1,10 @@
 // What require finds: the package searcher put first (the script
 // directory's and stdlib's modules from the shared bytecode cache, the
-// API tables and the standard libraries by name, host.call), the host's
-// Lua modules over waiting calls (fs, exec, socket), and a process's side
-// of the sockets it holds (claim, give, drop: socket_object.cpp calls
-// them). Threads: the one running the process.
+// standard libraries by name, and the registry's modules: the API tables,
+// the Lua halves over waiting calls, host.call, host.commands and
+// host.stats), the Lua halves' loading, and a process's side of the
+// sockets it holds (claim, give, drop: socket_object.cpp calls them).
+// Threads: the one running the process.
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -17,43 +18,49 @@
 
 namespace host::lua {
 
-// fs, exec or socket: its chunk called with the waiting call, its
-// command, and (socket's gettime) the wall clock.
-void Primitives::push_io_api(lua_State* L, LuaProcess& p, const char* name) {
-  struct Module {
-    const char* name;
-    const LuaRuntime::LazyChunk& (LuaRuntime::*chunk)() const;
-    CommandId command;
-  };
-  static constexpr Module modules[] = {{"fs", &LuaRuntime::fs_chunk, io::io_cmd::kFs},
-                                       {"exec", &LuaRuntime::exec_chunk, io::io_cmd::kExec},
-                                       {"socket", &LuaRuntime::socket_chunk, io::io_cmd::kSocket}};
-  const Module* m = modules;
-  while (std::strcmp(m->name, name) != 0) ++m;
+// A kLuaHalf module: its chunk, compiled at the runtime's first use of it,
+// called with the waiting call, its command and the wall clock (every Lua
+// half is written against these three).
+void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m) {
   std::string err;
-  const std::string* bc = (p.rt_.*m->chunk)().bytecode(&err);
+  const std::string* bc = p.rt_.module_chunk(m, &err);
   if (!bc) luaL_error(L, "%s", err.c_str());
-  if (luaL_loadbuffer(L, bc->data(), bc->size(), (std::string("=") + name).c_str()) != 0) lua_error(L);
+  if (luaL_loadbuffer(L, bc->data(), bc->size(), (std::string("=") + m.name).c_str()) != 0) lua_error(L);
   lua_pushcfunction(L, wait_call);
-  lua_pushinteger(L, m->command);
+  lua_pushinteger(L, m.command);
   lua_pushcfunction(L, wall_time);
   lua_call(L, 3, 1);
 }
 
-// The socket module's table in this process, loading it if need be
-// (require("socket"), or a socket that arrived in a message).
-void Primitives::push_socket_module(lua_State* L, LuaProcess& p) {
-  p.push_loaded(L);
-  lua_getfield(L, -1, "socket");
-  if (!lua_istable(L, -1)) {  // nil, or require's mark that it is loading
-    lua_pop(L, 1);
-    push_io_api(L, p, "socket");
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "socket");
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "socket.core");
+// require("host.commands"): every registry line's command by its module's
+// name (a stdlib module's Lua side finds its service's this way: http).
+void Primitives::push_host_commands(lua_State* L, LuaProcess& p) {
+  lua_createtable(L, 0, 4);
+  for (const ModuleLine& m : p.rt_.module_lines()) {
+    if (m.command == 0) continue;
+    lua_pushinteger(L, m.command);
+    lua_setfield(L, -2, m.name);
   }
+}
+
+// Module m's table in this process, made if need be: the one under its
+// name in package.loaded when it is there (require("socket.core") after
+// require("socket")), else a new one (push_module records it).
+void Primitives::push_loaded_module(lua_State* L, LuaProcess& p, const ModuleLine& m) {
+  p.push_loaded(L);
+  lua_getfield(L, -1, m.name);
   lua_remove(L, -2);
+  if (lua_istable(L, -1) || lua_isfunction(L, -1)) return;  // else nil, or require's mark that it is loading
+  lua_pop(L, 1);
+  push_module(L, p, m);
+}
+
+// The socket module's table in this process (a socket that arrived in a
+// message needs its methods).
+void Primitives::push_socket_module(lua_State* L, LuaProcess& p) {
+  const ModuleLine* m = p.rt_.find_module("socket");
+  HOST_ASSERT(m, "the registry has the socket module");
+  push_loaded_module(L, p, *m);
 }
 
 void Primitives::claim_socket(lua_State* L, std::uint64_t id) {
@@ -122,7 +129,10 @@ int Primitives::load_std(lua_State* L) {
 }
 
 int Primitives::load_api(lua_State* L) {
-  push_api(L, of(L), lua_tostring(L, lua_upvalueindex(1)));
+  auto& p = of(L);
+  const ModuleLine* m = p.rt_.find_module(lua_tostring(L, lua_upvalueindex(1)));
+  HOST_ASSERT(m, "the searcher gives load_api only a registry module's name");
+  push_loaded_module(L, p, *m);
   return 1;
 }
 
@@ -142,56 +152,10 @@ int Primitives::searcher(lua_State* L) {
     });
     return 1;
   }
-  if (is_api(name.c_str())) {
+  // A registry module (a service-only one's Lua side is a stdlib module).
+  if (const ModuleLine* m = p.rt_.find_module(name); m && m->kind != ModuleKind::kService) {
     lua_pushstring(L, name.c_str());
     lua_pushcclosure(L, load_api, 1);
-    return 1;
-  }
-  // The host's socket module shadows LuaSocket's (its C core would block
-  // a worker); LuaSocket's Lua modules (socket.http, socket.url) load
-  // from the system's path as usual, on top of it.
-  if (name == "socket" || name == "socket.core") {
-    lua_pushcfunction(L, [](lua_State* S) -> int {
-      push_socket_module(S, of(S));
-      return 1;
-    });
-    return 1;
-  }
-  if (name == "host.commands") {  // the host's own commands, for stdlib modules (http, ssl)
-    lua_pushcfunction(L, [](lua_State* S) -> int {
-      lua_createtable(S, 0, 2);
-      lua_pushinteger(S, io::io_cmd::kHttp);
-      lua_setfield(S, -2, "http");
-      lua_pushinteger(S, io::io_cmd::kFs);  // stdlib/ssl.lua's reads of certificates and keys
-      lua_setfield(S, -2, "fs");
-      return 1;
-    });
-    return 1;
-  }
-  if (name == "host.stats") {  // the scheduler's counters, for the inspector (stdlib/host/inspector.lua)
-    lua_pushcfunction(L, [](lua_State* S) -> int {
-      lua_pushcfunction(S, host_stats);
-      return 1;
-    });
-    return 1;
-  }
-  if (name == "host.reloaded") {  // modules changed on disk since (--watch): stdlib/http/conn.lua
-    lua_pushcfunction(L, [](lua_State* S) -> int {
-      lua_getfield(S, LUA_REGISTRYINDEX, kReloadedKey);
-      if (lua_istable(S, -1)) return 1;
-      lua_pop(S, 1);
-      lua_newtable(S);
-      lua_pushvalue(S, -1);
-      lua_setfield(S, LUA_REGISTRYINDEX, kReloadedKey);
-      return 1;
-    });
-    return 1;
-  }
-  if (name == "host.call") {  // the waiting-call primitive itself (wait_call)
-    lua_pushcfunction(L, [](lua_State* S) -> int {
-      lua_pushcfunction(S, wait_call);
-      return 1;
-    });
     return 1;
   }
   if (p.rt_.modules().locate(name).empty()) {

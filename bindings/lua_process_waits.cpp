@@ -44,8 +44,8 @@ int Primitives::duration(lua_State* L) {
 // running task until the handler completes it (Scheduler::
 // complete_yield, from any thread); its results become this call's
 // returns, or nil, err when it failed (TaskKernel::complete_call).
-// require("host.call") returns it; fs.lua and exec.lua get it as their
-// chunks' argument.
+// require("host.call") returns it; every module's Lua half gets it as its
+// chunk's first argument (push_lua_half).
 int Primitives::wait_call(lua_State* L) {
   const lua_Number id = luaL_checknumber(L, 1);
   if (id < cmd::kFirstUser || id >= 1u << 24 || id != static_cast<CommandId>(id))

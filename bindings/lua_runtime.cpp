@@ -6,19 +6,16 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process.hpp"
+#include "host/assert.hpp"
 #include "host/error.hpp"
 
 namespace host::lua {
 
-// Generated from bindings/kernel_ext.lua, bindings/inbox.lua,
-// bindings/metatable_calls.lua, bindings/fs.lua, bindings/exec.lua and
-// bindings/socket.lua.
+// Generated from bindings/kernel_ext.lua, bindings/inbox.lua and
+// bindings/metatable_calls.lua (the modules' Lua halves: embedded_lua).
 extern const char* const k_kernel_ext_source;
 extern const char* const k_inbox_source;
 extern const char* const k_metatable_calls_source;
-extern const char* const k_fs_source;
-extern const char* const k_exec_source;
-extern const char* const k_socket_source;
 
 std::pair<std::string, std::string> split_entry(const std::string& entry) {
   auto colon = entry.find(':');
@@ -26,13 +23,55 @@ std::pair<std::string, std::string> split_entry(const std::string& entry) {
   return {entry.substr(0, colon), entry.substr(colon + 1)};
 }
 
-const std::string* LuaRuntime::LazyChunk::bytecode(std::string* err) const {
-  std::call_once(once_, [this] {
-    error_ = ModuleCache::compile(name_, source_, bytecode_, /*strip=*/true);
-    if (!error_.empty()) error_ = std::string("the ") + (name_ + 1) + " module does not compile: " + error_;
+namespace {
+
+// The host's lines and the embedder's, checked: every name and command
+// once, every command in the range bindings may use, every Lua half
+// present. A wrong line is a build's or an embedder's bug, found as the
+// runtime is made rather than when some process first asks.
+std::vector<ModuleLine> checked_lines(const std::vector<ModuleLine>& extra) {
+  std::vector<ModuleLine> lines(host_modules().begin(), host_modules().end());
+  lines.insert(lines.end(), extra.begin(), extra.end());
+  auto fail = [](const std::string& what) { throw std::runtime_error("module registry: " + what); };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const ModuleLine& m = lines[i];
+    const std::string name = m.name;
+    for (std::size_t j = 0; j < i; ++j) {
+      const ModuleLine& o = lines[j];
+      if (name == o.name || (o.alias && name == o.alias) || (m.alias && std::string(m.alias) == o.name))
+        fail("module '" + name + "' is registered twice");
+      if (m.command != 0 && m.command == o.command)
+        fail("modules '" + std::string(o.name) + "' and '" + name + "' share command " + std::to_string(m.command));
+    }
+    const bool calls = m.kind == ModuleKind::kLuaHalf || m.kind == ModuleKind::kService;
+    if (calls && m.command < cmd::kFirstUser)
+      fail("module '" + name + "': command " + std::to_string(m.command) + " is below cmd::kFirstUser (" +
+           std::to_string(cmd::kFirstUser) + "), the host's own");
+    if (m.kind == ModuleKind::kLuaHalf && !m.source && !embedded_lua(name))
+      fail("module '" + name + "' has no Lua half (no bindings/" + name + ".lua is embedded, and its line gives no source)");
+  }
+  return lines;
+}
+
+}  // namespace
+
+const ModuleLine* LuaRuntime::find_module(std::string_view name) const {
+  for (const ModuleLine& m : module_lines_)
+    if (name == m.name || (m.alias && name == m.alias)) return &m;
+  return nullptr;
+}
+
+const std::string* LuaRuntime::module_chunk(const ModuleLine& m, std::string* err) const {
+  HOST_ASSERT(&m >= module_lines_.data() && &m < module_lines_.data() + module_lines_.size(),
+              "a module chunk is asked for by one of the runtime's own lines");
+  LazyChunk& c = chunks_[&m - module_lines_.data()];
+  std::call_once(c.once, [&] {
+    const char* source = m.source ? m.source : embedded_lua(m.name);
+    c.error = ModuleCache::compile(std::string("=") + m.name, source, c.bytecode, /*strip=*/true);
+    if (!c.error.empty()) c.error = std::string("the ") + m.name + " module does not compile: " + c.error;
   });
-  if (error_.empty()) return &bytecode_;
-  *err = error_;
+  if (c.error.empty()) return &c.bytecode;
+  *err = c.error;
   return nullptr;
 }
 
@@ -44,9 +83,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
         if (!options_.stdlib.empty()) roots.push_back(options_.stdlib);
         return roots;
       }()),
-      fs_chunk_("=fs", k_fs_source),
-      exec_chunk_("=exec", k_exec_source),
-      socket_chunk_("=socket", k_socket_source) {
+      module_lines_(checked_lines(options_.modules)),
+      chunks_(std::make_unique<LazyChunk[]>(module_lines_.size())) {
   std::string err = ModuleCache::compile("=kernel_ext", k_kernel_ext_source, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=inbox", k_inbox_source, inbox_bytecode_, /*strip=*/true);
@@ -59,6 +97,8 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   io_ = io::install_io_services(scheduler_, options_.io_threads);
   io_->fs.set_read_limit(options_.mem_limit);
   io_->fs.set_alive([this](const Pid& pid) { return scheduler_.alive(pid); });
+  for (const ModuleLine& m : module_lines_)
+    if (m.install) m.install(scheduler_, io_, m.command);
   io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
                    [this](const std::string& module) { return !modules_.locate(module).empty(); });
   install_moved_value_hooks();

@@ -8,13 +8,18 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "host/io/io_services.hpp"
 #include "bindings/module_cache.hpp"
+#include "bindings/module_registry.hpp"
 #include "bindings/name_registry.hpp"
 #include "bindings/spare_processes.hpp"
 #include "host/scheduler.hpp"
@@ -35,6 +40,10 @@ struct LuaOptions {
   bool track_module_uses = false;
   // I/O threads (--io-threads): the sockets spread over them.
   unsigned io_threads = 1;
+  // An embedder's own modules, each one registry line (module_registry.hpp),
+  // reached as the host's are. A line that clashes with another (its name,
+  // its command) or lacks its Lua half makes the runtime throw.
+  std::vector<ModuleLine> modules;
 };
 
 class LuaRuntime {
@@ -61,26 +70,16 @@ class LuaRuntime {
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
   const std::string& inbox_bytecode() const { return inbox_bytecode_; }
   const std::string& metatable_calls_bytecode() const { return metatable_calls_bytecode_; }
-  // An embedded chunk compiled at its first use, once: the fs, exec and
-  // socket modules' Lua halves (bindings/fs.lua, exec.lua, socket.lua),
-  // which most runs never load, so that start-up does not compile them
-  // (BENCHMARKS.md's source figures).
-  class LazyChunk {
-   public:
-    LazyChunk(const char* name, const char* source) : name_(name), source_(source) {}
-    // The bytecode, or nullptr with *err set when the embedded source does
-    // not compile (a build's bug; the tests load every chunk). Any thread.
-    const std::string* bytecode(std::string* err) const;
-
-   private:
-    const char* name_;
-    const char* source_;
-    mutable std::once_flag once_;
-    mutable std::string bytecode_, error_;
-  };
-  const LazyChunk& fs_chunk() const { return fs_chunk_; }
-  const LazyChunk& exec_chunk() const { return exec_chunk_; }
-  const LazyChunk& socket_chunk() const { return socket_chunk_; }
+  // The registry's modules: the host's own (host_modules), then the
+  // embedder's (LuaOptions::modules). find_module gives the line require
+  // knows by `name` (its name or its alias); null for any other.
+  std::span<const ModuleLine> module_lines() const { return module_lines_; }
+  const ModuleLine* find_module(std::string_view name) const;
+  // A kLuaHalf module's chunk, compiled at its first use in this runtime,
+  // once (most runs never load fs, exec or socket, so start-up does not
+  // compile them); nullptr with *err set when it does not compile. Any
+  // thread. m must be one of module_lines().
+  const std::string* module_chunk(const ModuleLine& m, std::string* err) const;
   ::host::io::IoServices& io() { return *io_; }
 
   // Which modules each live process loaded, for reload events (only with
@@ -105,7 +104,13 @@ class LuaRuntime {
   std::string kernel_ext_bytecode_;
   std::string inbox_bytecode_;
   std::string metatable_calls_bytecode_;
-  LazyChunk fs_chunk_, exec_chunk_, socket_chunk_;
+  std::vector<ModuleLine> module_lines_;  // before io_: its services are installed from it
+  // One per module line, compiled on first use (module_chunk).
+  struct LazyChunk {
+    std::once_flag once;
+    std::string bytecode, error;
+  };
+  std::unique_ptr<LazyChunk[]> chunks_;
   std::shared_ptr<::host::io::IoServices> io_;
   SpareProcesses spares_{*this};  // after what Prepare reads (options_, the bytecode)
   std::mutex uses_mu_;

@@ -22,8 +22,10 @@ class Scheduler;
 
 namespace host::io {
 
-// The commands of the waiting calls the host's own Lua modules make.
-// Embedders and tests take theirs from kFirstEmbedder.
+// The commands of the services this layer makes itself. A module added
+// by a registry line (bindings/module_registry.cpp) takes a free id below
+// kFirstEmbedder in that line; embedders and tests take theirs from
+// kFirstEmbedder.
 namespace io_cmd {
 inline constexpr CommandId kFs = cmd::kFirstUser;
 inline constexpr CommandId kExec = cmd::kFirstUser + 1;
