@@ -11,8 +11,10 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit/luajit_private.hpp"
+#include "bindings/luajit/raw_slots.hpp"
+#include "bindings/luajit/seam.hpp"
 #include "bindings/luajit/stack_args.hpp"
+#include "bindings/luajit/table_walk.hpp"
 #include "bindings/string_cache.hpp"
 #include "host/error.hpp"
 
@@ -25,7 +27,7 @@ template <typename Out>
 void put_long_varint(Out& out, std::uint64_t v);
 
 // Appends to a string through a pointer into its buffer, for the table
-// walk read from LuaJIT's memory (Encoder::raw_table): std::string's
+// walk read from LuaJIT's memory (Encoder::raw_only, table_walk.hpp): std::string's
 // push_back, out of line, was a call a byte, and the walk's
 // appends most of PingPong's encode of { n = i } (BENCHMARKS.md's source figures). It writes into the
 // string's whole capacity (its 15-byte inline buffer for most messages:
@@ -160,7 +162,7 @@ inline bool put_scalar(lua_State* L, int idx, int type, std::string& out) {
 // fails: each table on the way out adds its key, innermost first.
 class Encoder {
  public:
-  // raw: tables may be read straight from LuaJIT's memory (raw_table).
+  // raw: tables may be read straight from LuaJIT's memory (raw_only).
   Encoder(lua_State* L, std::string& out, bool raw = raw_tables_checked()) : L_(L), out_(out), raw_(raw) {}
 
   // Encodes the value at absolute index idx (of type `type` when the
@@ -175,14 +177,23 @@ class Encoder {
     return fail(ErrorKind::Invalid, std::string("cannot send ") + what);
   }
 
-  // The table at idx through raw_table alone (for its check).
-  bool raw_only(int idx) {
-    const auto* t = static_cast<const unsigned char*>(stack_args::table(L_, idx));
+  // The table at idx read straight from LuaJIT's memory alone
+  // (table_walk::walk, the same bytes as table()'s), for table() and for
+  // its check: false (out_ partly written) at anything but nil, booleans,
+  // numbers, strings and such tables, and table() then walks it again
+  // through the C API, which names what was wrong. False without the seam.
+  bool raw_only([[maybe_unused]] int idx) {
+#if HOST_LUAJIT_PRIVATE
+    const void* t = stack_args::table(L_, idx);
     if (!t) return false;
     RawOut out(out_);
-    const bool ok = raw_table(out, t, 0);
+    RawSink sink{*this, out};
+    const bool ok = table_walk::walk(sink, t);
     out.finish();
     return ok;
+#else
+    return false;
+#endif
   }
 
   // The error of a failed value(), naming the value's path under root.
@@ -259,79 +270,32 @@ class Encoder {
     return true;
   }
 
-  // The table t (a GCtab) read straight from LuaJIT's memory, in the order
-  // lua_next gives (the array part, then the hash part), so the bytes are
-  // table()'s: a fraction of its work, which is mostly the C
-  // API's checks of each call. Tables of nil, booleans, numbers, strings
-  // and such tables only: false (out_ partly written) at anything else (a
-  // value that cannot be sent, a cycle, nesting too deep), and table() then
-  // walks it again through the C API, which names what was wrong.
-  bool raw_table(RawOut& out, const unsigned char* t, std::size_t depth) {
-    namespace LL = luajit_private;
-    if (depth >= ancestors_.size()) return false;
-    for (std::size_t i = 0; i < depth; ++i)
-      if (ancestors_[i] == t) return false;
-    ancestors_[depth] = t;
-    const std::size_t n_at = open_table(out);
-    std::size_t n = 0;
-    std::size_t m = 0;
-    bool in_array = true;  // as in table(): keys 1, 2, ... while they come first
-    const LL::TableParts parts = LL::table_parts(t);
-    for (std::uint32_t i = 0; i < parts.asize; ++i) {
-      const std::uint64_t v = LL::array_value(parts, i);
-      if (LL::is_nil(v)) continue;
-      if (in_array && i == n + 1) {
-        ++n;
-      } else {
-        in_array = false;
-        put_number(out, static_cast<double>(i));
-        ++m;
-      }
-      if (!raw_value(out, v, depth)) return false;
-    }
-    for (std::uint32_t i = 0; i <= parts.hmask; ++i) {
-      const std::uint64_t v = LL::node_value(parts, i);
-      if (LL::is_nil(v)) continue;
-      const std::uint64_t k = LL::node_key(parts, i);
-      if (in_array && LL::is_number(k) && LL::number(k) == static_cast<double>(n + 1)) {
-        ++n;
-      } else {
-        in_array = false;
-        if (!raw_value(out, k, depth)) return false;
-        ++m;
-      }
-      if (!raw_value(out, v, depth)) return false;
-    }
-    close_table(out, n_at, n, m);
-    return true;
-  }
-
-  // One TValue of a table at depth `depth`: a scalar inline (most are), a
-  // table through raw_table.
-  [[gnu::always_inline]] bool raw_value(RawOut& out, std::uint64_t v, std::size_t depth) {
-    namespace LL = luajit_private;
-    if (LL::is_number(v)) {
-      put_number(out, LL::number(v));
+#if HOST_LUAJIT_PRIVATE
+  // What table_walk::walk hands over, written as table() writes it: a
+  // fraction of its instructions, which are mostly the C API's checks of
+  // each call (BENCHMARKS.md's ledger, entry 4).
+  struct RawSink {
+    Encoder& enc;
+    RawOut& out;
+    // Declines a table nested too deep or met again inside itself.
+    bool enter(const void* t, std::size_t depth) {
+      if (depth >= enc.ancestors_.size()) return false;
+      for (std::size_t i = 0; i < depth; ++i)
+        if (enc.ancestors_[i] == t) return false;
+      enc.ancestors_[depth] = t;
       return true;
     }
-    const std::uint32_t tag = LL::tag(v);
-    if (tag == LL::kTagStr) {
-      std::size_t n = 0;
-      const char* bytes = LL::string_bytes(LL::object(v), &n);
+    std::size_t open() { return open_table(out); }
+    void close(std::size_t n_at, std::size_t n, std::size_t m) { close_table(out, n_at, n, m); }
+    void number(double d) { put_number(out, d); }
+    void string(const char* bytes, std::size_t n) {
       out.push_back(kString);
       put_varint(out, n);
       out.append(bytes, n);
-      return true;
     }
-    if (tag == LL::kTagFalse || tag == LL::kTagTrue) {
-      out.push_back(tag == LL::kTagTrue ? kTrue : kFalse);
-      return true;
-    }
-    // A light userdata (JSON's null among them) declines too: in GC64 its
-    // TValue holds the pointer's segment in the state's own map, not the
-    // pointer, so only the C API (lua_touserdata) tells NULL from others.
-    return tag == LL::kTagTab && raw_table(out, LL::object(v), depth + 1);
-  }
+    void boolean(bool b) { out.push_back(b ? kTrue : kFalse); }
+  };
+#endif
 
   // Whether the table at address self is one of those being encoded; the
   // root's address is taken here, the first time a nested table asks.
@@ -344,7 +308,7 @@ class Encoder {
 
   // Writes a table's tag and its two counts' one-byte placeholders;
   // returns where the first is (close_table fills them).
-  // (Each on out_, or on the RawOut over it that raw_table writes through.)
+  // (Each on out_, or on the RawOut over it that raw_only writes through.)
   template <typename Out>
   static std::size_t open_table(Out& out) {
     out.push_back(kTable);
@@ -470,11 +434,11 @@ class Decoder {
         lua_createtable(L_, static_cast<int>(n), static_cast<int>(m));
         const int t = lua_gettop(L_);
         // Numbers and booleans straight into the array part (nil is there
-        // already); the rest through the stack, where an
-        // element takes two C API calls and the element's decode (BENCHMARKS.md's source figures).
-        unsigned char* array = n > 0 ? stack_args::array_part(L_, t, n + 1) : nullptr;
+        // already); the rest through the stack, where an element takes two
+        // C API calls and the element's decode (BENCHMARKS.md's source figures).
+        const raw_slots::Slots array = n > 0 ? raw_slots::Slots::of_table(L_, t, n + 1) : raw_slots::Slots();
         for (std::uint64_t i = 1; i <= n; ++i) {
-          if (array && scalar_into(array + 8 * i)) continue;
+          if (array && scalar_into(array, i)) continue;
           if (!value(depth + 1)) return false;
           if (!stack_args::pop_into_array(L_, t, static_cast<int>(i), 1)) lua_rawseti(L_, t, static_cast<int>(i));
         }
@@ -503,19 +467,16 @@ class Decoder {
       default: return fail("unknown tag");
     }
   }
-  // Decodes a number, boolean or nil into the TValue at dst (an array
-  // slot of a new table, nil already) and returns true; false, reading
+  // Decodes a number, boolean or nil into slot i of array (a new
+  // table's array part, nil already) and returns true; false, reading
   // nothing, for any other tag (or bytes that would not decode: value()
   // then says why).
-  bool scalar_into(unsigned char* dst) {
+  bool scalar_into(const raw_slots::Slots& array, std::size_t i) {
     if (p_ < end_ && static_cast<std::uint8_t>(*p_) == kNil) {
       ++p_;
       return true;
     }
-    std::uint64_t tv;
-    if (!read_scalar_tvalue(p_, end_, tv)) return false;
-    std::memcpy(dst, &tv, 8);
-    return true;
+    return array.read_scalar(i, p_, end_);
   }
   bool at_end() const { return p_ == end_; }
   std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
@@ -544,7 +505,8 @@ class Decoder {
   std::string error_;
 };
 
-// Tables of the shapes raw_table meets, made by Lua itself (no library
+#if HOST_LUAJIT_PRIVATE
+// Tables of the shapes the raw walk meets, made by Lua itself (no library
 // needed): array parts with holes and a key 0, hash parts of every key
 // type, nesting, a table met twice, keys past the array part, grown
 // tables. Small: this runs at every start (the walk's paths themselves are
@@ -568,12 +530,11 @@ t[11] = holes
 return t, { 1, function() end }, { x = { y = {} } }
 )lua";
 
-// Whether raw_table, on luajit_private's reads, gives table()'s bytes:
-// checked once on a state of its own, for tables of every shape, with its
-// refusal of a function and of a cycle. False where the seam is
-// unavailable.
+// Whether raw_only, on the seam's reads, gives table()'s bytes: checked
+// once on a state of its own, for tables of every shape, with its refusal
+// of a function and of a cycle. False where the seam is unavailable.
 bool check_raw_tables() {
-  if (!luajit_private::checked()) return false;
+  if (!seam::checked()) return false;
   const std::unique_ptr<lua_State, decltype(&lua_close)> state(luaL_newstate(), &lua_close);
   lua_State* L = state.get();
   if (!L) return false;
@@ -603,6 +564,9 @@ bool check_raw_tables() {
 // (stack_args's own check, in another file, may not have run yet; its
 // table() then takes the C API's pointer, the same table.)
 const bool raw_tables_ok = check_raw_tables();
+#else
+constexpr bool raw_tables_ok = false;
+#endif
 
 bool raw_tables_checked() { return raw_tables_ok; }
 
@@ -619,61 +583,51 @@ struct PtrOut {
 };
 inline void put_varint(PtrOut& out, std::uint64_t v) { out.put_varint(v); }
 
-// A string TValue of up to kSmallString bytes as its tag, length and
-// bytes; false for any other value.
-constexpr std::uint32_t kSmallString = 15;
-inline bool put_small_string(PtrOut& out, std::uint64_t tv) {
-  namespace LL = luajit_private;
-  if (LL::tag(tv) != LL::kTagStr) return false;
-  std::size_t n = 0;
-  const char* bytes = LL::string_bytes(LL::object(tv), &n);
-  if (n > kSmallString) return false;
-  out.push_back(kString);
-  out.push_back(static_cast<char>(n));
-  for (std::size_t i = 0; i < n; ++i) out.p[i] = bytes[i];
-  out.p += n;
-  return true;
-}
-
 // One value and its count (the encoding of a whole payload) for a small
-// flat table: up to kSmallEntries string keys of up to 15 bytes, with
-// numbers, booleans or such strings as values, its array part empty. The
-// bytes are raw_table's, written into buf (kSmallPayloadBytes, so with no
-// bounds to check): through the encoder's setup and RawOut's checked byte
-// writes, PingPong's { n = i } took more (BENCHMARKS.md's ledger, entry 4). Returns their
-// length; 0 for any other table.
+// flat table: up to kSmallEntries string keys of up to kSmallString
+// bytes, with numbers, booleans or such strings as values, its array part
+// empty (table_walk::walk_flat). The bytes are raw_only's, written into
+// buf (kSmallPayloadBytes, so with no bounds to check): through the
+// encoder's setup and RawOut's checked byte writes, PingPong's { n = i }
+// took more (BENCHMARKS.md's ledger, entry 4).
+// Returns their length; 0 for any other table, or without the seam.
+constexpr std::uint32_t kSmallString = 15;
 constexpr std::uint32_t kSmallEntries = 8;
-std::size_t put_small_table(const unsigned char* t, char* buf) {
-  namespace LL = luajit_private;
-  const LL::TableParts parts = LL::table_parts(t);
-  if (parts.asize > 4) return 0;
-  for (std::uint32_t i = 0; i < parts.asize; ++i)
-    if (!LL::is_nil(LL::array_value(parts, i))) return 0;
-  if (parts.hmask >= kSmallEntries) return 0;
+std::size_t put_small_table([[maybe_unused]] const void* t, [[maybe_unused]] char* buf) {
+#if HOST_LUAJIT_PRIVATE
   // Each entry at most 17 bytes of key and 17 of value (a string's, or a
   // number's tag and 10-byte varint), after the count and the header.
   static_assert(kSmallPayloadBytes >= 4 + kSmallEntries * 2 * (2 + kSmallString));
-  PtrOut o{buf};
+  struct Sink {
+    PtrOut o;
+    char m = 0;  // the entries
+    void key(const char* bytes, std::size_t n) {
+      ++m;
+      string(bytes, n);
+    }
+    void number(double d) { put_number(o, d); }
+    void boolean(bool b) { o.push_back(b ? kTrue : kFalse); }
+    // A string of up to kSmallString bytes: its tag, its length (one
+    // byte) and its bytes.
+    void string(const char* bytes, std::size_t n) {
+      o.push_back(kString);
+      o.push_back(static_cast<char>(n));
+      for (std::size_t i = 0; i < n; ++i) o.p[i] = bytes[i];
+      o.p += n;
+    }
+  };
+  Sink sink{PtrOut{buf}};
+  PtrOut& o = sink.o;
   o.push_back(1);       // the count of values
   o.push_back(kTable);
   o.push_back(0);       // no array section
   char* m_at = o.p++;   // the hash section's count, at most kSmallEntries
-  char m = 0;
-  for (std::uint32_t i = 0; i <= parts.hmask; ++i) {
-    const std::uint64_t v = LL::node_value(parts, i);
-    if (LL::is_nil(v)) continue;
-    if (!put_small_string(o, LL::node_key(parts, i))) return 0;
-    if (LL::is_number(v)) {
-      put_number(o, LL::number(v));
-    } else if (LL::tag(v) == LL::kTagTrue || LL::tag(v) == LL::kTagFalse) {
-      o.push_back(LL::tag(v) == LL::kTagTrue ? kTrue : kFalse);
-    } else if (!put_small_string(o, v)) {
-      return 0;
-    }
-    ++m;
-  }
-  *m_at = m;
+  if (!table_walk::walk_flat<kSmallEntries, kSmallString>(sink, t)) return 0;
+  *m_at = sink.m;
   return static_cast<std::size_t>(o.p - buf);
+#else
+  return 0;
+#endif
 }
 
 // encode_values' general case, with the table walk chosen.
@@ -713,7 +667,7 @@ std::size_t encode_small(lua_State* L, int idx, int type, char* buf) {
   }
   if (type == LUA_TTABLE && raw_tables_checked()) {
     const void* t = stack_args::table(L, idx);
-    if (t) return put_small_table(static_cast<const unsigned char*>(t), buf);
+    if (t) return put_small_table(t, buf);
   }
   return 0;
 }

@@ -22,7 +22,6 @@
 
 #include <lua.hpp>
 
-#include "bindings/luajit/luajit_private.hpp"
 #include "host/io/value_format.hpp"
 
 namespace host::lua {
@@ -92,37 +91,6 @@ struct MovedValueHooks {
   bool (*decode)(lua_State* L, std::uint64_t id, std::string_view cls) = nullptr;
 };
 inline MovedValueHooks moved_value_hooks;
-
-// Reads the boolean or number at p (its tag first) as the TValue LuaJIT
-// holds for it (luajit_private's), moving p past it; false, p unchanged,
-// for any other tag or bytes that end too soon. The decoder's array items
-// and the shape cache's values (shape_cache.hpp) are read this way.
-inline bool read_scalar_tvalue(const char*& p, const char* end, std::uint64_t& tv) {
-  namespace LL = luajit_private;
-  if (p >= end) return false;
-  const char* next = p + 1;  // past the tag, then past the value
-  switch (static_cast<std::uint8_t>(*p)) {
-    case kFalse: tv = LL::primitive(LL::kTagFalse); break;
-    case kTrue: tv = LL::primitive(LL::kTagTrue); break;
-    case kInt: {
-      std::uint64_t z;
-      if (read_varint(next, end, z) != Varint::kOk) return false;
-      tv = LL::number_tvalue(static_cast<double>(unzigzag(z)));
-      break;
-    }
-    case kDouble: {
-      if (end - next < 8) return false;
-      double d;
-      std::memcpy(&d, next, 8);
-      next += 8;
-      tv = LL::number_tvalue(d);
-      break;
-    }
-    default: return false;
-  }
-  p = next;
-  return true;
-}
 
 // The most common message payloads without the decoder: when bytes encode
 // one value that is nil, a boolean, a number or a string shorter than 128

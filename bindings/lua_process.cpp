@@ -441,7 +441,7 @@ void LuaProcess::Step(std::span<Event> events, StepOutput& out) {
   if (handed) {
     out.status = has_pending_calls() ? Status::Blocked : Status::Idle;
   } else {
-    stack_args::push_kept(L, step_fn_, luajit_private::kTagFunc, step_fn_ref_);
+    stack_args::push_kept(L, step_fn_, stack_args::Object::kFunction, step_fn_ref_);
     rc = lua_pcall(L, 0, 0, 0);
   }
   // A thread the runaway monitor gave up on (the step outlived a terminate

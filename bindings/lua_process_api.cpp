@@ -77,8 +77,7 @@ template <typename F>
 int Primitives::ok_or_fail(lua_State* L, const std::string& err) {
   if (!err.empty()) return push_fail(L, err);
   // (A send's true, pushed as a value: the C API's call was about 20.)
-  const std::uint64_t yes = luajit_private::primitive(luajit_private::kTagTrue);
-  if (!stack_args::push_tvalues(L, &yes, 1)) lua_pushboolean(L, 1);
+  if (!stack_args::push_true(L)) lua_pushboolean(L, 1);
   return 1;
 }
 

@@ -233,10 +233,7 @@ bool LuaProcess::hand_over_shaped(lua_State* co, const char* from, const char* t
   if (payload.size() > kHandOverTableBytes) return false;
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   if (shapes_->fill(payload, received_strings_, from, topic) != ShapeCache::Match::kFilled) return false;
-  namespace LL = luajit_private;
-  const std::uint64_t values[3] = {~std::uint64_t{0}, LL::tvalue(shapes_->constructor(), LL::kTagFunc),
-                                   LL::primitive(LL::kTagTrue)};  // nil, the constructor, true
-  if (!stack_args::push_tvalues(co, values, 3)) {
+  if (!stack_args::push_nil_function_true(co, shapes_->constructor())) {
     shapes_->clear_scratch();
     return false;
   }
@@ -300,7 +297,7 @@ bool LuaProcess::push_shaped_payload(lua_State* L, const std::string& payload) {
   if (!shapes_) shapes_ = std::make_unique<ShapeCache>();
   switch (shapes_->fill_payload(payload, received_strings_)) {
     case ShapeCache::Match::kFilled:
-      stack_args::push_kept(L, shapes_->payload_constructor(), luajit_private::kTagFunc,
+      stack_args::push_kept(L, shapes_->payload_constructor(), stack_args::Object::kFunction,
                             shapes_->payload_constructor_ref());
       lua_call(L, 0, 1);
       return true;

@@ -3,14 +3,12 @@
 #include <cstring>
 
 #include "bindings/codec.hpp"
-#include "bindings/luajit/luajit_private.hpp"
-#include "bindings/luajit/stack_args.hpp"
+#include "bindings/luajit/raw_slots.hpp"
 #include "bindings/string_cache.hpp"
 
 namespace host::lua {
 
 namespace {
-namespace LP = luajit_private;
 
 // The scratch table's slots: [1] from, [2] topic, [3..] the values.
 constexpr std::size_t kFirstValue = 3;
@@ -37,26 +35,26 @@ bool read_string(const char*& p, const char* end, std::string_view& bytes) {
   return true;
 }
 
-// Reads one value at p (a table's, so never nil) into tv, advancing p;
-// false at anything but a boolean, a number or a string `kept` keeps.
+// Reads one value at p (a table's, so never nil) into slot i of slots,
+// advancing p; false at anything but a boolean, a number or a string
+// `kept` keeps.
 [[gnu::always_inline]] inline bool read_value(const char*& p, const char* end, const StringCache& kept,
-                                              std::uint64_t& tv) {
-  if (p >= end || static_cast<std::uint8_t>(*p) != kString) return read_scalar_tvalue(p, end, tv);
+                                              const raw_slots::Slots& slots, std::size_t i) {
+  if (p >= end || static_cast<std::uint8_t>(*p) != kString) return slots.read_scalar(i, p, end);
   const char* q = p;
   std::string_view bytes;
   if (!read_string(q, end, bytes)) return false;
   const char* text = kept.find(bytes);
   if (!text) return false;
   p = q;
-  tv = LP::string_tvalue(text);
+  slots.set_string(i, text);
   return true;
 }
 
 // Skips one value at p as read_value reads it (any string).
 bool skip_value(const char*& p, const char* end) {
   std::string_view bytes;
-  std::uint64_t tv;
-  return read_string(p, end, bytes) || read_scalar_tvalue(p, end, tv);
+  return read_string(p, end, bytes) || raw_slots::skip_scalar(p, end);
 }
 
 // The key at p (kString, a one-byte length, its bytes) as its length byte
@@ -89,11 +87,11 @@ bool ShapeCache::shape_of(std::string_view payload, std::string& keys, std::uint
   const char* p = payload.data() + 4;
   const char* end = payload.data() + payload.size();
   const char* want = shape.keys.data();
-  unsigned char* values = scratch_ + 8 * kFirstValue;
+  const raw_slots::Slots& slots = scratch_;
   // Written straight into the table; a payload that fails half way sets
   // what it wrote back to nil, so that no string of its own stays there.
-  const auto fail = [values](std::size_t written) {
-    std::memset(values, 0xff, 8 * written);  // nil: all bits set
+  const auto fail = [&slots](std::size_t written) {
+    slots.set_nil(kFirstValue, written);
     return false;
   };
   for (std::uint8_t i = 0; i < shape.count; ++i) {
@@ -105,9 +103,7 @@ bool ShapeCache::shape_of(std::string_view payload, std::string& keys, std::uint
       return fail(i);
     p += 1 + n;
     want += n;
-    std::uint64_t tv;
-    if (!read_value(p, end, kept, tv)) return fail(i);
-    std::memcpy(values + 8 * i, &tv, 8);
+    if (!read_value(p, end, kept, slots, kFirstValue + i)) return fail(i);
   }
   return p == end || fail(shape.count);
 }
@@ -130,8 +126,8 @@ ShapeCache::Match ShapeCache::fill(std::string_view payload, const StringCache& 
                                    const char* topic) {
   const Match m = fill_values(payload, kept);
   if (m == Match::kFilled) {
-    const std::uint64_t head[2] = {LP::string_tvalue(from), LP::string_tvalue(topic)};
-    std::memcpy(scratch_ + 8, head, sizeof head);
+    scratch_.set_string(1, from);
+    scratch_.set_string(2, topic);
   }
   return m;
 }
@@ -141,7 +137,7 @@ ShapeCache::Match ShapeCache::fill_payload(std::string_view payload, const Strin
 }
 
 void ShapeCache::clear_scratch() {
-  if (scratch_) std::memset(scratch_ + 8, 0xff, 8 * (kScratchSlots - 1));  // nil: all bits set
+  if (scratch_) scratch_.set_nil(1, kScratchSlots - 1);
 }
 
 bool ShapeCache::wants_compile(std::string_view payload) {
@@ -196,7 +192,7 @@ int ShapeCache::compile(lua_State* L) {
   auto& self = *static_cast<ShapeCache*>(lua_touserdata(L, 1));
   if (!self.scratch_) {
     lua_createtable(L, static_cast<int>(kScratchSlots - 1), 0);
-    unsigned char* array = stack_args::array_part(L, lua_gettop(L), kScratchSlots);
+    const raw_slots::Slots array = raw_slots::Slots::of_table(L, lua_gettop(L), kScratchSlots);
     if (!array) {  // LuaJIT's layout is not the one expected: no shapes
       self.unavailable_ = true;
       return 0;

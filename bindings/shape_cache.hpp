@@ -46,6 +46,8 @@
 
 #include <lua.hpp>
 
+#include "bindings/luajit/raw_slots.hpp"
+
 namespace host::lua {
 
 class StringCache;
@@ -120,7 +122,7 @@ class ShapeCache {
   std::size_t next_ = 0;  // the slot compile() fills next (round-robin)
   std::string candidate_;
   std::uint8_t candidate_count_ = 0;
-  unsigned char* scratch_ = nullptr;  // the scratch table's array part: [1] from, [2] topic, [3..] values
+  raw_slots::Slots scratch_;  // the scratch table's array part: [1] from, [2] topic, [3..] values
   int scratch_ref_ = LUA_NOREF;
   bool unavailable_ = false;  // the scratch table's array part could not be read: no shapes
   const Shape* matched_ = nullptr;

@@ -377,10 +377,9 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
   if (inbox_queue_refs_[which - 1] == -2) return true;
   // Its tail read from its table where the layout allows: a receive of a
   // process with kernel_ext loaded asks each time (inbox_recvq_empty),
-  // and the C API's reads were a costly part of it.
-  std::uint64_t tail;
-  if (stack_args::array_slot(inbox_queues_[which - 1], kTail, tail) && luajit_private::is_number(tail))
-    return luajit_private::number(tail) == kFirst - 1;
+  // and the C API's reads were a costly part of it (BENCHMARKS.md's source figures).
+  double tail;
+  if (stack_args::array_number(inbox_queues_[which - 1], kTail, tail)) return tail == kFirst - 1;
   push_inbox_queue(L, which);
   lua_rawgeti(L, -1, kTail);
   // An emptied queue always starts again at kFirst (QueueRef::shift and
@@ -392,12 +391,11 @@ bool TaskKernel::inbox_queue_empty(lua_State* L, int which) {
 
 std::size_t TaskKernel::queued_messages(lua_State* L) {
   if (inbox_queue_refs_[kBuf - 1] == -2) return 0;
-  std::uint64_t head, tail;
+  double head, tail;
   int n;
-  if (stack_args::array_slot(inbox_queues_[kBuf - 1], kHead, head) &&
-      stack_args::array_slot(inbox_queues_[kBuf - 1], kTail, tail) && luajit_private::is_number(head) &&
-      luajit_private::is_number(tail)) {
-    n = static_cast<int>(luajit_private::number(tail) - luajit_private::number(head)) + 1;
+  if (stack_args::array_number(inbox_queues_[kBuf - 1], kHead, head) &&
+      stack_args::array_number(inbox_queues_[kBuf - 1], kTail, tail)) {
+    n = static_cast<int>(tail - head) + 1;
   } else {
     push_inbox_queue(L, kBuf);
     n = QueueRef(L, -1).size();
@@ -1358,7 +1356,7 @@ int TaskKernel::l_current(lua_State* L) {
   // The running task's coroutine is alive (it runs, and the tasks table
   // holds it): pushed as the object it is, without the table's lookup
   // (a costly lookup; every blocking channel call asks).
-  if (!stack_args::push_object(L, k.current_, luajit_private::kTagThread)) k.push_task(L, k.current_);
+  if (!stack_args::push_object(L, k.current_, stack_args::Object::kThread)) k.push_task(L, k.current_);
   return 1;
 }
 

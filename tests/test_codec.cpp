@@ -12,6 +12,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/luajit/seam.hpp"
 #include "bindings/string_cache.hpp"
 
 using host::lua::decode_values;
@@ -428,7 +429,7 @@ TEST_CASE("tables read straight from LuaJIT's memory give the C API walk's bytes
   // table would take the slower walk and this would say so. (Built without
   // the seam, every table takes it, and the comparison below is of the C
   // API's walk with itself.)
-  CHECK(host::lua::reads_tables_raw() == host::lua::luajit_private::kBuilt);
+  CHECK(host::lua::reads_tables_raw() == host::lua::seam::kBuilt);
   State s;
   // Random tables: arrays with holes and a key 0, keys of every sendable
   // type, strings from empty to past 256 bytes (with NUL bytes), numbers of

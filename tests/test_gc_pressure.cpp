@@ -50,7 +50,7 @@ std::size_t peak_heap(bool pressure, std::size_t* limit_out) {
 }  // namespace
 
 TEST_CASE("gc_pressure: past half the limit, cycles start soon enough that garbage does not take the heap past it") {
-  if (!host::lua::luajit_private::kBuilt) {
+  if (!host::lua::seam::kBuilt) {
     CHECK_FALSE(gp::available());  // built without the seam: LuaJIT's own pacing
     return;
   }
@@ -63,7 +63,7 @@ TEST_CASE("gc_pressure: past half the limit, cycles start soon enough that garba
 }
 
 TEST_CASE("gc_pressure: a stopped collector stays stopped") {
-  if (!host::lua::luajit_private::kBuilt) return;
+  if (!host::lua::seam::kBuilt) return;
   REQUIRE(gp::available());
   lua_State* L = luaL_newstate();
   REQUIRE(L);

@@ -51,7 +51,7 @@ int compare_arguments(lua_State* L) {
 }  // namespace
 
 TEST_CASE("this LuaJIT lays out a C function's arguments as stack_args reads them (in a build with the seam)") {
-  CHECK(sa::layout_matches() == host::lua::luajit_private::kBuilt);
+  CHECK(sa::layout_matches() == host::lua::seam::kBuilt);
 }
 
 TEST_CASE("arguments read from the stack are what lua_type and lua_tolstring give, for every type") {
@@ -89,7 +89,6 @@ TEST_CASE("push_object pushes what a registry read of the same object pushes, an
   lua_pushcfunction(L, compare_arguments);
   const void* fn = lua_topointer(L, -1);
   const int fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  namespace LL = host::lua::luajit_private;
 
   // Far more pushes than the stack first has room for: where it has none,
   // push_object declines (pushing nothing), and the caller's fallback, the
@@ -99,8 +98,8 @@ TEST_CASE("push_object pushes what a registry read of the same object pushes, an
     const int before = lua_gettop(L);
     const int kind = i % 3;
     const bool pushed = kind == 0   ? sa::push_string_object(L, text)
-                        : kind == 1 ? sa::push_object(L, table, LL::kTagTab)
-                                    : sa::push_object(L, fn, LL::kTagFunc);
+                        : kind == 1 ? sa::push_object(L, table, sa::Object::kTable)
+                                    : sa::push_object(L, fn, sa::Object::kFunction);
     if (!pushed) {
       ++declined;
       REQUIRE(lua_gettop(L) == before);
@@ -229,7 +228,7 @@ TEST_CASE("pop_into_array writes as lua_rawseti does, and what it writes survive
   // table is an inbox's buffer in use: long-lived, so the collector
   // traverses it in every cycle, and the stepping below stops in every
   // phase of several.
-  REQUIRE(sa::layout_matches() == host::lua::luajit_private::kBuilt);
+  REQUIRE(sa::layout_matches() == host::lua::seam::kBuilt);
   lua_State* L = luaL_newstate();
   REQUIRE(L);
   constexpr int kKeys = 3000;

@@ -308,7 +308,7 @@ TEST_CASE("small_globals: lua_newstate's globals hash part is the scratch block,
   // Were LuaJIT's table layout or allocation order other than
   // small_globals expects, LuaProcess would keep the big table (and every
   // idle process 1.4 KB more): this says whether it is as expected here.
-  if (!host::lua::luajit_private::kBuilt) {
+  if (!host::lua::seam::kBuilt) {
     CHECK(host::lua::small_globals::take_scratch() == nullptr);  // built without the seam: LuaJIT's own table
     return;
   }

@@ -1,5 +1,10 @@
-// gc_pressure: the collector's threshold lowered near the memory limit.
+// gc_pressure: the collector's threshold lowered near the memory limit,
+// through luajit_private's fields (compiled only with
+// HOST_LUAJIT_PRIVATE). Threads: the thread running L.
 #include "bindings/luajit/gc_pressure.hpp"
+
+#if HOST_LUAJIT_PRIVATE
+#include "bindings/luajit/luajit_private.hpp"
 
 #include <cstdint>
 
@@ -29,3 +34,4 @@ void collect_sooner(lua_State* L, std::size_t limit) {
 bool stopped(lua_State* L) { return LP::gc_threshold(L) >= kStopped; }
 
 }  // namespace host::lua::gc_pressure
+#endif

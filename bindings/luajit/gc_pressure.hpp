@@ -19,19 +19,22 @@
 // interpreter or the C API and has the other half of the gap to finish in.
 // It only writes a threshold; the collector itself runs where LuaJIT runs
 // it. The fields are luajit_private's; where that seam is unavailable,
-// processes keep LuaJIT's own pacing.
+// processes keep LuaJIT's own pacing, and built without it
+// (HOST_LUAJIT_PRIVATE=OFF) the functions below do nothing.
 #pragma once
 
 #include <cstddef>
 
-#include "bindings/luajit/luajit_private.hpp"
+#include "bindings/luajit/seam.hpp"
 
 struct lua_State;
 
 namespace host::lua::gc_pressure {
 
-// Whether the collector's fields may be used (luajit_private::available()).
-inline bool available() { return luajit_private::available(); }
+// Whether the collector's fields may be used (seam::available()).
+inline bool available() { return seam::available(); }
+
+#if HOST_LUAJIT_PRIVATE
 // The collector of L's state starts its next cycle by the time the heap
 // is halfway from its live estimate to `limit` bytes (see above). No
 // effect during a cycle, or while a script has stopped the collector
@@ -42,5 +45,9 @@ void collect_sooner(lua_State* L, std::size_t limit);
 // that code which pauses it for a while knows not to restart it after.
 // Only when available().
 bool stopped(lua_State* L);
+#else
+inline void collect_sooner(lua_State*, std::size_t) {}
+inline bool stopped(lua_State*) { return false; }
+#endif
 
 }  // namespace host::lua::gc_pressure

@@ -4,6 +4,12 @@
 // writes with what the C API gives. A pointer read through the layout is
 // only followed once the fields it comes from have been checked against
 // the C API, so that another layout fails a check instead of faulting.
+// Threads: the static initialisers' (once, as the program starts).
+// Compiled only with HOST_LUAJIT_PRIVATE (without it, seam.hpp's
+// available() is a constant false).
+#include "bindings/luajit/seam.hpp"
+
+#if HOST_LUAJIT_PRIVATE
 #include "bindings/luajit/luajit_private.hpp"
 
 #include <cmath>
@@ -16,31 +22,11 @@
 #include <lua.hpp>
 
 namespace host::lua::luajit_private {
-
-#if HOST_LUAJIT_PRIVATE
 namespace {
 
 namespace LL = layout;
 
 using State = std::unique_ptr<lua_State, decltype(&lua_close)>;
-
-// lua_type's answer for a TValue, by its tag (-2: no type a slot holds).
-int type_of(std::uint64_t tv) {
-  if (is_number(tv)) return LUA_TNUMBER;
-  switch (tag(tv)) {
-    case ~0u: return LUA_TNIL;
-    case kTagFalse:
-    case kTagTrue: return LUA_TBOOLEAN;
-    case kTagLightUserdata: return LUA_TLIGHTUSERDATA;
-    case kTagStr: return LUA_TSTRING;
-    case kTagThread: return LUA_TTHREAD;
-    case kTagFunc: return LUA_TFUNCTION;
-    case kTagCdata: return 10;  // LuaJIT's LUA_TCDATA
-    case kTagTab: return LUA_TTABLE;
-    case kTagUserdata: return LUA_TUSERDATA;
-    default: return -2;
-  }
-}
 
 // Called with arguments of every type a script can pass: whether the
 // stack's reads give what the C API gives for each, and for the slots past
@@ -58,14 +44,14 @@ int probe_stack(lua_State* L) {
   for (int i = 1; ok && i <= n + 2; ++i) {
     const unsigned char* at = stack_slot(L, i);
     const int api_type = lua_type(L, i);
-    ok = api_type == (at ? type_of(load64(at)) : LUA_TNONE);
+    ok = api_type == (at ? type_of(Raw::load(at)) : LUA_TNONE);
     if (!ok || !at) continue;
-    const std::uint64_t tv = load64(at);
+    const RawValue tv = Raw::load(at);
     if (api_type == LUA_TSTRING) {
       std::size_t len = 0, raw_len = 0;
       const char* bytes = lua_tolstring(L, i, &len);
       ok = tag(tv) == kTagStr && string_bytes(object(tv), &raw_len) == bytes && raw_len == len &&
-           string_tvalue(bytes) == tv;
+           string_value(bytes) == tv;
     } else if (api_type == LUA_TNUMBER) {
       ok = number(tv) == lua_tonumber(L, i);
     } else if (api_type == LUA_TTABLE || api_type == LUA_TFUNCTION || api_type == LUA_TTHREAD) {
@@ -74,7 +60,7 @@ int probe_stack(lua_State* L) {
     }
     if (ok && (api_type == LUA_TSTRING || api_type == LUA_TTABLE || api_type == LUA_TFUNCTION)) {
       const int before = lua_gettop(L);
-      ok = push_tvalues(L, &tv, 1) && lua_gettop(L) == before + 1 && lua_type(L, -1) == api_type &&
+      ok = push_values(L, &tv, 1) && lua_gettop(L) == before + 1 && lua_type(L, -1) == api_type &&
            lua_rawequal(L, -1, i);
       lua_settop(L, before);
     }
@@ -157,8 +143,8 @@ bool check_tables() {
     return false;
   int found = 0;
   for (std::size_t i = 0; i <= p.hmask; ++i) {
-    const std::uint64_t v = node_value(p, i);
-    const std::uint64_t k = node_key(p, i);
+    const RawValue v = node_value(p, i);
+    const RawValue k = node_key(p, i);
     if (is_nil(v)) continue;
     if (tag(v) != kTagStr || object(v) != val || tag(k) != kTagStr || object(k) != key) return false;
     ++found;
@@ -166,8 +152,7 @@ bool check_tables() {
   if (found != 1) return false;
   // Written straight into the array part, read back through the C API.
   lua_pushfstring(L, "kept by the table alone %d", 7);
-  const std::uint64_t written[] = {primitive(kTagFalse), number_tvalue(std::nan("")),
-                                   string_tvalue(lua_tostring(L, -1))};
+  const RawValue written[] = {primitive(kTagFalse), number_value(std::nan("")), string_value(lua_tostring(L, -1))};
   if (is_black(t)) return false;  // (a step ran: the write would owe a barrier)
   std::memcpy(array_slots(t) + 3 * 8, written, sizeof written);  // keys 3 to 5
   lua_pop(L, 1);
@@ -248,14 +233,18 @@ bool check_collector() {
 
 }  // namespace
 
-bool checked() {
+bool layout_holds() {
   static const bool ok = check_stack() && check_tables() && check_collector();
   return ok;
 }
-#else
-bool checked() { return false; }
-#endif
+
+}  // namespace host::lua::luajit_private
+
+namespace host::lua::seam {
+
+bool checked() { return luajit_private::layout_holds(); }
 
 const bool detail::ok = checked();
 
-}  // namespace host::lua::luajit_private
+}  // namespace host::lua::seam
+#endif

@@ -1,51 +1,40 @@
 // The one seam onto LuaJIT's private object layout (LuaJIT 2.1, GC64 mode,
 // as lj_obj.h lays it out). Every offset and tag the host knows is here,
-// and every read or write through one goes through an operation here.
-// Its users are optimisations that each keep a public-API path beside:
-// stack_args (a C function's arguments read, values pushed and moved),
-// the codec's table walk, small_globals (the globals table's hash part),
-// gc_pressure (the collector's threshold near the memory limit) and the
-// shape cache's prepared values.
+// and every read or write through one goes through an operation here; a
+// value's bits are a RawValue, which only this header builds or reads.
+// Included by bindings/luajit/ alone (tests/check_layout.sh), and compiled
+// only with HOST_LUAJIT_PRIVATE (tests/check_seam_symbols.sh): the code
+// elsewhere calls the operations of bindings/luajit/'s other headers,
+// each with a public-API path beside. Its users: stack_args (a C
+// function's arguments read, values pushed and moved), table_walk (the
+// codec's table reads), raw_slots (values written into a table's array
+// part: the decoder's and the shape cache's), small_globals (the globals
+// table's hash part) and gc_pressure (the collector's threshold near the
+// memory limit).
 //
 // Whether the layout holds is decided once, as the program starts
 // (luajit_private.cpp checks every operation against the C API on states
-// of its own); where any check fails (another LuaJIT build), available()
-// is false for good and every user takes its public path. Built with
-// -DHOST_LUAJIT_PRIVATE=OFF, available() is a constant false: no check
-// runs, and the compiler drops every private path. Threads: any.
+// of its own; seam::available() says the outcome); where any check fails
+// (another LuaJIT build), every user takes its public path. Threads: any.
 #pragma once
+
+#include "bindings/luajit/seam.hpp"
+
+#if !HOST_LUAJIT_PRIVATE
+#error "luajit_private.hpp is compiled only with HOST_LUAJIT_PRIVATE: guard its include"
+#endif
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
-#ifndef HOST_LUAJIT_PRIVATE
-#define HOST_LUAJIT_PRIVATE 1
-#endif
-
-struct lua_State;
+#include <lua.hpp>
 
 namespace host::lua::luajit_private {
 
-// Whether this build has the private paths at all (CMake's
-// HOST_LUAJIT_PRIVATE).
-inline constexpr bool kBuilt = HOST_LUAJIT_PRIVATE != 0;
-
-namespace detail {
-// Set by the checks as the program starts (a static initialiser: a plain
-// load on the hot paths, where a function-local static cost a call and
-// its guard). Read before that, it is false: the public paths.
-extern const bool ok;
-}  // namespace detail
-
-// Whether the private operations below may be used (see above).
-inline bool available() {
-  if constexpr (!kBuilt) return false;
-  else return detail::ok;
-}
-// available(), for another static initialiser: runs the checks if they
-// have not run yet (the order of initialisers across files is not fixed).
-bool checked();
+// Whether every layout check passes (run once; seam::checked's answer).
+bool layout_holds();
 
 // --- The layout ------------------------------------------------------------
 namespace layout {
@@ -109,7 +98,19 @@ inline constexpr std::uint32_t kTagTab = ~11u;
 inline constexpr std::uint32_t kTagUserdata = ~12u;
 inline constexpr std::uint32_t kTagNumX = ~13u;  // tags below this one are numbers (doubles)
 inline constexpr std::uint64_t kPointerMask = (std::uint64_t{1} << 47) - 1;
-inline constexpr std::uint64_t kNil = ~std::uint64_t{0};
+
+// A TValue's bits, as a type: built and read only by Raw (below), so that
+// no code outside this header makes or takes apart a value's bits.
+class RawValue {
+ public:
+  friend constexpr bool operator==(RawValue a, RawValue b) { return a.bits_ == b.bits_; }
+
+ private:
+  friend struct Raw;
+  explicit constexpr RawValue(std::uint64_t bits) : bits_(bits) {}
+  std::uint64_t bits_;
+};
+static_assert(sizeof(RawValue) == 8 && std::is_trivially_copyable_v<RawValue>);
 
 inline std::uint64_t load64(const void* p) {
   std::uint64_t v;
@@ -127,30 +128,62 @@ inline const unsigned char* load_ptr(const void* p) {
   return v;
 }
 
-inline bool is_nil(std::uint64_t tv) { return tv == kNil; }
-inline std::uint32_t tag(std::uint64_t tv) { return static_cast<std::uint32_t>(static_cast<std::int64_t>(tv) >> 47); }
-inline bool is_number(std::uint64_t tv) { return tag(tv) < kTagNumX; }
-inline double number(std::uint64_t tv) {
+// The one builder and reader of RawValues' bits.
+struct Raw {
+  static constexpr RawValue of(std::uint64_t bits) { return RawValue(bits); }
+  static constexpr std::uint64_t bits(RawValue v) { return v.bits_; }
+  // The TValue at p (a slot of a stack, an array part or a node).
+  static RawValue load(const void* p) { return RawValue(load64(p)); }
+  // Writes v into the TValue at p.
+  static void store(void* p, RawValue v) { std::memcpy(p, &v.bits_, sizeof v.bits_); }
+};
+
+inline constexpr RawValue nil() { return Raw::of(~std::uint64_t{0}); }
+inline bool is_nil(RawValue tv) { return tv == nil(); }
+inline std::uint32_t tag(RawValue tv) {
+  return static_cast<std::uint32_t>(static_cast<std::int64_t>(Raw::bits(tv)) >> 47);
+}
+inline bool is_number(RawValue tv) { return tag(tv) < kTagNumX; }
+inline double number(RawValue tv) {
+  const std::uint64_t bits = Raw::bits(tv);
   double d;
-  std::memcpy(&d, &tv, sizeof d);
+  std::memcpy(&d, &bits, sizeof d);
   return d;
 }
 // The TValue of false or true (kTagFalse, kTagTrue).
-inline std::uint64_t primitive(std::uint32_t tag) { return ~(std::uint64_t{~tag} << 47); }
+inline constexpr RawValue primitive(std::uint32_t tag) { return Raw::of(~(std::uint64_t{~tag} << 47)); }
+inline constexpr RawValue boolean(bool b) { return primitive(b ? kTagTrue : kTagFalse); }
 // The TValue of a number: its double's bits, a NaN as LuaJIT's one NaN
 // (another NaN's bits could read as a tag).
-inline std::uint64_t number_tvalue(double d) {
-  if (d != d) return 0xfff8000000000000ull;
+inline RawValue number_value(double d) {
+  if (d != d) return Raw::of(0xfff8000000000000ull);
   std::uint64_t v;
   std::memcpy(&v, &d, sizeof v);
-  return v;
+  return Raw::of(v);
 }
 // The TValue of a GC object of type `tag` at address obj.
-inline std::uint64_t tvalue(const void* obj, std::uint32_t tag) {
-  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(obj)) | (std::uint64_t{tag} << 47);
+inline RawValue object_value(const void* obj, std::uint32_t tag) {
+  return Raw::of(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(obj)) | (std::uint64_t{tag} << 47));
 }
-inline const unsigned char* object(std::uint64_t tv) {
-  return reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(tv & kPointerMask));
+inline const unsigned char* object(RawValue tv) {
+  return reinterpret_cast<const unsigned char*>(static_cast<std::uintptr_t>(Raw::bits(tv) & kPointerMask));
+}
+// lua_type's answer for a TValue, by its tag (-2: no type a slot holds).
+inline int type_of(RawValue tv) {
+  if (is_number(tv)) return LUA_TNUMBER;
+  switch (tag(tv)) {
+    case ~0u: return LUA_TNIL;
+    case kTagFalse:
+    case kTagTrue: return LUA_TBOOLEAN;
+    case kTagLightUserdata: return LUA_TLIGHTUSERDATA;
+    case kTagStr: return LUA_TSTRING;
+    case kTagThread: return LUA_TTHREAD;
+    case kTagFunc: return LUA_TFUNCTION;
+    case kTagCdata: return 10;  // LuaJIT's LUA_TCDATA
+    case kTagTab: return LUA_TTABLE;
+    case kTagUserdata: return LUA_TUSERDATA;
+    default: return -2;
+  }
 }
 
 // --- Strings -----------------------------------------------------------------
@@ -160,7 +193,7 @@ inline const char* string_bytes(const unsigned char* s, std::size_t* len) {
   return reinterpret_cast<const char*>(s + layout::kStrBytes);
 }
 // The TValue of the string whose bytes start at text (lua_tolstring's).
-inline std::uint64_t string_tvalue(const char* text) { return tvalue(text - layout::kStrBytes, kTagStr); }
+inline RawValue string_value(const char* text) { return object_value(text - layout::kStrBytes, kTagStr); }
 
 // --- Tables ------------------------------------------------------------------
 // A table's array part (keys 0 .. asize - 1) and hash part (hmask + 1 nodes).
@@ -175,13 +208,13 @@ inline TableParts table_parts(const unsigned char* t) {
           load32(t + layout::kHmaskOffset)};
 }
 inline std::uint32_t array_size(const unsigned char* t) { return load32(t + layout::kAsizeOffset); }
-inline std::uint64_t array_value(const TableParts& p, std::size_t i) { return load64(p.array + 8 * i); }
+inline RawValue array_value(const TableParts& p, std::size_t i) { return Raw::load(p.array + 8 * i); }
 inline unsigned char* array_slots(const unsigned char* t) {
   return const_cast<unsigned char*>(load_ptr(t + layout::kArrayOffset));
 }
-inline std::uint64_t node_value(const TableParts& p, std::size_t i) { return load64(p.node + layout::kNodeBytes * i); }
-inline std::uint64_t node_key(const TableParts& p, std::size_t i) {
-  return load64(p.node + layout::kNodeBytes * i + layout::kNodeKeyOffset);
+inline RawValue node_value(const TableParts& p, std::size_t i) { return Raw::load(p.node + layout::kNodeBytes * i); }
+inline RawValue node_key(const TableParts& p, std::size_t i) {
+  return Raw::load(p.node + layout::kNodeBytes * i + layout::kNodeKeyOffset);
 }
 // Whether the collector has traversed table t in this cycle (black): a
 // value written into it then owes a write barrier.
@@ -236,7 +269,7 @@ inline const unsigned char* stack_slot(lua_State* L, int idx) {
   return at < stack_top(L) ? at : nullptr;
 }
 // Pushes n TValues; false, pushing nothing, where the stack has no room.
-inline bool push_tvalues(lua_State* L, const std::uint64_t* tvs, std::size_t n) {
+inline bool push_values(lua_State* L, const RawValue* tvs, std::size_t n) {
   unsigned char* t = stack_top(L);
   const std::size_t bytes = n * 8;
   if (!stack_fits(L, t, bytes)) [[unlikely]] return false;

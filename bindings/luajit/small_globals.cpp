@@ -1,5 +1,9 @@
-// Small globals: the scratch block and the check of LuaJIT's table layout.
+// Small globals: the scratch block and the check of LuaJIT's table layout
+// (compiled only with HOST_LUAJIT_PRIVATE). Threads: any; each thread its
+// own scratch block.
 #include "bindings/luajit/small_globals.hpp"
+
+#if HOST_LUAJIT_PRIVATE
 
 #include <atomic>
 
@@ -13,12 +17,14 @@ namespace {
 
 namespace LP = luajit_private;
 
+static_assert(kHashBytes == LP::hash_part_bytes(kHashNodes), "the globals hash part's size is luajit_private's");
+
 std::atomic<bool> enabled{true};
 
 }  // namespace
 
 void* take_scratch() {
-  if (!LP::available() || !enabled.load(std::memory_order_relaxed)) return nullptr;
+  if (!seam::available() || !enabled.load(std::memory_order_relaxed)) return nullptr;
   alignas(16) static thread_local unsigned char block[kHashBytes];
   return block;
 }
@@ -48,3 +54,4 @@ bool replace(lua_State* L) {
 void disable() { enabled.store(false, std::memory_order_relaxed); }
 
 }  // namespace host::lua::small_globals
+#endif

@@ -24,16 +24,18 @@
 
 #include <cstddef>
 
-#include "bindings/luajit/luajit_private.hpp"
+#include "bindings/luajit/seam.hpp"
 
 struct lua_State;
 
 namespace host::lua::small_globals {
 
-// The size of lua_newstate's globals hash part: 64 nodes.
+// The size of lua_newstate's globals hash part: 64 nodes of 24 bytes
+// (small_globals.cpp checks it against luajit_private's layout).
 inline constexpr std::size_t kHashNodes = 64;
-inline constexpr std::size_t kHashBytes = luajit_private::hash_part_bytes(kHashNodes);
+inline constexpr std::size_t kHashBytes = kHashNodes * 24;
 
+#if HOST_LUAJIT_PRIVATE
 // While enabled: this thread's scratch block for a new state's globals
 // hash part; nullptr once disabled.
 void* take_scratch();
@@ -48,5 +50,12 @@ bool holds_globals(lua_State* L, const void* scratch);
 bool replace(lua_State* L);
 // For good: the next states keep LuaJIT's own globals table.
 void disable();
+#else
+// Built without the seam: no scratch, LuaJIT's own globals table.
+inline void* take_scratch() { return nullptr; }
+inline bool holds_globals(lua_State*, const void*) { return false; }
+inline bool replace(lua_State*) { return false; }
+inline void disable() {}
+#endif
 
 }  // namespace host::lua::small_globals
