@@ -35,7 +35,8 @@ local function check_options(opts, allowed, fname)
   if type(opts) ~= "table" then
     options.fail("bad argument to '" .. fname .. "' (options table expected, got " .. type(opts) .. ")", 3)
   end
-  return options.check(opts, allowed, 3)
+  options.check(opts, allowed, 3)  -- not a tail call: the level counts this frame
+  return opts
 end
 
 local function check_dest(dest, fname)
