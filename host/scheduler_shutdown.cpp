@@ -116,6 +116,11 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
     shut_down_.store(true, std::memory_order_release);
     return report_;
   }
+  // Each one left is named up to kNamedLeft; past that one line counts
+  // the rest, so that a host of many processes does not flood its log (a
+  // reader that stops reading it would hold the exit up).
+  constexpr std::size_t kNamedLeft = 20;
+  std::size_t unnamed = 0;
   for (std::uint32_t i = 0, n = table_.index_limit(); i < n; ++i) {
     ProcessSlot* slot = table_.slot_at(i);
     {
@@ -128,11 +133,15 @@ ShutdownReport Scheduler::shutdown(std::chrono::milliseconds grace) {
     if (report_.none_could_run)
       log::logger().debug("shutdown: {} was waiting for an event nothing could send in time; closed",
                           slot->pid().to_string());
-    else
+    else if (report_.force_closed <= kNamedLeft)
       log::logger().warn("shutdown: {} did not exit within the grace period; closed with {} command(s) pending",
                          slot->pid().to_string(), pending);
+    else
+      ++unnamed;
     finish(slot, true, {}, "killed: shutdown");
   }
+  if (unnamed > 0)
+    log::logger().warn("shutdown: {} more process(es) did not exit within the grace period; closed", unnamed);
 
   // 5. Stop the services.
   report_.timers_dropped = timers_.stop();
