@@ -491,8 +491,6 @@ void TaskKernel::push_ctor_call(lua_State* L, int base) {
   for (int i = 1; i <= 3; ++i) lua_pushvalue(L, base + i);
 }
 
-void TaskKernel::push_message_ctor(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_); }
-
 inline void TaskKernel::push_message_table(lua_State* L, int first) {
   if (message_ctor_ref_ != -2) {
     push_ctor_call(L, first - 1);
@@ -962,7 +960,7 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
-  unpark_front();  // co: sole_receiver gave the front entry
+  unpark_front();  // co: raw_receiver gave the front entry
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
     current_ = co;
