@@ -1,9 +1,10 @@
-// A step's events into the Lua state, by the three routes
-// (docs/ARCHITECTURE.md, "The message path"): a message to the task that
-// waits for it (TaskKernel::message, inside the step's protected call;
-// and hand_over, its case outside that call inside the LuaJIT seam),
-// runs of messages appended to the inbox (queue_run), and the rest to
-// the Lua kernel; completions and lifecycle events to the kernel too.
+// A step's events into the Lua state, by the paths of docs/ARCHITECTURE.md
+// ("The message path", its table, in the order tried): a lone message
+// handed to the task that waits for it (hand_over outside the step's
+// protected call, inside the LuaJIT seam; hand_over_inside as that call's
+// first act), runs of messages appended to the inbox (queue_run), and
+// every other message to TaskKernel::message; completions and lifecycle
+// events to the kernel too.
 // Threads: the one running the process.
 #include <algorithm>
 #include <cstdint>

@@ -541,10 +541,11 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   lua_settop(L, base);
 }
 
-// A message's three routes (docs/ARCHITECTURE.md, "The message path"),
-// tried in order: to a task that waits for it, to the end of the inbox's
-// buffer, or to kernel_ext.lua. The message's from, topic and value are at
-// base + 1..3; each route leaves the stack at base.
+// A message the step's hand-over and runs did not take (docs/ARCHITECTURE.md,
+// "The message path", paths 5-10, in that order): to a listener's channel,
+// then by three routes, to a task that waits for it, to the end of the
+// inbox's buffer, or to kernel_ext.lua. The message's from, topic and
+// value are at base + 1..3; each route leaves the stack at base.
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   // { from =, topic =, payload = }: from a process's kMessagesBeforeCtor-th
