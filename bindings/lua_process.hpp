@@ -129,8 +129,8 @@ class LuaProcess final : public Process, private KernelHost {
   bool may_hand_over(const std::string& payload);
   // Route 1 inside step_body (its first act), for a step of one message
   // that hand_over declined: the message made on L (the main thread) as
-  // deliver_events makes it, moved to the sole waiting task of either
-  // form, and the task resumed. True when that was the whole step; false
+  // deliver_events makes it, moved to the sole task waiting in inbox.lua's
+  // form (TaskKernel::raw_receiver), and the task resumed. True when that was the whole step; false
   // when the body goes on (step_events_ emptied once the message was taken
   // or dropped as undecodable).
   bool hand_over_inside(lua_State* L);

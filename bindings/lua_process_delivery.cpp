@@ -1,9 +1,10 @@
-// A step's events into the Lua state, by the three routes
-// (docs/ARCHITECTURE.md, "The message path"): a message to the task that
-// waits for it (TaskKernel::message, inside the step's protected call;
-// and hand_over, its case outside that call inside the LuaJIT seam),
-// runs of messages appended to the inbox (queue_run), and the rest to
-// the Lua kernel; completions and lifecycle events to the kernel too.
+// A step's events into the Lua state, by the paths of docs/ARCHITECTURE.md
+// ("The message path", its table, in the order tried): a lone message
+// handed to the task that waits for it (hand_over outside the step's
+// protected call, inside the LuaJIT seam; hand_over_inside as that call's
+// first act), runs of messages appended to the inbox (queue_run), and
+// every other message to TaskKernel::message; completions and lifecycle
+// events to the kernel too.
 // Threads: the one running the process.
 #include <algorithm>
 #include <cstdint>
@@ -244,32 +245,25 @@ bool LuaProcess::hand_over_inside(lua_State* L) {
   // Route 1 inside step_body's protected call, on the public API: every
   // lone message for a sole waiting task that hand_over did not take (a
   // sender or topic not kept yet, a payload to decode or a shape to
-  // compile, a task in the C function's form, a build without the seam).
+  // compile, a build without the seam).
   // The message is made by the pushes deliver_events makes (kept strings,
   // shapes and the decoder), on the main thread, idle during a step, and
   // moved to the task, without deliver_events, message() and run around
   // the resume (what that saves: BENCHMARKS.md's ledger, entry 6).
   const Event& ev = step_events_[0];
-  bool raw = false;
-  lua_State* co = ev.kind == EventKind::Message ? kernel_.sole_receiver(&raw) : nullptr;
   // inbox.lua's form takes no message from the host (from nil): it could
   // not tell it from nil, "timeout".
-  if (!co || (raw && !ev.from.valid())) return false;
+  lua_State* co = ev.kind == EventKind::Message && ev.from.valid() ? kernel_.raw_receiver() : nullptr;
+  if (!co) return false;
   check_handed_to(co);
-  if (!raw) kernel_.push_message_ctor(L);
   if (!push_message(L, ev)) {  // logged and dropped: the task waits on
     lua_settop(L, 0);
     step_events_ = {};
     return false;
   }
-  int n = 3;
-  if (!raw) {
-    lua_call(L, 3, 1);
-    n = 1;
-  }
-  if (!stack_args::move(L, co, n)) {
-    lua_checkstack(co, n);  // room a C function's yield leaves: never grows
-    lua_xmove(L, co, n);
+  if (!stack_args::move(L, co, 3)) {
+    lua_checkstack(co, 3);  // room a C function's yield leaves: never grows
+    lua_xmove(L, co, 3);
   }
   return resume_handed(co);
 }

@@ -489,8 +489,6 @@ void TaskKernel::push_ctor_call(lua_State* L, int base) {
   for (int i = 1; i <= 3; ++i) lua_pushvalue(L, base + i);
 }
 
-void TaskKernel::push_message_ctor(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, message_ctor_ref_); }
-
 inline void TaskKernel::push_message_table(lua_State* L, int first) {
   if (message_ctor_ref_ != -2) {
     push_ctor_call(L, first - 1);
@@ -541,10 +539,11 @@ void TaskKernel::inbox_to_tables(lua_State* L) {
   lua_settop(L, base);
 }
 
-// A message's three routes (docs/ARCHITECTURE.md, "The message path"),
-// tried in order: to a task that waits for it, to the end of the inbox's
-// buffer, or to kernel_ext.lua. The message's from, topic and value are at
-// base + 1..3; each route leaves the stack at base.
+// A message the step's hand-over and runs did not take (docs/ARCHITECTURE.md,
+// "The message path", paths 5-10, in that order): to a listener's channel,
+// then by three routes, to a task that waits for it, to the end of the
+// inbox's buffer, or to kernel_ext.lua. The message's from, topic and
+// value are at base + 1..3; each route leaves the stack at base.
 void TaskKernel::message(lua_State* L) {
   const int base = lua_gettop(L) - 3;
   // { from =, topic =, payload = }: from a process's kMessagesBeforeCtor-th
@@ -584,11 +583,11 @@ void TaskKernel::message(lua_State* L) {
   to_kernel_ext(L, base, base + 4);
 }
 
-// Route 1: the task first in line for the inbox, when it waits in a plain
-// receive: parked in process.receive (its timer stopped, if it waits with
-// a timeout), or, once kernel_ext has loaded, first in the inbox's receive
-// queue in a plain ch:receive(). A select or a timed receive of
-// kernel_ext's there takes route 3.
+// Route 1: the task first in line for the inbox, when it is parked in
+// process.receive (its timer stopped, if it waits with a timeout). A task
+// in the inbox's receive queue (kernel_ext loaded, and another waiter
+// before it: a plain ch:receive(), a select or a timed receive) takes
+// route 3, by kernel_ext's rules.
 [[gnu::always_inline]] inline bool TaskKernel::to_waiting_task(lua_State* L, int base) {
   if (!parked_.empty()) {
     // A task waiting in bindings/inbox.lua's C call takes the message as
@@ -604,41 +603,25 @@ void TaskKernel::message(lua_State* L) {
     lua_settop(L, base);
     return true;
   }
-  // Until kernel_ext loads, the receive queue stays empty: after_resume
-  // queues a receive there only behind another one.
-  if (!ext_loaded() || inbox_queue_empty(L, kRecvq)) return false;
-  push_inbox_queue(L, kRecvq);
-  QueueRef recvq(L, -1);
-  lua_State* co = take_plain_receiver(L, recvq);
-  lua_settop(L, base + 3);
-  if (!co) return false;
-  push_message_table(L, base + 1);
-  lua_pushboolean(L, 1);
-  wake(L, co, 2);
-  lua_settop(L, base);
-  return true;
+  return false;
 }
 
 // Route 2: nobody waits (no task parked, none in the inbox's receive
 // queue), so the message goes to the end of the inbox's buffer: as its
 // three values while the buffer holds them (flat_inbox_: no table made),
-// else as its table, which the constructor appends itself once loaded.
-// The usual case of a flood.
+// else as its table, which the constructor appends itself (the buffer
+// holds tables only once kernel_ext has loaded, which loads the
+// constructor). The usual case of a flood.
 [[gnu::always_inline]] inline bool TaskKernel::to_inbox(lua_State* L, int base) {
   if (!inbox_recvq_empty(L)) return false;
   inbox_queued_ = true;
   if (flat_inbox_) {
     push_inbox_queue(L, kBuf);
     QueueRef(L, -1).push_values(base + 1, 3);
-  } else if (message_ctor_ref_ != -2) {
+  } else {
     push_ctor_call(L, base);
     push_inbox_queue(L, kBuf);
     lua_call(L, 4, 0);
-  } else {
-    push_message_table(L, base + 1);
-    push_inbox_queue(L, kBuf);
-    lua_insert(L, -2);
-    QueueRef(L, -2).push();
   }
   lua_settop(L, base);
   return true;
@@ -993,7 +976,7 @@ void TaskKernel::push_events(lua_State* L) {
 }
 
 bool TaskKernel::resume_handed_over(lua_State* co) {
-  unpark_front();  // co: sole_receiver gave the front entry
+  unpark_front();  // co: raw_receiver gave the front entry
   const int rc = resume(co);
   if (!plain_wait(co, rc)) {
     current_ = co;

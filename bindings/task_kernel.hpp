@@ -194,33 +194,20 @@ class TaskKernel {
   // delivery, wake and run around the resume (a large share of
   // a ThreadRing hop's work, BENCHMARKS.md's source figures: a ring node's, a ping-pong partner's
   // or a Big worker's step is mostly this one message for this one task).
-  // sole_receiver: that task, when it is the only thing the message could
-  // go to and nothing else is ready to run (nullptr otherwise), with *raw
-  // set when it waits in inbox.lua's C call, which takes the message as
-  // its three values (inbox.lua makes the table), else in the C
-  // function, which takes the message's table, made by the constructor;
-  // that one not before the process's kMessagesBeforeCtor-th message,
-  // which loads the constructor: until then message() counts each
-  // message, and a hand-over would skip the count. raw_receiver: the same
-  // for inbox.lua's form only.
-  lua_State* sole_receiver(bool* raw) const {
-    if (parked_.empty() || listening_ || slow_inbox_ || outcome_ != kWaiting || !ready_.empty() ||
-        !yielded_.empty() || !receive_one_.empty())
+  // raw_receiver: that task, when it is the only thing the message could
+  // go to, nothing else is ready to run, and it waits in inbox.lua's C
+  // call, which takes the message as its three values (inbox.lua makes
+  // the table); nullptr otherwise. A task in the C function takes the
+  // step's delivery (TaskKernel::message): the case of a script that kept
+  // the C function in a local, which no suite benchmark is.
+  lua_State* raw_receiver() const {
+    if (parked_.empty() || !parked_.front().raw || listening_ || slow_inbox_ || outcome_ != kWaiting ||
+        !ready_.empty() || !yielded_.empty() || !receive_one_.empty())
       return nullptr;
-    *raw = parked_.front().raw;
-    if (!*raw && messages_ < kMessagesBeforeCtor) return nullptr;
     return parked_.front().co;
   }
-  lua_State* raw_receiver() const {
-    bool raw = false;
-    lua_State* co = sole_receiver(&raw);
-    return raw ? co : nullptr;
-  }
-  // Pushes bindings/inbox.lua's constructor (for a task in the C
-  // function: sole_receiver's !raw says it is loaded).
-  void push_message_ctor(lua_State* L) const;
-  // Resumes sole_receiver's task, which holds what it
-  // takes (the three values, or the table). True when it is waiting again
+  // Resumes raw_receiver's task, which holds the three values it
+  // takes. True when it is waiting again
   // and nothing else is ready: the step is over. False when the step's
   // protected body must go on (settle first, then run).
   bool resume_handed_over(lua_State* co);
