@@ -93,7 +93,11 @@ struct alignas(64) SharedTable::Shard {
     }
     return it;
   }
-  void touch(std::list<Item>::iterator it) { lru.splice(lru.begin(), lru, it); }
+  // Only a table with a limit keeps the order: without one nothing is
+  // evicted, and a get then writes nothing but the lock.
+  void touch(std::list<Item>::iterator it) {
+    if (budget != 0 && it != lru.begin()) lru.splice(lru.begin(), lru, it);
+  }
   // Evicts from the back until within budget, never the front entry (the
   // one just written).
   void evict() {
