@@ -17,6 +17,9 @@ namespace {
 using io::SharedTable;
 using Status = SharedTable::Status;
 
+// The most a thread's value buffer keeps between calls.
+constexpr std::size_t kKeptBuffer = std::size_t{64} << 10;
+
 // Each method is a closure over its table's pointer (upvalue 1), so that a
 // call finds the table without a lookup; self is only checked.
 SharedTable* table_of(lua_State* L) {
@@ -118,7 +121,11 @@ int m_get(lua_State* L) {
     lua_pushnil(L);
     return 1;
   }
-  return push_value(L, value);
+  push_value(L, value);
+  // The buffer is the thread's for every table: one large value read
+  // once is not kept for the thread's life.
+  if (value.capacity() > kKeptBuffer) std::string().swap(value);
+  return 1;
 }
 
 int store(lua_State* L, SharedTable::Mode mode) {
@@ -128,7 +135,9 @@ int store(lua_State* L, SharedTable::Mode mode) {
   encoded(L, 3, value);  // before the key: its buffer is the thread's
   const double ttl = opt_number(L, 4, "ttl", 0);
   const std::string& key = key_bytes(L, 2);
-  return answer(L, t->store(key, value, ttl, mode), t);
+  const Status st = t->store(key, value, ttl, mode);
+  if (value.capacity() > kKeptBuffer) std::string().swap(value);
+  return answer(L, st, t);
 }
 
 int m_set(lua_State* L) {
