@@ -68,6 +68,21 @@ TEST_CASE("shared table: store modes, incr, cas, keys, eviction") {
   CHECK(small.get("a", out));
   CHECK(small.store("big", std::string(40, 'x'), 0, Mode::kSet) == Status::kTooLarge);
 
+  // A table of several shards takes an entry of up to its whole
+  // max_bytes, evicting other shards' entries to make room.
+  SharedTable sharded(4u << 20);
+  CHECK(sharded.shard_count() > 1);
+  for (int i = 0; i < 100; ++i)
+    CHECK(sharded.store("k" + std::to_string(i), std::string(10000, 'x'), 0, Mode::kSet) == Status::kOk);
+  CHECK(sharded.store("huge", std::string(3u << 20, 'x'), 0, Mode::kSet) == Status::kOk);
+  CHECK(sharded.get("huge", out));
+  CHECK(out.size() == 3u << 20);
+  std::size_t total = 0;
+  for (const auto& k : sharded.keys(0))
+    if (sharded.get(k, out)) total += k.size() + out.size();
+  CHECK(total <= 4u << 20);
+  CHECK(sharded.store("too big", std::string((4u << 20) + 1, 'x'), 0, Mode::kSet) == Status::kTooLarge);
+
   SharedTable ttl(0);
   CHECK(ttl.store("t", "v", 0.01, Mode::kSet) == Status::kOk);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));

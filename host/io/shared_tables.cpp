@@ -1,5 +1,6 @@
 #include "host/io/shared_tables.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <list>
@@ -15,8 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The most shards a table has; one per MiB of max_bytes below that, so
-// that a small table keeps one exact LRU order and a value of up to its
-// whole max_bytes fits.
+// that a small table keeps one exact LRU order.
 constexpr std::size_t kMaxShards = 32;
 constexpr std::size_t kBytesPerShard = std::size_t{1} << 20;
 
@@ -74,11 +74,21 @@ struct alignas(64) SharedTable::Shard {
   std::list<Item> lru;  // front: the most recently used
   // Views of the keys in lru's nodes, which never move.
   std::unordered_map<std::string_view, std::list<Item>::iterator> index;
-  std::size_t bytes = 0;
-  std::size_t budget = 0;  // 0: no limit
+  std::size_t bytes = 0;  // this shard's part of *total
+  std::atomic<std::size_t>* total = nullptr;  // the table's bytes, every shard's
+  std::size_t budget = 0;  // the table's max_bytes; 0: no limit
 
+  void grow(std::size_t n) {
+    bytes += n;
+    total->fetch_add(n, std::memory_order_relaxed);
+  }
+  void shrink(std::size_t n) {
+    bytes -= n;
+    total->fetch_sub(n, std::memory_order_relaxed);
+  }
+  bool over() const { return budget != 0 && total->load(std::memory_order_relaxed) > budget; }
   void drop(std::list<Item>::iterator it) {
-    bytes -= it->bytes();
+    shrink(it->bytes());
     index.erase(std::string_view(it->key));
     lru.erase(it);
   }
@@ -98,22 +108,22 @@ struct alignas(64) SharedTable::Shard {
   void touch(std::list<Item>::iterator it) {
     if (budget != 0 && it != lru.begin()) lru.splice(lru.begin(), lru, it);
   }
-  // Evicts from the back until within budget, never the front entry (the
-  // one just written).
+  // Evicts from the back while the table is over its budget, never the
+  // front entry (the one just written); the table's other shards give
+  // way next (evict_elsewhere) when this one has nothing more.
   void evict() {
-    if (budget == 0) return;
-    while (bytes > budget && lru.size() > 1) drop(std::prev(lru.end()));
+    while (over() && lru.size() > 1) drop(std::prev(lru.end()));
   }
   void insert(std::string_view key, std::string_view value, Clock::time_point expires) {
     lru.push_front(Item{std::string(key), std::string(value), expires});
     index.emplace(std::string_view(lru.front().key), lru.begin());
-    bytes += lru.front().bytes();
+    grow(lru.front().bytes());
     evict();
   }
   void update(std::list<Item>::iterator it, std::string_view value) {
-    bytes -= it->value.size();
+    shrink(it->value.size());
     it->value.assign(value);
-    bytes += it->value.size();
+    grow(it->value.size());
     touch(it);
     evict();
   }
@@ -121,13 +131,32 @@ struct alignas(64) SharedTable::Shard {
 
 SharedTable::SharedTable(std::size_t max_bytes)
     : max_bytes_(max_bytes), shard_count_(shards_for(max_bytes)), shards_(new Shard[shard_count_]) {
-  for (std::size_t i = 0; i < shard_count_; ++i) shards_[i].budget = max_bytes / shard_count_;
+  for (std::size_t i = 0; i < shard_count_; ++i) {
+    shards_[i].budget = max_bytes;
+    shards_[i].total = &total_;
+  }
+}
+
+// After a write left the table over max_bytes with nothing more to evict
+// in its own shard (a large entry): the other shards' oldest go, one
+// shard's lock at a time, so no two locks are ever held together.
+void SharedTable::evict_elsewhere(const Shard& own) {
+  for (std::size_t i = 0; i < shard_count_ && total_.load(std::memory_order_relaxed) > max_bytes_; ++i) {
+    Shard& s = shards_[i];
+    if (&s == &own) continue;
+    std::lock_guard lock(s.mu);
+    while (s.over() && !s.lru.empty()) s.drop(std::prev(s.lru.end()));
+  }
+}
+
+void SharedTable::settle(const Shard& own) {
+  if (max_bytes_ != 0 && total_.load(std::memory_order_relaxed) > max_bytes_) evict_elsewhere(own);
 }
 
 SharedTable::~SharedTable() = default;
 
 std::size_t SharedTable::entry_limit() const {
-  return max_bytes_ == 0 ? SIZE_MAX : max_bytes_ / shard_count_;
+  return max_bytes_ == 0 ? SIZE_MAX : max_bytes_;
 }
 
 SharedTable::Shard& SharedTable::shard_of(std::string_view key) {
@@ -150,16 +179,19 @@ SharedTable::Status SharedTable::store(std::string_view key, std::string_view va
   if (key.size() + value.size() > entry_limit()) return Status::kTooLarge;
   const auto expires = expiry_of(ttl);
   Shard& s = shard_of(key);
-  std::lock_guard lock(s.mu);
-  auto it = s.find(key, Clock::now());
-  if (it == s.lru.end()) {
-    if (mode == Mode::kReplace) return Status::kNotFound;
-    s.insert(key, value, expires);
-    return Status::kOk;
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.find(key, Clock::now());
+    if (it == s.lru.end()) {
+      if (mode == Mode::kReplace) return Status::kNotFound;
+      s.insert(key, value, expires);
+    } else {
+      if (mode == Mode::kAdd) return Status::kExists;
+      it->expires = expires;
+      s.update(it, value);
+    }
   }
-  if (mode == Mode::kAdd) return Status::kExists;
-  it->expires = expires;
-  s.update(it, value);
+  settle(s);
   return Status::kOk;
 }
 
@@ -175,31 +207,37 @@ bool SharedTable::erase(std::string_view key) {
 SharedTable::Status SharedTable::incr(std::string_view key, double n, std::optional<double> init, double ttl,
                                       double* result) {
   Shard& s = shard_of(key);
-  std::lock_guard lock(s.mu);
-  auto it = s.find(key, Clock::now());
-  if (it == s.lru.end()) {
-    if (!init) return Status::kNotFound;
-    *result = *init + n;
-    const std::string bytes = number_bytes(*result);
-    if (key.size() + bytes.size() > entry_limit()) return Status::kTooLarge;
-    s.insert(key, bytes, expiry_of(ttl));
-    return Status::kOk;
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.find(key, Clock::now());
+    if (it == s.lru.end()) {
+      if (!init) return Status::kNotFound;
+      *result = *init + n;
+      const std::string bytes = number_bytes(*result);
+      if (key.size() + bytes.size() > entry_limit()) return Status::kTooLarge;
+      s.insert(key, bytes, expiry_of(ttl));
+    } else {
+      const auto old = number_of(it->value);
+      if (!old) return Status::kNotNumber;
+      *result = *old + n;
+      s.update(it, number_bytes(*result));
+    }
   }
-  const auto old = number_of(it->value);
-  if (!old) return Status::kNotNumber;
-  *result = *old + n;
-  s.update(it, number_bytes(*result));
+  settle(s);
   return Status::kOk;
 }
 
 SharedTable::Status SharedTable::cas(std::string_view key, std::string_view old_value, std::string_view new_value) {
   if (key.size() + new_value.size() > entry_limit()) return Status::kTooLarge;
   Shard& s = shard_of(key);
-  std::lock_guard lock(s.mu);
-  auto it = s.find(key, Clock::now());
-  if (it == s.lru.end()) return Status::kNotFound;
-  if (it->value != old_value) return Status::kChanged;
-  s.update(it, new_value);
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.find(key, Clock::now());
+    if (it == s.lru.end()) return Status::kNotFound;
+    if (it->value != old_value) return Status::kChanged;
+    s.update(it, new_value);
+  }
+  settle(s);
   return Status::kOk;
 }
 
@@ -242,7 +280,7 @@ void SharedTable::flush() {
     std::lock_guard lock(s.mu);
     s.index.clear();
     s.lru.clear();
-    s.bytes = 0;
+    s.shrink(s.bytes);
   }
 }
 

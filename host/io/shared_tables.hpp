@@ -7,10 +7,13 @@
 // A table is split into shards by the key's hash, each under its own
 // mutex, so that calls on different keys (reads included) do not queue
 // behind one lock. Each shard keeps its entries in least-recently-used
-// order and its share of max_bytes; expiry is checked lazily, when an
-// entry is met, against the monotonic clock.
+// order; the table counts its bytes across shards, and a write that puts
+// it over max_bytes evicts its own shard's oldest first, then other
+// shards'. Expiry is checked lazily, when an entry is met, against the
+// monotonic clock.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,7 +36,7 @@ class SharedTable {
 
   std::size_t max_bytes() const { return max_bytes_; }
   std::size_t shard_count() const { return shard_count_; }
-  // The most bytes (key + value) one entry may take: a shard's share.
+  // The most bytes (key + value) one entry may take: max_bytes.
   std::size_t entry_limit() const;
 
   // Copies the value's bytes into out; false when the key is missing or
@@ -56,6 +59,9 @@ class SharedTable {
  private:
   struct Shard;
   Shard& shard_of(std::string_view key);
+  void evict_elsewhere(const Shard& own);
+  void settle(const Shard& own);
+  std::atomic<std::size_t> total_{0};
   std::size_t max_bytes_;
   std::size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;

@@ -173,6 +173,12 @@ return { main = function()
       ok, err = t:add("big", string.rep("x", 200))
       T.eq(ok, nil); T.match(err, "^limit: ")
       T.eq(t:get("big"), nil)
+      local large = fresh({ max_bytes = "4M" })
+      for i = 1, 100 do large:set(i, string.rep("y", 10000)) end
+      T.eq(large:set("most", string.rep("x", 3 * 1024 * 1024)), true)
+      T.eq(#large:get("most"), 3 * 1024 * 1024)
+      ok, err = large:set("all", string.rep("x", 4 * 1024 * 1024))
+      T.eq(ok, nil); T.match(err, "^limit: ")
     end },
     { "past max_bytes the least recently used go first; get counts as a use", function()
       local t = fresh({ max_bytes = 100 })
