@@ -390,6 +390,7 @@ void Primitives::push_module(lua_State* L, LuaProcess& p, const ModuleLine& m) {
     case ModuleKind::kHostCall: lua_pushcfunction(L, wait_call); break;
     case ModuleKind::kHostCommands: push_host_commands(L, p); break;
     case ModuleKind::kHostStats: lua_pushcfunction(L, host_stats); break;
+    case ModuleKind::kNative: m.open(L); break;
     case ModuleKind::kHostReloaded:  // the set reload events fill (deliver_events), made here if none came yet
       lua_getfield(L, LUA_REGISTRYINDEX, kReloadedKey);
       if (!lua_istable(L, -1)) {

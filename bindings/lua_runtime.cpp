@@ -47,6 +47,7 @@ std::vector<ModuleLine> checked_lines(const std::vector<ModuleLine>& extra) {
     if (calls && m.command < cmd::kFirstUser)
       fail("module '" + name + "': command " + std::to_string(m.command) + " is below cmd::kFirstUser (" +
            std::to_string(cmd::kFirstUser) + "), the host's own");
+    if (m.kind == ModuleKind::kNative && !m.open) fail("module '" + name + "' is kNative without an open function");
     if (m.kind == ModuleKind::kLuaHalf && !m.source && !embedded_lua(name))
       fail("module '" + name + "' has no Lua half (no bindings/" + name + ".lua is embedded, and its line gives no source)");
   }

@@ -3,6 +3,7 @@
 // lists modules.
 #include "bindings/module_registry.hpp"
 
+#include "bindings/shared_table.hpp"
 #include "host/io/io_services.hpp"
 
 namespace host::lua {
@@ -13,7 +14,7 @@ namespace io_cmd = ::host::io::io_cmd;
 using K = ModuleKind;
 
 constexpr ModuleLine kModules[] = {
-    // {name, kind, global, command, install, source, alias}
+    // {name, kind, global, command, install, source, alias, open}
     {"process", K::kProcess, true},
     {"channel", K::kKernel, true},
     {"time", K::kTime, true},
@@ -26,6 +27,7 @@ constexpr ModuleLine kModules[] = {
     // top of it.
     {"socket", K::kLuaHalf, false, io_cmd::kSocket, nullptr, nullptr, "socket.core"},
     {"http", K::kService, false, io_cmd::kHttp},  // stdlib/http's server and connections
+    {"shared", K::kNative, false, 0, nullptr, nullptr, nullptr, open_shared},
     {"host.call", K::kHostCall},
     {"host.commands", K::kHostCommands},
     {"host.stats", K::kHostStats},

@@ -14,6 +14,8 @@
 
 #include "host/commands.hpp"
 
+struct lua_State;
+
 namespace host {
 class Scheduler;
 }
@@ -35,6 +37,7 @@ enum class ModuleKind : std::uint8_t {
   kHostCommands,  // require("host.commands"): every line's command by name
   kHostStats,     // require("host.stats"): the scheduler's counters
   kHostReloaded,  // require("host.reloaded"): the modules reload events named (stdlib/http/conn.lua)
+  kNative,        // made by its line's `open` (C functions that never wait: shared)
 };
 
 // Registers a module's service: its command's handler at `command`, and
@@ -58,6 +61,8 @@ struct ModuleLine {
   // bindings/NAME.lua, embedded by CMakeLists.txt (embedded_lua).
   const char* source = nullptr;
   const char* alias = nullptr;  // a second name require knows it by
+  // kNative: pushes the module's table (one value; returns 1).
+  int (*open)(lua_State*) = nullptr;
 };
 
 // The host's own modules, in the order lookups try them.

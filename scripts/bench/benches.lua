@@ -2,7 +2,8 @@
 -- { params, seconds, per_op, unit }, after checking its own result.
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
-  "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send" } }
+  "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send", "shared_get",
+  "shared_set", "shared_mix" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -194,6 +195,53 @@ function B.pg_send(quick)
              string.format("%.1f us", plain / rounds * 1e6) .. " a round, ratio pg/plain " ..
              string.format("%.2fx", grouped / plain),
            seconds = plain + grouped, per_op = grouped / rounds * 1e6, unit = "us/pg.send" }
+end
+
+-- require("shared"): one call on a table, a small string value, 1000 keys.
+local function shared_calls(name, quick, call)
+  local n = quick and 200000 or 2000000
+  local t = assert(require("shared").table("bench_" .. name))
+  local v = "small value"
+  for k = 0, 999 do t:set(k, v) end
+  local t0 = time.now()
+  call(t, n, v)
+  local s = elapsed(t0)
+  assert(t:get(999) == v, "the table lost a value")
+  return { params = "n=" .. n .. ", 1000 keys", seconds = s, per_op = s / n * 1e9, unit = "ns/op" }
+end
+
+function B.shared_get(quick)
+  return shared_calls("shared_get", quick, function(t, n)
+    local get = t.get
+    for i = 1, n do get(t, i % 1000) end
+  end)
+end
+
+function B.shared_set(quick)
+  return shared_calls("shared_set", quick, function(t, n, v)
+    local set = t.set
+    for i = 1, n do set(t, i % 1000, v) end
+  end)
+end
+
+-- Read-mostly (19 gets to 1 set) from 1, then 2 processes at once, each
+-- making n calls: with a worker each, the second should add throughput
+-- (the shards' locks are per key). Run with --workers 2 or more.
+function B.shared_mix(quick)
+  local n = quick and 200000 or 2000000
+  local name = "bench_shared_mix"
+  assert(require("shared").table(name))
+  local function run(procs)
+    local t0 = time.now()
+    for _ = 1, procs do assert(process.spawn("nodes.shared_mix", process.pid(), name, n)) end
+    for _ = 1, procs do assert(process.receive(120), "a worker did not finish") end
+    return elapsed(t0)
+  end
+  local one = run(1)
+  local two = run(2)
+  return { params = string.format("n=%d a process, 1 proc %.0f ns/op, 2 procs %.2fx the ops/s", n, one / n * 1e9,
+             (2 * n / two) / (n / one)),
+           seconds = one + two, per_op = two / (2 * n) * 1e9, unit = "ns/op (2 procs)" }
 end
 
 -- Table payloads through the codec: a 100-item array and a record of 8
