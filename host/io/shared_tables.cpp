@@ -241,8 +241,10 @@ SharedTable::Status SharedTable::cas(std::string_view key, std::string_view old_
   return Status::kOk;
 }
 
-std::vector<std::string> SharedTable::keys(std::size_t limit) {
-  std::vector<std::string> out;
+// Calls fn(entry) for each live entry, shard by shard, dropping the
+// expired ones it meets, until fn returns false.
+template <typename Fn>
+void SharedTable::each_live(Fn&& fn) {
   const auto now = Clock::now();
   for (std::size_t i = 0; i < shard_count_; ++i) {
     Shard& s = shards_[i];
@@ -250,27 +252,28 @@ std::vector<std::string> SharedTable::keys(std::size_t limit) {
     for (auto it = s.lru.begin(); it != s.lru.end();) {
       auto next = std::next(it);
       if (it->expires <= now) s.drop(it);
-      else if (limit == 0 || out.size() < limit) out.push_back(it->key);
+      else if (!fn(*it)) return;
       it = next;
     }
-    if (limit != 0 && out.size() >= limit) break;
   }
+}
+
+std::vector<std::string> SharedTable::keys(std::size_t limit) {
+  std::vector<std::string> out;
+  each_live([&](const auto& e) {
+    if (limit != 0 && out.size() >= limit) return false;
+    out.push_back(e.key);
+    return true;
+  });
   return out;
 }
 
 std::size_t SharedTable::size() {
   std::size_t n = 0;
-  const auto now = Clock::now();
-  for (std::size_t i = 0; i < shard_count_; ++i) {
-    Shard& s = shards_[i];
-    std::lock_guard lock(s.mu);
-    for (auto it = s.lru.begin(); it != s.lru.end();) {
-      auto next = std::next(it);
-      if (it->expires <= now) s.drop(it);
-      else ++n;
-      it = next;
-    }
-  }
+  each_live([&](const auto&) {
+    ++n;
+    return true;
+  });
   return n;
 }
 

@@ -57,6 +57,8 @@ class SharedTable {
   void flush();
 
  private:
+  template <typename Fn>
+  void each_live(Fn&& fn);
   struct Shard;
   Shard& shard_of(std::string_view key);
   void evict_elsewhere(const Shard& own);

@@ -46,6 +46,15 @@ function T.raises_here(fn, msg, what)
   end
 end
 
+-- The next message, which must be on `topic`, and its payload; raises
+-- after secs (default 5) with none.
+function T.expect(topic, secs)
+  local m, err = process.receive(secs or 5)
+  if not m then error("no " .. topic .. " message: " .. tostring(err), 2) end
+  T.eq(m.topic, topic, "topic")
+  return m.payload
+end
+
 -- Waits for the next event of `kind` (skipping none), with a timeout.
 function T.next_event(kind, timeout)
   local ev_ch = process.events()

@@ -5,12 +5,7 @@ local server = require("server")
 local me
 
 -- The next message on `topic` (skipping none), or an error after secs.
-local function expect(topic, secs)
-  local m, err = process.receive(secs or 5)
-  if not m then error("no " .. topic .. " message: " .. tostring(err), 2) end
-  T.eq(m.topic, topic, "topic")
-  return m.payload
-end
+local expect = T.expect
 
 local function nothing_more(secs)
   local m = process.receive(secs or 0.1)

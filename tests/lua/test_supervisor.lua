@@ -6,12 +6,7 @@ local supervisor = require("supervisor")
 
 local me
 
-local function expect(topic, secs)
-  local m, err = process.receive(secs or 5)
-  if not m then error("no " .. topic .. " message: " .. tostring(err), 2) end
-  T.eq(m.topic, topic, "topic")
-  return m.payload
-end
+local expect = T.expect
 
 local function child(id, extra)
   local c = { id = id, entry = "fixtures.child", args = { me, id } }
