@@ -40,6 +40,10 @@ struct lua_State;
 
 namespace host::lua {
 
+// A wait's continuation (io_wait, below).
+using IoContinuation = void (*)(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed,
+                               std::string_view payload);
+
 // It is its kernel's KernelHost (task_kernel.hpp): the timers' sleep
 // command and kernel_ext.lua's loader are its.
 class LuaProcess final : public Process, private KernelHost {
@@ -253,6 +257,17 @@ class LuaProcess final : public Process, private KernelHost {
   std::unique_ptr<Monitors> monitors_;
   std::mutex& monitors_lock() const;
   void add_monitor(const Pid& target, std::uint64_t ref);
+  // Waiting calls whose completion a C continuation takes instead of the
+  // task (io_wait, below): made at the first, as most processes have none.
+  struct IoWait {
+    std::uint64_t tag;
+    void* owner;
+    IoContinuation cont;
+    CommandId command;
+    bool timer;  // a sleep of the same tag bounds it
+  };
+  std::unique_ptr<std::vector<IoWait>> io_waits_;
+  bool io_wait_completed(lua_State* L, const Event& ev);
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   // The timer commands TaskKernel started (LuaProcess::start_timer: their
   // tags), and its waiting calls (TaskKernel::kCallTagMark and this count).
@@ -283,5 +298,31 @@ void drop_socket(lua_State* L, std::uint64_t id);
 // holds userdata with finalizers (its Close must run lua_close).
 io::SocketShards& socket_service(lua_State* L);
 void mark_needs_close(lua_State* L);
+
+// Waits whose completion goes to C (the sockets on the workers, bindings/
+// socket_tcp.cpp): a wait for a descriptor's readiness (NetPoller) or
+// for a waiting call's answer, whose completion calls cont(L, co, owner,
+// tag, failed, payload) in the step that receives it, with co the task that
+// waits (a timeout's completion has an empty payload). cont finishes the
+// wait (io_resume with the task's results) or waits again (io_rewait).
+// io_wait yields the calling task (return what it returns); timeout: its
+// seconds, or < 0 for none (a sleep with the same tag ends it). owner's
+// waits are dropped by io_forget (its __gc): their tasks never resume.
+struct IoWaitCall {
+  CommandId command;
+  std::uint64_t tag;  // NetPoller::tag_for's, or io_call_tag's
+  std::int64_t arg = 0;
+  std::string bytes;
+  double timeout = -1;
+};
+std::uint64_t io_call_tag(lua_State* L);
+int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
+void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont);
+void io_resume(lua_State* L, lua_State* co, int n);
+void io_forget(lua_State* L, void* owner);
+// What the process may still allocate under its memory limit, in bytes.
+std::size_t memory_room(lua_State* L);
+io::IoServices& io_services(lua_State* L);
+Pid self_pid(lua_State* L);
 
 }  // namespace host::lua

@@ -137,6 +137,7 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         break;
       case EventKind::YieldComplete:
         if (TaskKernel::is_call_tag(ev.tag)) {
+          if (io_waits_ && io_wait_completed(L, ev)) break;
           kernel_.complete_call(L, ev.tag, ev.failed, ev.payload);
           break;
         }

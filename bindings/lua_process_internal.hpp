@@ -220,6 +220,16 @@ struct Primitives {
   static void give_socket(lua_State* L, std::uint64_t id);
   static void drop_socket(lua_State* L, std::uint64_t id);
   static io::SocketShards& socket_service(lua_State* L);
+  // lua_process_io_waits.cpp: waits a C continuation takes (lua_process.hpp's io_wait).
+  static void io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont);
+  static std::uint64_t io_call_tag(lua_State* L);
+  static int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
+  static void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont);
+  static void io_resume(lua_State* L, lua_State* co, int n);
+  static void io_forget(lua_State* L, void* owner);
+  static std::size_t memory_room(lua_State* L);
+  static io::IoServices& io_services(lua_State* L);
+  static Pid self_pid(lua_State* L);
   static void mark_needs_close(lua_State* L);
   static int wall_time(lua_State* L);
   static void open_package(lua_State* L);

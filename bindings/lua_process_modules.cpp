@@ -15,12 +15,13 @@
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "bindings/socket_object.hpp"
+#include "bindings/socket_ref.hpp"
 
 namespace host::lua {
 
 // A kLuaHalf module: its chunk, compiled at the runtime's first use of it,
-// called with the waiting call, its command and the wall clock (every Lua
-// half is written against these three).
+// called with the waiting call, its command, the wall clock and the TCP
+// socket constructor (every Lua half is written against these).
 void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m) {
   std::string err;
   const std::string* bc = p.rt_.module_chunk(m, &err);
@@ -29,7 +30,8 @@ void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m)
   lua_pushcfunction(L, wait_call);
   lua_pushinteger(L, m.command);
   lua_pushcfunction(L, wall_time);
-  lua_call(L, 3, 1);
+  lua_pushcfunction(L, new_tcp_socket);  // the socket module's TCP constructor (socket_tcp.cpp)
+  lua_call(L, 4, 1);
 }
 
 // require("host.commands"): every registry line's command by its module's

@@ -7,7 +7,7 @@
 -- socket.url, ltn12) and clients such as redis-lua run on it unmodified.
 -- The chunk is called with the waiting call, the socket command and a
 -- wall-clock function, and returns the module table.
-local call, CMD, wall_time = ...
+local call, CMD, wall_time, new_tcp = ...
 local type, error, select, setmetatable, getmetatable, tostring, pcall =
   type, error, select, setmetatable, getmetatable, tostring, pcall
 local format = string.format
@@ -30,9 +30,9 @@ local function check_address(addr, n, fname)
   return addr
 end
 
-function socket.tcp() return call(CMD, 0, "tcp", "unspec") end
-function socket.tcp4() return call(CMD, 0, "tcp", "inet") end
-function socket.tcp6() return call(CMD, 0, "tcp", "inet6") end
+function socket.tcp() return new_tcp("unspec") end
+function socket.tcp4() return new_tcp("inet") end
+function socket.tcp6() return new_tcp("inet6") end
 function socket.udp() return call(CMD, 0, "udp", "unspec") end
 function socket.udp4() return call(CMD, 0, "udp", "inet") end
 function socket.udp6() return call(CMD, 0, "udp", "inet6") end

@@ -11,28 +11,16 @@
 #include "bindings/codec.hpp"
 #include "host/io/io_services.hpp"
 #include "bindings/lua_process.hpp"
+#include "bindings/socket_ref.hpp"
 
 namespace host::lua {
 namespace {
 
-// kTls: a TCP client under TLS (ssl.wrap, stdlib/ssl.lua); its bytes are
-// encrypted and decrypted on the I/O thread, so its send and receive are
-// a client's.
-enum Class : std::uint8_t { kMaster, kClient, kServer, kUnconnected, kConnected, kTls, kClasses };
+using Class = SocketClass;
 constexpr const char* kClassNames[kClasses] = {"tcp{master}",      "tcp{client}",    "tcp{server}",
                                                "udp{unconnected}", "udp{connected}", "tls{connection}"};
 constexpr unsigned bit(Class c) { return 1u << c; }
 constexpr unsigned kAll = (1u << kClasses) - 1;
-
-struct SocketRef {
-  double id;
-  double block;  // seconds, or < 0 for none
-  double total;
-  io::SocketService::Shared* shared;  // for sends that return at once; released by __gc
-  Class cls;
-  bool closed;  // closed here
-  bool moved;   // given to another process
-};
 
 // The registry's keys (their addresses): the metatable, the methods, and
 // the objects by id (weak values) whose class a call may change.
@@ -72,8 +60,7 @@ int answer_closed(lua_State* L) {
 }
 
 void push_timeout(lua_State* L, const SocketRef* s) {
-  double t = s->block;
-  if (s->total >= 0 && (t < 0 || s->total < t)) t = s->total;
+  const double t = call_timeout(s);
   if (t < 0) lua_pushnil(L);
   else lua_pushnumber(L, t);
 }
@@ -116,6 +103,7 @@ int m_close(lua_State* L) {
     lua_pushnumber(L, 1);
     return 1;
   }
+  if (s->tcp) return tcp_close(L, s);
   s->closed = true;
   return call(L, "close", s, 0);
 }
@@ -144,24 +132,43 @@ int plain(lua_State* L, const char* op) {
   return call(L, op, s, Args);
 }
 
-int m_getsockname(lua_State* L) { return plain<0>(L, "sockname"); }
-int m_getpeername(lua_State* L) { return plain<0>(L, "peername"); }
+// TCP's, on the worker, where the socket is TCP; else the I/O thread's call.
+#define HOST_TCP_FIRST(method, call_expr)      \
+  SocketRef* s = check(L, method);            \
+  if (s->tcp && live(s)) return call_expr;
+
+int m_getsockname(lua_State* L) {
+  HOST_TCP_FIRST("getsockname", tcp_name(L, s, false));
+  return plain<0>(L, "sockname");
+}
+int m_getpeername(lua_State* L) {
+  HOST_TCP_FIRST("getpeername", tcp_name(L, s, true));
+  return plain<0>(L, "peername");
+}
 int m_dirty(lua_State* L) {
   SocketRef* s = check(L, "dirty");
   if (!live(s)) {
     lua_pushboolean(L, 0);
     return 1;
   }
+  if (s->tcp) return tcp_dirty(L, s);
   return call(L, "dirty", s, 0);
 }
-int m_getstats(lua_State* L) { return plain<0>(L, "getstats"); }
-int m_setstats(lua_State* L) { return plain<3>(L, "setstats"); }
+int m_getstats(lua_State* L) {
+  HOST_TCP_FIRST("getstats", tcp_getstats(L, s));
+  return plain<0>(L, "getstats");
+}
+int m_setstats(lua_State* L) {
+  HOST_TCP_FIRST("setstats", tcp_setstats(L, s));
+  return plain<3>(L, "setstats");
+}
 int m_getfd(lua_State* L) {
   SocketRef* s = check(L, "getfd");
   if (!live(s)) {
     lua_pushnumber(L, -1);
     return 1;
   }
+  if (s->tcp) return tcp_getfd(L, s);
   return call(L, "getfd", s, 0);
 }
 int m_setfd(lua_State* L) { return luaL_error(L, "not supported: setfd"); }
@@ -171,6 +178,7 @@ int option(lua_State* L, const char* op) {
   luaL_checkstring(L, 2);
   if (!live(s)) return answer_closed(L);
   lua_settop(L, 3);
+  if (s->tcp) return tcp_option(L, s, !std::strcmp(op, "setoption"));
   return call(L, op, s, 2);
 }
 int m_setoption(lua_State* L) { return option(L, "setoption"); }
@@ -185,6 +193,10 @@ int m_bind(lua_State* L) {  // masters' bind, and UDP's setsockname
   check_address(L, 2, name);
   const double port = check_port(L, 3, name);
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) {
+    lua_settop(L, 3);
+    return tcp_bind(L, s);
+  }
   lua_settop(L, 2);
   lua_pushnumber(L, port);
   return call(L, "bind", s, 2);
@@ -194,6 +206,7 @@ int m_listen(lua_State* L) {
   SocketRef* s = check(L, "listen");
   const double backlog = luaL_optnumber(L, 2, 32);
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) return tcp_listen(L, s);
   expect_class_change(L, s);
   lua_settop(L, 1);
   lua_pushnumber(L, backlog);
@@ -207,6 +220,10 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
   const std::string_view host = check_address(L, 2, name);
   const double port = udp && host == "*" ? 0 : check_port(L, 3, name);
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) {
+    lua_settop(L, 3);
+    return tcp_connect(L, s);
+  }
   expect_class_change(L, s);
   lua_settop(L, 2);
   lua_pushnumber(L, port);
@@ -217,6 +234,7 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
 int m_accept(lua_State* L) {
   SocketRef* s = check(L, "accept");
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) return tcp_accept(L, s);
   lua_settop(L, 1);
   push_timeout(L, s);
   return call(L, "accept", s, 1);
@@ -251,6 +269,7 @@ int m_send(lua_State* L) {
     lua_pushnumber(L, static_cast<double>(i - 1));
     return 1;
   }
+  if (s->tcp) return tcp_send(L, s, data, static_cast<std::size_t>(i), static_cast<std::size_t>(j));
   // One that fits the socket's bounded buffer returns at once (as a
   // send returns once its data is with the kernel or in a per-socket
   // buffer of bounded size): no wait for the I/O thread's answer.
@@ -303,6 +322,7 @@ int m_receive(lua_State* L) {
     else lua_pushliteral(L, "");
     return 3;
   }
+  if (s->tcp) return tcp_receive(L, s, count > 0 ? 'n' : kind[0], count > 0 ? static_cast<std::size_t>(count) : 0, prefixed ? 3 : 0);
   if (count > 0) lua_pushnumber(L, count);
   else lua_pushstring(L, kind);
   push_timeout(L, s);
@@ -319,6 +339,8 @@ int m_receiveany(lua_State* L) {
   const double max = luaL_checknumber(L, 2);
   if (max < 1) luaL_error(L, "bad argument #1 to 'receiveany' (positive number expected)");
   if (!live(s)) return answer_closed(L);
+  // Clamped: math.huge asks for what has come, however much.
+  if (s->tcp) return tcp_receive(L, s, 'y', max >= 1e15 ? std::size_t{1} << 50 : static_cast<std::size_t>(max), 0);
   lua_pushliteral(L, "any");
   push_timeout(L, s);
   lua_pushnil(L);
@@ -332,6 +354,7 @@ int m_shutdown(lua_State* L) {
   if (std::strcmp(how, "both") && std::strcmp(how, "send") && std::strcmp(how, "receive"))
     luaL_error(L, "bad argument #1 to 'shutdown' (invalid shutdown method)");
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) return tcp_shutdown(L, s, how);
   lua_pushstring(L, how);
   return call(L, "shutdown", s, 1);
 }
@@ -386,6 +409,10 @@ int m_tlswrap(lua_State* L) {
   check_optstring(L, 9, "certificate's contents", "wrap");
   check_optstring(L, 10, "key's contents", "wrap");
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) {
+    lua_settop(L, 10);
+    return tcp_tlswrap(L, s);
+  }
   expect_class_change(L, s);
   lua_settop(L, 10);
   lua_pushboolean(L, lua_toboolean(L, 4));
@@ -398,6 +425,7 @@ int m_tlswrap(lua_State* L) {
 int m_dohandshake(lua_State* L) {
   SocketRef* s = check(L, "dohandshake");
   if (!live(s)) return answer_closed(L);
+  if (s->tcp) return tcp_handshake(L, s);
   lua_settop(L, 1);
   push_timeout(L, s);
   return call(L, "tls_handshake", s, 1);
@@ -412,6 +440,7 @@ int m_sni(lua_State* L) {
     luaL_error(L, "bad argument #1 to 'sni' (string expected, got %s)", luaL_typename(L, 2));
   if (!live(s)) return answer_closed(L);
   lua_settop(L, 2);
+  if (s->tcp) return tcp_sni(L, s);
   return call(L, "tls_sni", s, 1);
 }
 
@@ -422,6 +451,7 @@ int m_info(lua_State* L) {
   check_optstring(L, 2, "field", "info");
   if (!live(s)) return 0;
   lua_settop(L, 2);
+  if (s->tcp) return tcp_info(L, s);
   return call(L, "tls_info", s, 1);
 }
 
@@ -507,6 +537,7 @@ int m_index(lua_State* L) {
 int m_gc(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
   if (!s) return 0;
+  tcp_free(L, s);
   if (live(s) && s->id != 0) drop_socket(L, static_cast<std::uint64_t>(s->id));
   if (s->shared) io::SocketService::release(s->shared);
   s->shared = nullptr;
@@ -543,12 +574,9 @@ void push_metatable(lua_State* L) {
 }
 
 void push_new(lua_State* L, double id, Class cls) {
-  auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
-  *s = SocketRef{id, -1, -1, nullptr, cls, false, false};
-  mark_needs_close(L);  // its __gc releases the shared state
+  SocketRef* s = push_socket(L, cls);
+  s->id = id;
   s->shared = id != 0 ? socket_service(L).share(static_cast<std::uint64_t>(id)) : nullptr;
-  push_metatable(L);
-  lua_setmetatable(L, -2);
 }
 
 // Records the socket at index 1 by its id, for the class change its call
@@ -575,6 +603,15 @@ void expect_class_change(lua_State* L, const SocketRef* s) {
 
 }  // namespace
 
+SocketRef* push_socket(lua_State* L, SocketClass cls) {
+  auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
+  *s = SocketRef{0, -1, -1, nullptr, nullptr, cls, false, false};
+  mark_needs_close(L);  // its __gc closes it and releases what it shares
+  push_metatable(L);
+  lua_setmetatable(L, -2);
+  return s;
+}
+
 bool encode_socket(lua_State* L, int idx, std::string& out) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
   if (!s || !lua_getmetatable(L, idx)) return false;
@@ -582,17 +619,23 @@ bool encode_socket(lua_State* L, int idx, std::string& out) {
   const bool ours = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   if (!ours) return false;
-  // A socket closed here moves as one the receiver finds closed.
-  const double id = live(s) ? s->id : 0;
-  if (id != 0) give_socket(L, static_cast<std::uint64_t>(id));
+  // A socket closed here moves as one the receiver finds closed. TCP's
+  // travel as themselves ('~' before the class: an id of TcpTransit's).
+  double id = live(s) ? s->id : 0;
+  std::string cls = kClassNames[s->cls];
+  if (s->tcp) {
+    id = live(s) ? static_cast<double>(tcp_give(L, s)) : 0;
+    cls.insert(0, "~");
+  } else if (id != 0) {
+    give_socket(L, static_cast<std::uint64_t>(id));
+  }
   s->moved = true;
-  const char* cls = kClassNames[s->cls];
-  const std::size_t n = std::strlen(cls);
+  const std::size_t n = cls.size();
   char buf[24];
   out.push_back(static_cast<char>(kMoved));
   out.append(buf, static_cast<std::size_t>(write_varint(buf, static_cast<std::uint64_t>(id)) - buf));
   out.append(buf, static_cast<std::size_t>(write_varint(buf, n) - buf));
-  out.append(cls, n);
+  out.append(cls.data(), n);
   return true;
 }
 
@@ -608,6 +651,10 @@ bool decode_socket(lua_State* L, std::uint64_t id, std::string_view cls) {
     }
     lua_pop(L, 1);
     lua_pushnumber(L, 1);
+    return true;
+  }
+  if (cls[0] == '~') {  // a TCP socket: the object it was in another process
+    tcp_claim(L, id, class_of(cls.substr(1)));
     return true;
   }
   if (cls[0] == '+') cls.remove_prefix(1);  // made for this process: already its own

@@ -674,14 +674,19 @@ int TaskKernel::block_in_call(lua_State* L, std::uint64_t tag) {
   return lua_yield(L, 1);
 }
 
-void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload) {
+lua_State* TaskKernel::take_call(lua_State* L, std::uint64_t tag) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   lua_rawget(L, -2);
   lua_State* co = lua_tothread(L, -1);
   lua_pop(L, 2);
+  if (co) unmap_call(L, tag);
+  return co;
+}
+
+void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload) {
+  lua_State* co = take_call(L, tag);
   if (!co) return;  // stopped, or dropped by an upgrade: nobody waits for it
-  unmap_call(L, tag);
   std::string err;
   if (!failed) {
     const int n = decode_values(L, payload, &err);

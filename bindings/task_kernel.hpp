@@ -182,6 +182,13 @@ class TaskKernel {
   static bool is_call_tag(std::uint64_t tag) { return tag >= kCallTagMark && tag < kTimerTagMark; }
   int block_in_call(lua_State* L, std::uint64_t tag);
   void complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload);
+  // For waits whose completion a C continuation handles (LuaProcess's I/O
+  // waits, bindings/socket_tcp.cpp): the task waiting on tag, unmapped
+  // (nullptr: none, the completion is dropped); mapping a task that still
+  // waits to a new tag; waking it with the n values on top of L.
+  lua_State* take_call(lua_State* L, std::uint64_t tag);
+  void rewait_call(lua_State* L, std::uint64_t tag, lua_State* co) { map_call(L, tag, co); }
+  void wake_call(lua_State* L, lua_State* co, int n) { wake(L, co, n); }
   // process.watch made a monitor: from now on an exit event may be for a
   // watch channel, which kernel_ext.lua knows (event asks it only then).
   void note_watch() { watched_ = true; }

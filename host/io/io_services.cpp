@@ -37,6 +37,12 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned i
   sockets.run = [io](CommandRequest&& req) { io->sockets.dispatch(std::move(req)); };  // posts to the I/O thread
   scheduler.commands().add(io_cmd::kSocket, std::move(sockets));
 
+  CommandHandler poll;
+  poll.name = "poll";
+  poll.run = [io](CommandRequest&& req) { io->netpoll.arm(req.pid, req.tag); };
+  poll.cancel = [io](Scheduler&, Pid pid, std::uint64_t tag) { return io->netpoll.cancel(pid, tag); };
+  scheduler.commands().add(io_cmd::kPollWait, std::move(poll));
+
   CommandHandler http;
   http.name = "http";
   http.run = [io](CommandRequest&& req) { io->http.dispatch(std::move(req)); };  // posts to the I/O thread

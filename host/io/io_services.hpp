@@ -15,6 +15,8 @@
 #include "host/io/socket_service.hpp"
 #include "host/commands.hpp"
 #include "host/io/io_loop.hpp"
+#include "host/io/netpoll.hpp"
+#include "host/io/tcp_socket.hpp"
 
 namespace host {
 class Scheduler;
@@ -31,6 +33,8 @@ inline constexpr CommandId kFs = cmd::kFirstUser;
 inline constexpr CommandId kExec = cmd::kFirstUser + 1;
 inline constexpr CommandId kSocket = cmd::kFirstUser + 2;
 inline constexpr CommandId kHttp = cmd::kFirstUser + 3;
+// A wait for a descriptor's readiness (NetPoller::arm; its tag names it).
+inline constexpr CommandId kPollWait = cmd::kFirstUser + 4;
 inline constexpr CommandId kFirstEmbedder = cmd::kFirstUser + 32;
 }  // namespace io_cmd
 
@@ -38,12 +42,16 @@ struct IoServices {
   // io_threads loops (--io-threads): programs on the first, sockets
   // spread over all.
   IoServices(Scheduler& scheduler, unsigned io_threads)
-      : loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
+      : netpoll(scheduler), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
   ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets
   void stop() {
     for (auto& l : loops) l->stop();
   }
 
+  // TCP sockets on the workers: their readiness, and those moving
+  // between processes (closed before the poller goes).
+  NetPoller netpoll;
+  TcpTransit tcp_transit;
   std::vector<std::unique_ptr<IoLoop>> loops;
   FsService fs;
   ExecService exec;

@@ -1306,6 +1306,18 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
               });
       return;
     }
+    if (op == "resolve") {  // for TCP on the workers (bindings/socket_tcp.cpp): the addresses' texts
+      const std::string host = host_arg(args, 1);
+      if (host.empty()) fail("host not found");
+      resolve(loop, host, 0, family_of(arg(args, 2)), false, [this, caller, tag](int status, std::vector<sockaddr_storage> addrs) {
+        if (status != 0) return (void)scheduler_.complete_yield(caller, tag, {}, socket_error(status));
+        CallResultWriter w;
+        w.table(addrs.size(), 0);
+        for (const auto& a : addrs) w.string(endpoint_of(reinterpret_cast<const sockaddr*>(&a)).ip);
+        scheduler_.complete_yield(caller, tag, w.finish());
+      });
+      return;
+    }
     if (op == "gethostname") {
       char name[256];
       std::size_t size = sizeof name;

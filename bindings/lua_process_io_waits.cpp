@@ -1,0 +1,94 @@
+// Waits whose completion a C continuation takes (lua_process.hpp, io_wait):
+// how a socket method on the worker waits for its descriptor's readiness,
+// and retries its read or write in the step that hears of it, before the
+// task sees any result. Threads: the one running the process.
+#include <algorithm>
+
+#include "bindings/lua_process_internal.hpp"
+#include "host/io/io_services.hpp"
+
+namespace host::lua {
+
+// Adds the wait's yields to the step's output and records it.
+void Primitives::io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont) {
+  StepOutput& out = *p.step_out_;
+  Yield& y = out.add_yield(call.command, call.tag);
+  y.arg = call.arg;
+  y.bytes = std::move(call.bytes);
+  const bool timer = call.timeout >= 0;
+  if (timer) out.add_yield(cmd::kSleep, call.tag).arg = static_cast<std::int64_t>(std::min(call.timeout * 1e9, 9e18));
+  if (!p.io_waits_) p.io_waits_ = std::make_unique<std::vector<LuaProcess::IoWait>>();
+  p.io_waits_->push_back(LuaProcess::IoWait{call.tag, owner, cont, call.command, timer});
+}
+
+std::uint64_t Primitives::io_call_tag(lua_State* L) { return TaskKernel::kCallTagMark | ++of(L).c_timers_; }
+
+int Primitives::io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
+  LuaProcess& p = of(L);
+  p.kernel_.check_blockable(L);
+  const std::uint64_t tag = call.tag;
+  io_start(p, call, owner, cont);
+  return p.kernel_.block_in_call(L, tag);
+}
+
+void Primitives::io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont) {
+  LuaProcess& p = of(L);
+  const std::uint64_t tag = call.tag;
+  io_start(p, call, owner, cont);
+  p.kernel_.rewait_call(L, tag, co);
+}
+
+void Primitives::io_resume(lua_State* L, lua_State* co, int n) { of(L).kernel_.wake_call(L, co, n); }
+
+void Primitives::io_forget(lua_State* L, void* owner) {
+  LuaProcess* p = owner_by_api(L);
+  if (!p || !p->io_waits_) return;
+  auto& w = *p->io_waits_;
+  w.erase(std::remove_if(w.begin(), w.end(), [owner](const LuaProcess::IoWait& e) { return e.owner == owner; }), w.end());
+}
+
+std::size_t Primitives::memory_room(lua_State* L) {
+  LuaProcess& p = of(L);
+  const std::size_t limit = p.rt_.options().mem_limit;
+  const std::size_t used = static_cast<std::size_t>(lua_gc(L, LUA_GCCOUNT, 0)) * 1024;
+  return used < limit ? limit - used : 0;
+}
+
+io::IoServices& Primitives::io_services(lua_State* L) { return of(L).rt_.io(); }
+
+Pid Primitives::self_pid(lua_State* L) { return of(L).ctx_.self; }
+
+std::uint64_t io_call_tag(lua_State* L) { return Primitives::io_call_tag(L); }
+int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
+  return Primitives::io_wait(L, std::move(call), owner, cont);
+}
+void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont) {
+  Primitives::io_rewait(L, co, std::move(call), owner, cont);
+}
+void io_resume(lua_State* L, lua_State* co, int n) { Primitives::io_resume(L, co, n); }
+void io_forget(lua_State* L, void* owner) { Primitives::io_forget(L, owner); }
+std::size_t memory_room(lua_State* L) { return Primitives::memory_room(L); }
+io::IoServices& io_services(lua_State* L) { return Primitives::io_services(L); }
+Pid self_pid(lua_State* L) { return Primitives::self_pid(L); }
+
+// A completion of one of the waits above: its continuation runs, and the
+// other half of the wait (the readiness or the sleep that bounds it) is
+// cancelled. False: no such wait (an ordinary waiting call's).
+bool LuaProcess::io_wait_completed(lua_State* L, const Event& ev) {
+  auto& w = *io_waits_;
+  auto it = std::find_if(w.begin(), w.end(), [&](const IoWait& e) { return e.tag == ev.tag; });
+  if (it == w.end()) return false;
+  const IoWait wait = *it;
+  w.erase(it);
+  lua_State* co = kernel_.take_call(L, ev.tag);
+  // The sleep's completion has an empty payload; the call's never does
+  // (a failure carries its error).
+  const bool timed_out = !ev.failed && ev.payload.empty();
+  if (wait.timer && !timed_out) step_out_->cancel_yield(cmd::kSleep, ev.tag);
+  if (timed_out) step_out_->cancel_yield(wait.command, ev.tag);
+  if (!co) return true;  // its task is gone
+  wait.cont(L, co, wait.owner, ev.tag, ev.failed, ev.payload);
+  return true;
+}
+
+}  // namespace host::lua

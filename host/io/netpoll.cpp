@@ -1,0 +1,191 @@
+// The netpoller (netpoll.hpp).
+#include "host/io/netpoll.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include "host/io/call_values.hpp"
+#include "host/log.hpp"
+#include "host/scheduler.hpp"
+
+namespace host::io {
+namespace {
+
+// What a wait's completion carries: a non-empty payload (one true value),
+// unlike a timer's, whose payload is empty: the continuation tells them
+// apart.
+const std::string& ready_payload() {
+  static const std::string p = CallResultWriter().boolean(true).finish();
+  return p;
+}
+
+constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
+
+}  // namespace
+
+NetPoller::NetPoller(Scheduler& scheduler)
+    : scheduler_(scheduler), chunks_(std::make_unique<std::unique_ptr<Desc[]>[]>(kMaxChunks)) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  wakefd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epfd_ < 0 || wakefd_ < 0) throw std::system_error(errno, std::generic_category(), "netpoll: epoll");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeData;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
+  thread_ = std::thread([this] { run(); });
+}
+
+NetPoller::~NetPoller() {
+  stopping_.store(true, std::memory_order_release);
+  const std::uint64_t one = 1;
+  if (write(wakefd_, &one, sizeof one) < 0) {
+  }
+  if (thread_.joinable()) thread_.join();
+  ::close(epfd_);
+  ::close(wakefd_);
+}
+
+int NetPoller::open(int fd) {
+  int slot;
+  {
+    std::lock_guard lock(slots_mu_);
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      if (used_ >= (kMaxChunks << kChunkBits)) {
+        errno = EMFILE;
+        return -1;
+      }
+      slot = used_++;
+      auto& chunk = chunks_[static_cast<unsigned>(slot) >> kChunkBits];
+      if (!chunk) chunk = std::make_unique<Desc[]>(std::size_t{1} << kChunkBits);
+    }
+  }
+  Desc* d = desc(slot);
+  std::uint32_t gen;
+  {
+    std::lock_guard lock(d->mu);
+    d->open = true;
+    d->ready[0] = d->ready[1] = false;
+    d->waiter[0] = d->waiter[1] = Waiter{};
+    gen = d->gen;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = (static_cast<std::uint64_t>(gen) << 32) | static_cast<std::uint32_t>(slot);
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int err = errno;
+    {
+      std::lock_guard lock(d->mu);
+      d->open = false;
+      ++d->gen;
+    }
+    std::lock_guard lock(slots_mu_);
+    free_.push_back(slot);
+    errno = err;
+    return -1;
+  }
+  open_.fetch_add(1, std::memory_order_relaxed);
+  return slot;
+}
+
+void NetPoller::close(int slot) {
+  if (slot < 0) return;
+  Desc* d = desc(slot);
+  Waiter woken[2];
+  {
+    std::lock_guard lock(d->mu);
+    if (!d->open) return;
+    d->open = false;
+    ++d->gen;
+    for (int i = 0; i < 2; ++i) {
+      woken[i] = d->waiter[i];
+      d->waiter[i] = Waiter{};
+    }
+  }
+  // The descriptor leaves the epoll set when its owner closes it (the
+  // kernel drops a closed descriptor's registration); events already read
+  // carry the old generation and are ignored.
+  for (const Waiter& w : woken)
+    if (w.tag != 0) scheduler_.complete_yield(w.pid, w.tag, ready_payload());
+  open_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard lock(slots_mu_);
+  free_.push_back(slot);
+}
+
+std::uint64_t NetPoller::tag_for(int slot, Dir dir) {
+  const std::uint32_t seq = desc(slot)->seq.fetch_add(1, std::memory_order_relaxed) & ((1u << kSeqBits) - 1);
+  return kTagMark | (static_cast<std::uint64_t>(slot) << (kSeqBits + 1)) | (static_cast<std::uint64_t>(dir) << kSeqBits) | seq;
+}
+
+void NetPoller::arm(const Pid& pid, std::uint64_t tag) {
+  Desc* d = desc(slot_of(tag));
+  const Dir dir = dir_of(tag);
+  {
+    std::lock_guard lock(d->mu);
+    if (d->open && !d->ready[dir]) {
+      d->waiter[dir] = Waiter{pid, tag};
+      return;
+    }
+    d->ready[dir] = false;
+  }
+  scheduler_.complete_yield(pid, tag, ready_payload());
+}
+
+bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
+  Desc* d = desc(slot_of(tag));
+  const Dir dir = dir_of(tag);
+  std::lock_guard lock(d->mu);
+  if (d->waiter[dir].tag != tag || !(d->waiter[dir].pid == pid)) return false;
+  d->waiter[dir] = Waiter{};
+  return true;
+}
+
+void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
+  Desc* d = desc(slot);
+  Waiter woken[2];
+  {
+    std::lock_guard lock(d->mu);
+    if (!d->open || d->gen != gen) return;
+    const bool dirs[2] = {read, write};
+    for (int i = 0; i < 2; ++i) {
+      if (!dirs[i]) continue;
+      if (d->waiter[i].tag != 0) {
+        woken[i] = d->waiter[i];
+        d->waiter[i] = Waiter{};
+      } else {
+        d->ready[i] = true;
+      }
+    }
+  }
+  for (const Waiter& w : woken)
+    if (w.tag != 0) scheduler_.complete_yield(w.pid, w.tag, ready_payload());
+}
+
+void NetPoller::run() {
+  constexpr int kBatch = 256;
+  epoll_event events[kBatch];
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const int n = epoll_wait(epfd_, events, kBatch, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      log::logger().error("netpoll: epoll_wait failed: {}", std::system_category().message(errno));
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t data = events[i].data.u64;
+      if (data == kWakeData) continue;
+      const std::uint32_t e = events[i].events;
+      const bool broken = (e & (EPOLLERR | EPOLLHUP)) != 0;
+      ready(static_cast<int>(data & 0xffffffffu), static_cast<std::uint32_t>(data >> 32),
+            broken || (e & (EPOLLIN | EPOLLRDHUP)), broken || (e & EPOLLOUT));
+    }
+  }
+}
+
+}  // namespace host::io

@@ -1,0 +1,113 @@
+// The netpoller (docs/ARCHITECTURE.md, "Sockets on the workers"): Go's
+// shape. A socket's task calls read and write itself, on its worker, on a
+// non-blocking descriptor; only a call that would block (EAGAIN) waits,
+// by a waiting call (cmd kPollWait) that this poller completes when the
+// descriptor becomes ready. One edge-triggered epoll set holds every
+// descriptor, registered once for both directions.
+//
+// Readiness and waits meet in a descriptor's PollDesc (Go's pollDesc): an
+// edge that finds a waiter completes its yield; one that finds none is
+// remembered (ready), and the next wait consumes it at once, so no edge
+// between a task's EAGAIN and its wait is lost. A task may thus be woken
+// once for nothing (the edge came before the read that drained the
+// descriptor); its retry sees EAGAIN and waits again.
+//
+// A PollDesc is never freed while the poller runs: closed ones go back to
+// a free list with their generation bumped, and events carry the
+// generation, so an event read just before a close never touches the next
+// descriptor to use the slot. Wait tags name the slot and direction
+// (tag_for), so that a cancel finds its wait from the tag alone.
+//
+// Threads: open, close, arm and cancel from any thread (workers); the
+// poller's own thread reads epoll and completes waits through the
+// scheduler (complete_yield, from any thread).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "host/pid.hpp"
+#include "host/spin_lock.hpp"
+
+namespace host {
+class Scheduler;
+}
+
+namespace host::io {
+
+class NetPoller {
+ public:
+  enum Dir : int { kRead = 0, kWrite = 1 };
+
+  // Wait tags: TaskKernel's call tags (bit 51) with bit 49 set, the slot
+  // and direction, and a count that makes each wait's tag new.
+  static constexpr std::uint64_t kTagMark = (std::uint64_t{1} << 51) | (std::uint64_t{1} << 49);
+  static constexpr int kSeqBits = 24;
+  static bool is_wait_tag(std::uint64_t tag) { return (tag & kTagMark) == kTagMark && tag < (std::uint64_t{1} << 52); }
+
+  explicit NetPoller(Scheduler& scheduler);
+  ~NetPoller();
+  NetPoller(const NetPoller&) = delete;
+  NetPoller& operator=(const NetPoller&) = delete;
+
+  // Registers fd (non-blocking) for both directions; returns its slot, or
+  // -1 with errno set.
+  int open(int fd);
+  // Before the caller closes the descriptor: its registration goes, and a
+  // wait still armed on it completes at once (its retry finds the socket
+  // closed). The slot may be reused after this.
+  void close(int slot);
+  // A fresh tag for a wait on slot in dir.
+  std::uint64_t tag_for(int slot, Dir dir);
+  // cmd kPollWait's handler: the wait tag names the slot and direction.
+  // Completes at once where an edge came since the last wait, or the slot
+  // was closed; else when one comes.
+  void arm(const Pid& pid, std::uint64_t tag);
+  // The wait's cancel: true where it was still armed (it will never
+  // complete), false where its completion is on its way.
+  bool cancel(const Pid& pid, std::uint64_t tag);
+
+  // Registered descriptors (tests' leak checks).
+  std::size_t open_count() const { return open_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Waiter {
+    Pid pid;
+    std::uint64_t tag = 0;
+  };
+  struct Desc {
+    SpinLock mu;
+    std::uint32_t gen = 0;      // bumped at each close
+    bool open = false;
+    bool ready[2] = {false, false};
+    Waiter waiter[2];           // tag 0: none
+    std::atomic<std::uint32_t> seq{0};
+  };
+  static constexpr int kChunkBits = 12;
+  static constexpr int kSlotBits = 23;  // tag bits 25-47
+  static constexpr int kMaxChunks = 1 << (kSlotBits - kChunkBits);
+  Desc* desc(int slot) const {
+    return &chunks_[static_cast<unsigned>(slot) >> kChunkBits][static_cast<unsigned>(slot) & ((1u << kChunkBits) - 1)];
+  }
+  static int slot_of(std::uint64_t tag) { return static_cast<int>((tag >> (kSeqBits + 1)) & ((1u << kSlotBits) - 1)); }
+  static Dir dir_of(std::uint64_t tag) { return static_cast<Dir>((tag >> kSeqBits) & 1); }
+  void run();
+  void ready(int slot, std::uint32_t gen, bool read, bool write);
+
+  Scheduler& scheduler_;
+  int epfd_ = -1;
+  int wakefd_ = -1;
+  std::mutex slots_mu_;
+  std::vector<int> free_;      // guarded by slots_mu_
+  int used_ = 0;               // slots handed out so far (guarded by slots_mu_)
+  std::unique_ptr<std::unique_ptr<Desc[]>[]> chunks_;
+  std::atomic<std::size_t> open_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace host::io
