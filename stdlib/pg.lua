@@ -13,6 +13,10 @@
 -- takes in the exit events already queued, so a member whose monitor
 -- elsewhere has seen its end is never listed again. A group is a string
 -- (or a number); its members are a set.
+--
+-- It keeps a member set for each node and group, changed by join and leave
+-- events that a cluster layer can pass between hosts (M.run, below;
+-- docs/ARCHITECTURE.md, "Process groups, shaped for a cluster").
 local request = require("request")
 
 local M = {}
@@ -90,40 +94,80 @@ function M.send(group, topic, value)
   return n
 end
 
--- The groups' process.
+-- Membership, in the shape a cluster of hosts will merge: one part for
+-- each node, part[group][pid] = true. This host's part (`own`) changes only
+-- by events { kind = "join" | "leave", group =, pid = }, applied by the same
+-- function that applies another node's events to its part (`remote[node]`),
+-- so a keeper can send its events to the other nodes' keepers as they are.
+-- A member's end is a leave of each of its groups; a node that goes down
+-- takes its whole part with it; `snapshot` is this node's part as joins,
+-- what a node that just connected applies first.
+local function apply(part, ev)
+  local g = part[ev.group]
+  if ev.kind == "join" then
+    if not g then
+      g = {}
+      part[ev.group] = g
+    end
+    g[ev.pid] = true
+  elseif g then
+    g[ev.pid] = nil
+    if next(g) == nil then part[ev.group] = nil end
+  end
+end
+
+local function snapshot(part)
+  local evs = {}
+  for group, pids in pairs(part) do
+    for pid in pairs(pids) do evs[#evs + 1] = { kind = "join", group = group, pid = pid } end
+  end
+  return evs
+end
+
+-- The groups' process. Its calls beside pg's own (join, leave, members)
+-- are the cluster layer's: "remote" { node =, events = } applies another
+-- node's events to its part, "nodedown" drops a node's part, "subscribe"
+-- answers this node's snapshot and then sends the caller each of this
+-- node's events as a message on "$pg.event" (until the caller ends).
 function M.run()
-  local groups = {}   -- group -> { pid -> true }
-  local of = {}       -- pid -> { group -> true }: what to leave when it ends
+  local own = {}           -- this node's part: group -> { pid -> true }
+  local remote = {}        -- node -> its part, as its keeper's events built it
+  local of = {}            -- pid -> { group -> true }: what a member of own leaves when it ends
+  local subscribers = {}   -- pid -> true: who gets own's events
   local events = process.events()
   local inbox = process.inbox()
 
+  local function change(ev)
+    apply(own, ev)
+    for pid in pairs(subscribers) do process.send(pid, "$pg.event", ev) end
+  end
+
+  local function join(group, pid)
+    if not of[pid] then
+      of[pid] = {}
+      if not subscribers[pid] then process.monitor(pid) end
+    end
+    of[pid][group] = true
+    change { kind = "join", group = group, pid = pid }
+  end
+
   local function leave(group, pid)
-    local g = groups[group]
-    if g and g[pid] then
-      g[pid] = nil
-      if next(g) == nil then groups[group] = nil end
-    end
     local mine = of[pid]
-    if mine and mine[group] then
-      mine[group] = nil
-      if next(mine) == nil then
-        of[pid] = nil
-        process.unmonitor(pid)
-      end
+    if not (mine and mine[group]) then return end
+    mine[group] = nil
+    if next(mine) == nil then
+      of[pid] = nil
+      if not subscribers[pid] then process.unmonitor(pid) end
     end
+    change { kind = "leave", group = group, pid = pid }
   end
 
   local function ended(pid)
+    subscribers[pid] = nil
     local mine = of[pid]
     if not mine then return end
     of[pid] = nil
-    for group in pairs(mine) do
-      local g = groups[group]
-      if g then
-        g[pid] = nil
-        if next(g) == nil then groups[group] = nil end
-      end
-    end
+    for group in pairs(mine) do change { kind = "leave", group = group, pid = pid } end
   end
 
   local function take_events()
@@ -132,6 +176,21 @@ function M.run()
       if r.default then return end
       if r.value.kind == "exit" then ended(r.value.from) end
     end
+  end
+
+  local function members(group)
+    local list, n = {}, 0
+    for pid in pairs(own[group] or {}) do
+      n = n + 1
+      list[n] = pid
+    end
+    for _, part in pairs(remote) do
+      for pid in pairs(part[group] or {}) do
+        n = n + 1
+        list[n] = pid
+      end
+    end
+    return list
   end
 
   while true do
@@ -148,29 +207,26 @@ function M.run()
         elseif not process.info(v.pid) then
           request.fail(msg, "not_found: " .. tostring(v.pid) .. " is not alive")
         else
-          if not of[v.pid] then
-            of[v.pid] = {}
-            process.monitor(v.pid)
-          end
-          of[v.pid][v.group] = true
-          local g = groups[v.group]
-          if not g then
-            g = {}
-            groups[v.group] = g
-          end
-          g[v.pid] = true
+          join(v.group, v.pid)
           request.reply(msg, true)
         end
       elseif op == "leave" then
         leave(v.group, v.pid)
         request.reply(msg, true)
       elseif op == "members" then
-        local list, n = {}, 0
-        for pid in pairs(groups[v] or {}) do
-          n = n + 1
-          list[n] = pid
-        end
-        request.reply(msg, list)
+        request.reply(msg, members(v))
+      elseif op == "remote" then
+        local part = remote[v.node] or {}
+        remote[v.node] = part
+        for _, ev in ipairs(v.events) do apply(part, ev) end
+        request.reply(msg, true)
+      elseif op == "nodedown" then
+        remote[v] = nil
+        request.reply(msg, true)
+      elseif op == "subscribe" then
+        if not subscribers[msg.from] and not of[msg.from] then process.monitor(msg.from) end
+        subscribers[msg.from] = true
+        request.reply(msg, snapshot(own))
       else
         request.fail(msg, "invalid: pg has no operation '" .. tostring(op) .. "'")
       end

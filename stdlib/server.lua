@@ -6,6 +6,8 @@
 --   server.call("counter", { op = "add", n = 2 })   -- the reply, or nil, err
 --   server.cast(pid, "reset")
 --   server.stop(pid)
+--   -- or as a supervisor's child, init run in it and restarted from args:
+--   { id = "counter", entry = "server:serve", args = { "counter", { start = 0 } }, name = "counter" }
 --
 -- The callback module returns:
 --   init(args) -> state               (or nil, err: start answers nil, err)
@@ -65,45 +67,28 @@ local function first_line(s)
   return (tostring(s):match("^[^\n]*"))
 end
 
--- The server process: server.start spawns it and calls it on "$init"
--- with the callback module's name, init's argument and the name to
--- register; it answers once init returned, then serves.
-function M.run()
-  local events = process.events()  -- opened: a cancel runs terminate (below)
-  local start = process.listen(INIT):receive()
-  start.topic = nil
-  local module, args, name = start.payload.value.module, start.payload.value.args, start.payload.value.name
-  local function started(err)
-    if err == nil then request.reply(start, true) else request.fail(start, err) end
-  end
+-- Loads the callback module: mod, or nil, err and whether the process
+-- must fail with err (a load error) rather than end quietly.
+local function load_module(module)
   local ok, mod = pcall(require, module)
-  if not ok then
-    started(first_line(mod))
-    error(mod, 0)
-  end
+  if not ok then return nil, mod, true end
   if type(mod) ~= "table" then
-    started("invalid: server module '" .. module .. "' returns " .. type(mod) .. ", not a table of callbacks")
-    return
+    return nil, "invalid: server module '" .. module .. "' returns " .. type(mod) .. ", not a table of callbacks"
   end
-  if name then
-    local registered, err = process.registry.register(name)
-    if not registered then
-      started(err)
-      return
-    end
-  end
-  local state, refused
-  ok, state, refused = xpcall(mod.init or function(a) return a end, debug.traceback, args)
-  if not ok then
-    started(first_line(state))
-    error(state, 0)
-  end
-  if state == nil then
-    started(refused ~= nil and tostring(refused) or "invalid: init returned nil")
-    return
-  end
-  started(nil)
+  return mod
+end
 
+-- Runs init(args): the state, or nil, err and whether the process must
+-- fail with err (init raised) rather than end quietly (init refused).
+local function init(mod, args)
+  local ok, state, refused = xpcall(mod.init or function(a) return a end, debug.traceback, args)
+  if not ok then return nil, state, true end
+  if state == nil then return nil, refused ~= nil and tostring(refused) or "invalid: init returned nil" end
+  return state
+end
+
+-- The server's loop, in this process, from init's state until it stops.
+local function loop(module, mod, state, events)
   local function terminate(reason)
     if mod.terminate then mod.terminate(reason, state) end
   end
@@ -170,6 +155,48 @@ function M.run()
       end
     end
   end
+end
+
+-- The server process: server.start spawns it and calls it on "$init"
+-- with the callback module's name, init's argument and the name to
+-- register; it answers once init returned, then serves.
+function M.run()
+  local events = process.events()  -- opened: a cancel runs terminate (loop)
+  local start = process.listen(INIT):receive()
+  start.topic = nil
+  local module, args, name = start.payload.value.module, start.payload.value.args, start.payload.value.name
+  local function refused(err, raise)
+    request.fail(start, first_line(err))
+    if raise then error(err, 0) end
+  end
+  local mod, err, raise = load_module(module)
+  if not mod then return refused(err, raise) end
+  if name then
+    local registered, rerr = process.registry.register(name)
+    if not registered then return refused(rerr) end
+  end
+  local state
+  state, err, raise = init(mod, args)
+  if state == nil then return refused(err, raise) end
+  request.reply(start, true)
+  return loop(module, mod, state, events)
+end
+
+-- A server as a supervisor's child: the child's entry is "server:serve"
+-- and its args { module, args }; the supervisor registers the child's
+-- name. init runs in the child itself: one that refuses or raises fails
+-- the child, which the supervisor sees as any child's failure.
+function M.serve(module, args)
+  if type(module) ~= "string" then
+    error("bad argument #1 to 'serve' (module name expected, got " .. type(module) .. ")", 2)
+  end
+  local events = process.events()
+  local mod, err = load_module(module)
+  if not mod then error(err, 0) end
+  local state
+  state, err = init(mod, args)
+  if state == nil then error(err, 0) end
+  return loop(module, mod, state, events)
 end
 
 -- Starts a server of `module` with init's argument `args`. opts: name (to

@@ -1,5 +1,6 @@
 -- The benchmarks themselves. Each takes (quick, helpers) and returns
--- { params, seconds, per_op, unit }, after checking its own result.
+-- { params, seconds, per_op, unit[, figures] }, after checking its own
+-- result; figures is a list of { key, number } for scripts (main.lua).
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
   "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send", "shared_get",
@@ -8,7 +9,7 @@ local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
 B.suite = { "pingpong", "counting", "threadring100", "threadring1000", "fj_throughput", "fj_create", "big",
-  "chameneos", "fib", "request" }
+  "chameneos", "fib", "request", "server_call" }
 
 local function elapsed(t0) return time.now() - t0 end
 
@@ -239,9 +240,11 @@ function B.shared_mix(quick)
   end
   local one = run(1)
   local two = run(2)
+  local scale = (2 * n / two) / (n / one)
   return { params = string.format("n=%d a process, 1 proc %.0f ns/op, 2 procs %.2fx the ops/s", n, one / n * 1e9,
-             (2 * n / two) / (n / one)),
-           seconds = one + two, per_op = two / (2 * n) * 1e9, unit = "ns/op (2 procs)" }
+             scale),
+           seconds = one + two, per_op = two / (2 * n) * 1e9, unit = "ns/op (2 procs)",
+           figures = { { "one_ns", one / n * 1e9 }, { "scale", scale } } }
 end
 
 -- Table payloads through the codec: a 100-item array and a record of 8
@@ -460,6 +463,23 @@ function B.request(quick)
   end
   local s = elapsed(t0)
   process.send(server, "stop", nil)
+  return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/call" }
+end
+
+-- server.call against a server (require("server")) whose handle_call
+-- answers with its request plus one: request's round trip plus the
+-- server's dispatch and the request table; Erlang's gen_server:call.
+function B.server_call(quick)
+  local server = require("server")
+  local n = quick and 5000 or 200000
+  local pid = assert(server.start("nodes.add_server"))
+  local t0 = time.now()
+  for i = 1, n do
+    local v, err = server.call(pid, i, 5)
+    if v ~= i + 1 then error("server_call: call " .. i .. " got " .. tostring(v) .. " " .. tostring(err)) end
+  end
+  local s = elapsed(t0)
+  assert(server.stop(pid))
   return { params = "n=" .. n, seconds = s, per_op = s / n * 1e6, unit = "us/call" }
 end
 

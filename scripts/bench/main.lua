@@ -1,7 +1,9 @@
 -- The benchmark suite of the host, run as a script directory:
 --   host run scripts/bench -- [NAME...] [--suite] [--quick]
 -- Each benchmark prints one line: name, parameters, seconds, per-op figure,
--- peak RSS; each checks its result so a wrong run cannot look fast.
+-- peak RSS; each checks its result so a wrong run cannot look fast. Lines
+-- for scripts follow it: RESULT NAME SECONDS, PER_OP NAME FIGURE, and
+-- FIGURE NAME KEY VALUE for a benchmark's other figures.
 local benches = require("benches")
 
 -- A "VmRSS"-style field of /proc/self/status, in KB (0 where there is none).
@@ -30,6 +32,8 @@ local function main(...)
     print(string.format("%-14s %-28s %8.3f s  %10.3f %-12s peak RSS %d MB",
       name, r.params, r.seconds, r.per_op, r.unit, math.floor(peak_kb() / 1024)))
     print(string.format("RESULT %s %.6f", name, r.seconds))  -- for tests/bench/compare
+    print(string.format("PER_OP %s %.6f", name, r.per_op))     -- for tests/bench/shared.sh
+    for _, f in ipairs(r.figures or {}) do print(string.format("FIGURE %s %s %.6f", name, f[1], f[2])) end
   end
   return true
 end

@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-benches=(pingpong counting threadring100 threadring1000 fj_throughput fj_create big chameneos fib request idle_memory)
+benches=(pingpong counting threadring100 threadring1000 fj_throughput fj_create big chameneos fib request server_call idle_memory)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -1,6 +1,7 @@
 -- stdlib/pg: process groups.
 local T = require("t")
 local pg = require("pg")
+local request = require("request")
 
 local function has(list, pid)
   for _, p in ipairs(list) do if p == pid then return true end end
@@ -81,6 +82,27 @@ return { main = function()
       pg.leave(1)
     end },
 
+    { "another node's events merge into its own part; members lists both; its nodedown takes its part out", function()
+      local a = assert(process.spawn("fixtures.echo"))
+      T.eq(pg.join("spread", a), true)
+      local far = "<7.1.1>"  -- a PID of another node: never alive here
+      T.eq(request.call("$pg", "remote", { node = "n7", events = {
+        { kind = "join", group = "spread", pid = far },
+        { kind = "join", group = "spread", pid = "<7.2.1>" },
+        { kind = "leave", group = "spread", pid = "<7.2.1>" },
+        { kind = "join", group = "far-only", pid = far } } }), true)
+      local m = pg.members("spread")
+      T.eq(#m, 2); T.ok(has(m, a), "this node's member"); T.ok(has(m, far), "the other node's member")
+      T.eq(#pg.members("far-only"), 1)
+      T.eq(pg.leave("spread", far), true)  -- leave names this node's part only
+      T.eq(#pg.members("spread"), 2)
+      T.eq(request.call("$pg", "nodedown", "n7"), true)
+      m = pg.members("spread")
+      T.eq(#m, 1); T.eq(m[1], a)
+      T.eq(#pg.members("far-only"), 0)
+      process.send(a, "stop", nil)
+    end },
+
     { "joins from many processes at once all land", function()
       local done = channel.new(50)
       local pids = {}
@@ -93,6 +115,34 @@ return { main = function()
       T.eq(#m, 50)
       for i = 1, 50 do T.ok(has(m, pids[i]), "member " .. i) end
       T.eq(pg.send("crowd", "stop", nil), 50)
+    end },
+
+    { "a subscriber gets this node's part as joins, then each join and leave as an event another node applies", function()
+      local a = assert(process.spawn("fixtures.echo"))
+      T.eq(pg.join("watched", a), true)
+      local snap = assert(request.call("$pg", "subscribe", nil))
+      local found = false
+      for _, ev in ipairs(snap) do
+        if ev.kind == "join" and ev.group == "watched" and ev.pid == a then found = true end
+      end
+      T.ok(found, "the snapshot holds the join")
+      local b = assert(process.spawn("fixtures.echo"))
+      T.eq(pg.join("watched", b), true)
+      T.eq(pg.leave("watched", a), true)
+      local w = process.watch(b)
+      process.send(b, "stop", nil)
+      w:receive()
+      T.eq(#pg.members("watched"), 0)
+      local got = {}
+      while #got < 3 do  -- (an earlier test's members may still be leaving "crowd")
+        local m = assert(process.receive(5), "event " .. #got + 1)
+        T.eq(m.topic, "$pg.event")
+        if m.payload.group == "watched" then
+          got[#got + 1] = m.payload.kind .. " " .. (m.payload.pid == a and "a" or m.payload.pid == b and "b" or "?")
+        end
+      end
+      T.eq(table.concat(got, ", "), "join b, leave a, leave b")
+      process.send(a, "stop", nil)
     end },
   }
 end }

@@ -160,6 +160,43 @@ return { main = function()
       T.raises(function() server.call(42, {}) end, "PID or registered name expected")
     end },
 
+    { "server:serve runs a server as a supervisor's child: restarted with a fresh state after a crash", function()
+      local supervisor = require("supervisor")
+      local sup = assert(supervisor.start { children = {
+        { id = "kv", entry = "server:serve", args = { "fixtures.kv_server", { observer = me } }, name = "kv.sup" } } })
+      local first = process.registry.lookup("kv.sup")
+      T.match(first, "^<")
+      T.eq(server.call("kv.sup", { op = "put", key = "a", value = 1 }), true)
+      T.eq(server.call("kv.sup", { op = "get", key = "a" }), 1)
+      local v, err = server.call("kv.sup", { op = "crash" })
+      T.eq(v, nil); T.match(err, "^exit: .*handle_call crashed on purpose")
+      T.match(expect("terminate").reason, "handle_call crashed on purpose")
+      local second
+      T.eventually(function()
+        second = process.registry.lookup("kv.sup")
+        return second ~= nil and second ~= first
+      end, 5, "the supervisor restarted the server under its name")
+      T.eq(server.call("kv.sup", { op = "get", key = "a" }), nil)  -- init's state, not the old one
+      T.eq(supervisor.terminate_child(sup, "kv"), true)
+      T.eq(expect("terminate").reason, "canceled")
+      process.cancel(sup)
+    end },
+
+    { "server:serve fails its process when the module does not load or init refuses", function()
+      local function exit_of(pid)  -- skips other events (a link_down of an earlier test's supervisor)
+        local deadline = time.now() + 5
+        while true do
+          local r = channel.select { process.events():case_receive(), time.after(deadline - time.now()):case_receive() }
+          if r.channel ~= process.events() then error("no exit event from " .. pid) end
+          if r.value.kind == "exit" and r.value.from == pid then return r.value end
+        end
+      end
+      local ev = exit_of(assert(process.spawn_monitored("server:serve", "fixtures.no_such_module")))
+      T.match(ev.error, "fixtures.no_such_module")
+      ev = exit_of(assert(process.spawn_monitored("server:serve", "fixtures.kv_server", { refuse = "no thanks" })))
+      T.match(ev.error, "refused: no thanks")
+    end },
+
     { "concurrent calls from many tasks each get their own reply", function()
       local pid = assert(start_kv())
       local done = channel.new(10)

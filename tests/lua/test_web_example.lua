@@ -1,5 +1,6 @@
 -- scripts/web (the JSON API example) run as a user runs it, driven with
--- http.request: the store behind a supervisor, the handlers calling it.
+-- http.request: the store (a server) behind a supervisor, the handlers
+-- calling it, and the shared table that caches its items in front of it.
 local T = require("t")
 local http = require("http")
 local json = require("json")
@@ -24,6 +25,18 @@ return { main = function(host)
       T.eq(#json.decode(assert(http.request("GET", base .. "/items")).body), 1)
       T.eq(assert(http.request("DELETE", base .. "/items/" .. item.id)).status, 204)
       T.eq(assert(http.request("GET", base .. "/items/" .. item.id)).status, 404)
+    end },
+    { "a second GET of an item is served from the shared table; a delete takes it out", function()
+      local c = assert(http.request("POST", base .. "/items", { body = json.encode({ name = "jam", qty = 2 }) }))
+      local url = base .. "/items/" .. json.decode(c.body).id
+      local first = assert(http.request("GET", url))
+      T.eq(first.status, 200); T.eq(first.headers["x-cache"], "miss")
+      local second = assert(http.request("GET", url))
+      T.eq(second.status, 200); T.eq(second.headers["x-cache"], "hit")
+      T.eq(json.decode(second.body).name, "jam"); T.eq(json.decode(second.body).qty, 2)
+      T.eq(assert(http.request("DELETE", url)).status, 204)
+      local gone = assert(http.request("GET", url))
+      T.eq(gone.status, 404); T.eq(gone.headers["x-cache"], nil)
     end },
     { "bad input: 400 for a body that is not JSON, 404 and 405 where they belong", function()
       local r = assert(http.request("POST", base .. "/items", { body = "not json" }))

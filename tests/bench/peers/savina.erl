@@ -4,7 +4,7 @@
 %% Prints "RESULT NAME SECONDS"; checks each result like the host does.
 -module(savina).
 -mode(compile).
-%% request: the callbacks of its gen_server.
+%% request and server_call: the callbacks of their gen_server.
 -behaviour(gen_server).
 -export([init/1, handle_call/3, handle_cast/2]).
 
@@ -101,6 +101,10 @@ run(request, Q) ->
     {S, ok} = timeit(fun() -> call_n(Server, 1, N) end),
     gen_server:stop(Server),
     S;
+%% server_call: the host's server.call is gen_server:call too (request's
+%% round trip plus a server's dispatch), so its peer is the same N calls.
+run(server_call, Q) ->
+    run(request, Q);
 run(fib, Q) ->
     {N, Want} = pick(Q, {14, 377}, {24, 46368}),
     Self = self(),
