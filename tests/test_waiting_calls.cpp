@@ -260,9 +260,9 @@ TEST_CASE("10,000 connections made and closed leave the descriptor count where i
   ExitInfo info = c.exits.get(p.pid);
   REQUIRE_MESSAGE(!info.failed, info.error);
   CHECK(text_of(info.result) == std::to_string(kChurn));
-  for (int i = 0; i < 200 && (c.rt.io().sockets.sockets() != 0 || open_fds() > before); ++i)
+  for (int i = 0; i < 200 && (c.rt.io().open_sockets() != 0 || open_fds() > before); ++i)
     std::this_thread::sleep_for(10ms);
-  CHECK(c.rt.io().sockets.sockets() == 0);
+  CHECK(c.rt.io().open_sockets() == 0);
   CHECK(open_fds() == before);
 }
 
@@ -270,10 +270,10 @@ TEST_CASE("terminate ends a process waiting in a socket receive, and its sockets
   Calls c;
   auto p = c.rt.spawn("fixtures.socket_owner:receive_forever", std::string(1, '\0'));
   REQUIRE(p);
-  for (int i = 0; i < 2000 && c.rt.io().sockets.sockets() < 3; ++i) std::this_thread::sleep_for(1ms);
-  REQUIRE(c.rt.io().sockets.sockets() == 3);
+  for (int i = 0; i < 2000 && c.rt.io().open_sockets() < 3; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(c.rt.io().open_sockets() == 3);
   CHECK(c.s.terminate(p.pid).empty());
   REQUIRE(c.exits.wait(p.pid));
   CHECK(c.exits.get(p.pid).error.find("terminated") != std::string::npos);
-  CHECK(c.rt.io().sockets.sockets() == 0);  // closed before the exit was told
+  CHECK(c.rt.io().open_sockets() == 0);  // closed before the exit was told
 }

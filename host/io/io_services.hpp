@@ -53,6 +53,9 @@ struct IoServices {
   NetPoller netpoll;
   TcpTransit tcp_transit;
   std::vector<std::unique_ptr<IoLoop>> loops;
+  // Open sockets, all processes together (tests' leak checks): UDP's on
+  // the I/O thread and TCP's with a descriptor on the workers.
+  std::size_t open_sockets() const { return sockets.sockets() + netpoll.open_count(); }
   FsService fs;
   ExecService exec;
   SocketShards sockets;
