@@ -86,7 +86,9 @@ io::NetPoller::Dir dir_of(const TcpState* t, Pending::Op op) {
 
 int attempt_receive(lua_State* L, TcpState* t, Pending& p) {
   io::ByteStream& st = *t->sock->stream();
-  const std::size_t room = memory_room(L);
+  // The result must fit too: what is buffered for one receive stays under
+  // half of what the process may still hold.
+  const std::size_t room = memory_room(L) / 2;
   std::string& out = p.got;
   const std::size_t had = out.size();
   Io r;
@@ -104,7 +106,10 @@ int attempt_receive(lua_State* L, TcpState* t, Pending& p) {
   out.resize(had);
   lua_pushnil(L);
   lua_pushstring(L, st.error().c_str());
-  out += st.take_partial(p.kind, p.n);
+  // Past the limit, what came is dropped (it could not be held): the
+  // stream has ended for reading.
+  std::string partial = st.take_partial(p.kind, p.n);
+  if (st.error().rfind("limit:", 0) != 0) out += partial;
   lua_pushlstring(L, out.data(), out.size());
   return 3;
 }

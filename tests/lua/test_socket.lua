@@ -528,6 +528,76 @@ return { main = function()
       c:close()
       s:close()
     end },
+    { "a line with no end answers limit: memory once past the process's limit; another socket goes on meanwhile", function()
+      -- The tests run under --mem-limit 64M: a receive("*l") of an endless
+      -- line must fail there, not buffer 200 MB (nor rescan what it
+      -- scanned: 200 MB scanned again at each read is minutes, not this).
+      local c, s = pair()
+      local a, b = pair()
+      local chunk = ("x"):rep(1024 * 1024)
+      coroutine.spawn(function()
+        for _ = 1, 200 do
+          if not s:send(chunk) then break end
+        end
+      end)
+      local echoed = channel.new(1)
+      coroutine.spawn(function()
+        for i = 1, 20 do
+          b:send("tick " .. i .. "\n")
+          if a:receive() ~= "tick " .. i then echoed:send(false) return end
+          time.sleep(0.005)
+        end
+        echoed:send(true)
+      end)
+      local before = rss_kb()
+      local t0 = time.now()
+      local line, err, partial = c:receive("*l")
+      T.eq(line, nil)
+      T.match(err, "^limit: memory")
+      T.eq(type(partial), "string")
+      T.ok(time.now() - t0 < 20, "linear in what came: " .. (time.now() - t0) .. " s")
+      T.ok(echoed:receive(), "the other socket's echo went on")
+      T.ok(rss_kb() - before < 200 * 1024, "the host did not hold the whole line")
+      partial = nil
+      collectgarbage()
+      c:close()
+      s:close()
+      a:close()
+      b:close()
+    end },
+    { "receive('*a') of more than the process may hold answers limit: memory", function()
+      local c, s = pair()
+      local chunk = ("y"):rep(1024 * 1024)
+      coroutine.spawn(function()
+        for _ = 1, 300 do
+          if not s:send(chunk) then break end
+        end
+        s:close()
+      end)
+      local all, err = c:receive("*a")
+      T.eq(all, nil)
+      T.match(err, "^limit: memory")
+      c:close()
+    end },
+    { "receiveany(math.huge) returns what has come; sizes are clamped, never cast", function()
+      local c, s = pair()
+      s:send("some bytes")
+      time.sleep(0.05)
+      T.eq(c:receiveany(math.huge), "some bytes")
+      s:send("more")
+      T.eq(c:receive(4), "more")
+      c:close()
+      s:close()
+    end },
+    { "connections have TCP_NODELAY by default, and it can be turned off", function()
+      local c, s = pair()
+      T.eq(c:getoption("tcp-nodelay"), true)
+      T.eq(s:getoption("tcp-nodelay"), true)
+      T.eq(c:setoption("tcp-nodelay", false), 1)
+      T.eq(c:getoption("tcp-nodelay"), false)
+      c:close()
+      s:close()
+    end },
     { "LuaSocket's socket.http fetches from python's http.server", function()
       local port = T.free_port()
       local dir = T.tmpdir()
