@@ -60,12 +60,17 @@ end
 
 local exec = {}
 
+-- The bytes this process's heap holds: exec.run's output and what a
+-- receive waits for may take at most half of what its memory limit
+-- leaves (the service answers "limit: memory ..." past it).
+local function heap_bytes() return collectgarbage("count") * 1024 end
+
 -- exec.run(argv[, opts]) -> { code =, signal =, stdout =, stderr = } once
 -- the program ends and both outputs are closed; nil, "timeout" when
 -- opts.timeout passed first (the program is killed).
 function exec.run(argv, opts)
   check_argv(argv, "exec.run")
-  return call(CMD, 0, "run", argv, check_opts(opts, "exec.run", true))
+  return call(CMD, 0, "run", argv, check_opts(opts, "exec.run", true), heap_bytes())
 end
 
 ---------------------------------------------------------------------------
@@ -141,7 +146,7 @@ function Stream:receive(pattern)
   elseif pattern ~= "*l" and pattern ~= "*a" and pattern ~= "l" and pattern ~= "a" then
     bad(1, "receive", "invalid pattern")
   end
-  return call(CMD, 0, "receive", self.id, self.name, pattern)
+  return call(CMD, 0, "receive", self.id, self.name, pattern, heap_bytes())
 end
 
 function Stream:close()

@@ -97,6 +97,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   if (!err.empty()) throw std::runtime_error("the metatable calls do not compile: " + err);
   io_ = io::install_io_services(scheduler_, options_.io_threads);
   io_->fs.set_read_limit(options_.mem_limit);
+  io_->exec.set_read_limit(options_.mem_limit);
   io_->fs.set_alive([this](const Pid& pid) { return scheduler_.alive(pid); });
   for (const ModuleLine& m : module_lines_)
     if (m.install) m.install(scheduler_, io_, m.command);

@@ -50,6 +50,7 @@ struct Receive {
   std::uint64_t tag;
   char kind;  // 'l' a line, 'n' n bytes, 'a' everything
   std::size_t n;
+  std::size_t limit = SIZE_MAX;  // what the buffer may hold for it
 };
 
 struct Stream {
@@ -70,6 +71,7 @@ struct ExecService::Program {
   int os_pid = 0;
   bool group_gone = false;  // its process group had no one left when it exited: the number may be reused
   bool collect = false;  // exec.run: everything read, one completion
+  std::size_t run_limit = SIZE_MAX;  // exec.run: what its output may hold
   Pid run_pid;
   std::uint64_t run_tag = 0;
   bool run_done = false;
@@ -206,12 +208,27 @@ struct ProgramOps {
       close(p, reinterpret_cast<uv_handle_t*>(&st.pipe), st.open);
       st.reading = false;
     }
-    if (!p->collect && st.reading && st.buf.size() >= ExecService::kReadAhead) {
+    if (p->collect && !p->run_done && p->out.buf.size() + p->err.buf.size() > p->run_limit) {
+      p->run_done = true;
+      sched(p).complete_yield(p->run_pid, p->run_tag, {},
+                              make_error(ErrorKind::Limit, "memory (the program's output is more than the process may hold)"));
+      p->svc->forget(p);  // kills it
+      return;
+    }
+    if (!p->collect && st.reading && st.buf.size() >= ExecService::kReadAhead && !wants_more(st)) {
       uv_read_stop(s);
       st.reading = false;
     }
     serve(p, st);
     check_run(p);
+  }
+
+  // Whether the receive at the head waits for more than is buffered: then
+  // reading goes on past the read-ahead (up to that receive's limit).
+  static bool wants_more(const Stream& st) {
+    if (st.waiting.empty()) return false;
+    const Receive& r = st.waiting.front();
+    return r.kind != 'n' || r.n > st.buf.size();
   }
 
   static void start_reading(Program* p, Stream& st) {
@@ -247,11 +264,15 @@ struct ProgramOps {
         result = CallResultWriter().string(st.buf).finish();
         st.buf.clear();
       }
+      if (result.empty() && st.buf.size() > r.limit) {  // it cannot be held: what came is dropped
+        result = CallResultWriter().nil().string(make_error(ErrorKind::Limit, "memory (more output than the process may hold)")).finish();
+        st.buf.clear();
+      }
       if (result.empty()) break;  // not there yet
       st.waiting.pop_front();
       sched(p).complete_yield(r.pid, r.tag, std::move(result));
     }
-    if (st.buf.size() < ExecService::kReadAhead) start_reading(p, st);
+    if (st.buf.size() < ExecService::kReadAhead || wants_more(st)) start_reading(p, st);
   }
 
   struct Write {
@@ -385,7 +406,7 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
         return;
       }
       const CallValue& pattern = arg(args, 3);
-      Receive r{caller, tag, 'a', 0};
+      Receive r{caller, tag, 'a', 0, room(arg(args, 4))};
       if (pattern.is_number()) {
         r.kind = 'n';
         r.n = static_cast<std::size_t>(std::min(std::max(pattern.number, 0.0), 1e15));
@@ -449,6 +470,13 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
   }
 }
 
+std::size_t ExecService::room(const CallValue& heap) const {
+  const double used = heap.is_number() ? std::max(0.0, heap.number) : 0.0;
+  if (read_limit_ == SIZE_MAX) return SIZE_MAX;
+  const std::size_t held = used >= static_cast<double>(read_limit_) ? read_limit_ : static_cast<std::size_t>(used);
+  return (read_limit_ - held) / 2;
+}
+
 void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, const std::vector<CallValue>& args,
                         bool collect) {
   using Ops = ProgramOps;
@@ -507,6 +535,7 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
   p->svc = this;
   p->owner = caller;
   p->collect = collect;
+  if (collect) p->run_limit = room(arg(args, 3));
   // Handles are counted from their init: each must be closed, a failed
   // spawn's too.
   auto init_pipe = [&](uv_pipe_t* pipe, bool& open) {

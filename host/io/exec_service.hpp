@@ -48,6 +48,11 @@ class ExecService {
   void dispatch(CommandRequest&& req);
   // Kills owner's programs and closes their pipes (posted to the loop).
   void kill_owned(const Pid& owner);
+  // The processes' memory limit: exec.run's output, and what a receive
+  // waits for, may hold at most half of what the caller's limit leaves
+  // (the caller's heap comes with each call); past it they answer
+  // "limit: memory ..." (and exec.run's program is killed).
+  void set_read_limit(std::size_t bytes) { read_limit_ = bytes; }
   // Programs with a record, all processes together (a test's leak check).
   std::size_t programs() const { return count_.load(std::memory_order_relaxed); }
 
@@ -57,11 +62,14 @@ class ExecService {
   void run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, std::vector<CallValue> args);
   void start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, const std::vector<CallValue>& args, bool collect);
   Program* find(const Pid& caller, double id);
+  // Half of what read_limit_ leaves a caller whose heap holds heap bytes.
+  std::size_t room(const CallValue& heap) const;
   void forget(Program* p);
   void stop_all();
 
   Scheduler& scheduler_;
   IoLoop& loop_;
+  std::size_t read_limit_ = SIZE_MAX;
   // The loop thread's alone.
   std::uint64_t next_id_ = 0;
   std::unordered_map<std::uint64_t, Program*> programs_;

@@ -252,5 +252,26 @@ return { main = function()
       T.eventually(function() return ended(pid) end, 5, "sleep " .. pid .. " ended")
       cleanup()
     end },
+    { "stdout:receive('*a') of more than the read-ahead (2 MB) arrives whole", function()
+      local p = assert(exec.start({ "head", "-c", "2000000", "/dev/zero" }))
+      local all, err = p.stdout:receive("*a")
+      T.eq(err, nil)
+      T.eq(#all, 2000000)
+      T.eq(p:wait(5).code, 0)
+    end },
+    { "exec.run of more output than the process may hold answers limit: memory, and the program is killed", function()
+      -- The tests run under --mem-limit 64M; 300 MB of output cannot be held.
+      local r, err = exec.run({ "sh", "-c", "yes 0123456789abcdef | head -c 300000000" }, { timeout = 60 })
+      T.eq(r, nil)
+      T.match(err, "^limit: memory")
+    end },
+    { "a line a receive waits for may not grow past the process's limit", function()
+      local p = assert(exec.start({ "sh", "-c", "head -c 200000000 /dev/zero" }))
+      local line, err = p.stdout:receive("*l")
+      T.eq(line, nil)
+      T.match(err, "^limit: memory")
+      p:kill(9)
+      p:wait(5)
+    end },
   }
 end }
