@@ -6,6 +6,12 @@
 
 namespace host::io {
 
+NetPoller::Complete IoServices::poll_completion(Scheduler& scheduler) {
+  return [&scheduler, ready = CallResultWriter().boolean(true).finish()](const Pid& pid, std::uint64_t tag) {
+    scheduler.complete_yield(pid, tag, ready);
+  };
+}
+
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads) {
   auto io = std::make_shared<IoServices>(scheduler, io_threads);
   CommandHandler fs;

@@ -42,7 +42,7 @@ struct IoServices {
   // io_threads loops (--io-threads): programs on the first, sockets
   // spread over all.
   IoServices(Scheduler& scheduler, unsigned io_threads)
-      : netpoll(scheduler), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
+      : netpoll(poll_completion(scheduler)), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
   ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets
   void stop() {
     for (auto& l : loops) l->stop();
@@ -62,6 +62,9 @@ struct IoServices {
   HttpServer http;  // on the first loop
 
  private:
+  // A readiness wait's completion: one true value, a non-empty payload
+  // (a timeout's sleep has an empty one: the continuation tells them apart).
+  static NetPoller::Complete poll_completion(Scheduler& scheduler);
   static std::vector<std::unique_ptr<IoLoop>> make_loops(unsigned n) {
     std::vector<std::unique_ptr<IoLoop>> v;
     for (unsigned i = 0; i < std::max(1u, n); ++i) v.push_back(std::make_unique<IoLoop>());

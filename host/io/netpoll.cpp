@@ -8,27 +8,17 @@
 #include <cerrno>
 #include <system_error>
 
-#include "host/io/call_values.hpp"
 #include "host/log.hpp"
-#include "host/scheduler.hpp"
 
 namespace host::io {
 namespace {
-
-// What a wait's completion carries: a non-empty payload (one true value),
-// unlike a timer's, whose payload is empty: the continuation tells them
-// apart.
-const std::string& ready_payload() {
-  static const std::string p = CallResultWriter().boolean(true).finish();
-  return p;
-}
 
 constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
 
 }  // namespace
 
-NetPoller::NetPoller(Scheduler& scheduler)
-    : scheduler_(scheduler), chunks_(std::make_unique<std::unique_ptr<Desc[]>[]>(kMaxChunks)) {
+NetPoller::NetPoller(Complete complete)
+    : complete_(std::move(complete)), chunks_(std::make_unique<std::unique_ptr<Desc[]>[]>(kMaxChunks)) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   wakefd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epfd_ < 0 || wakefd_ < 0) throw std::system_error(errno, std::generic_category(), "netpoll: epoll");
@@ -112,7 +102,7 @@ void NetPoller::close(int slot) {
   // kernel drops a closed descriptor's registration); events already read
   // carry the old generation and are ignored.
   for (const Waiter& w : woken)
-    if (w.tag != 0) scheduler_.complete_yield(w.pid, w.tag, ready_payload());
+    if (w.tag != 0) complete_(w.pid, w.tag);
   open_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(slots_mu_);
   free_.push_back(slot);
@@ -134,7 +124,7 @@ void NetPoller::arm(const Pid& pid, std::uint64_t tag) {
     }
     d->ready[dir] = false;
   }
-  scheduler_.complete_yield(pid, tag, ready_payload());
+  complete_(pid, tag);
 }
 
 bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
@@ -164,7 +154,7 @@ void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
     }
   }
   for (const Waiter& w : woken)
-    if (w.tag != 0) scheduler_.complete_yield(w.pid, w.tag, ready_payload());
+    if (w.tag != 0) complete_(w.pid, w.tag);
 }
 
 void NetPoller::run() {

@@ -19,12 +19,13 @@
 // (tag_for), so that a cancel finds its wait from the tag alone.
 //
 // Threads: open, close, arm and cancel from any thread (workers); the
-// poller's own thread reads epoll and completes waits through the
-// scheduler (complete_yield, from any thread).
+// poller's own thread reads epoll and completes waits (complete, from
+// any thread).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -32,10 +33,6 @@
 
 #include "host/pid.hpp"
 #include "host/spin_lock.hpp"
-
-namespace host {
-class Scheduler;
-}
 
 namespace host::io {
 
@@ -49,7 +46,11 @@ class NetPoller {
   static constexpr int kSeqBits = 24;
   static bool is_wait_tag(std::uint64_t tag) { return (tag & kTagMark) == kTagMark && tag < (std::uint64_t{1} << 52); }
 
-  explicit NetPoller(Scheduler& scheduler);
+  // complete(pid, tag): a wait is over (the descriptor is ready, or was
+  // closed); the runtime's completes the yield (Scheduler::complete_yield
+  // with a non-empty payload). Any thread.
+  using Complete = std::function<void(const Pid&, std::uint64_t tag)>;
+  explicit NetPoller(Complete complete);
   ~NetPoller();
   NetPoller(const NetPoller&) = delete;
   NetPoller& operator=(const NetPoller&) = delete;
@@ -98,7 +99,7 @@ class NetPoller {
   void run();
   void ready(int slot, std::uint32_t gen, bool read, bool write);
 
-  Scheduler& scheduler_;
+  Complete complete_;
   int epfd_ = -1;
   int wakefd_ = -1;
   std::mutex slots_mu_;

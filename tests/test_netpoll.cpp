@@ -1,0 +1,189 @@
+// host/io/netpoll.hpp: waits on socket pairs while a writer makes edges
+// and other threads open and close descriptors, checking that no wait is
+// lost (each armed wait completes, or its cancel says it never will), none
+// completes twice, and a closed descriptor's slot never wakes its next
+// owner's waits with the old one's edges.
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "host/io/netpoll.hpp"
+
+namespace {
+
+using host::Pid;
+using host::io::NetPoller;
+using namespace std::chrono_literals;
+
+// The completions seen, by tag.
+struct Sink {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, int> done;
+  void add(std::uint64_t tag) {
+    std::lock_guard lock(mu);
+    ++done[tag];
+  }
+  int count(std::uint64_t tag) {
+    std::lock_guard lock(mu);
+    auto it = done.find(tag);
+    return it == done.end() ? 0 : it->second;
+  }
+};
+
+bool wait_for(Sink& sink, std::uint64_t tag, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (sink.count(tag) == 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+void drain(int fd) {
+  char buf[4096];
+  while (::recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+}
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kRounds = 400;
+#else
+constexpr int kRounds = 3000;
+#endif
+
+}  // namespace
+
+TEST_CASE("netpoll: every armed wait completes once, or its cancel says it never will") {
+  Sink sink;
+  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
+  constexpr int kPairs = 8;
+  int fds[kPairs][2];
+  int slots[kPairs];
+  for (int i = 0; i < kPairs; ++i) {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds[i]) == 0);
+    slots[i] = poller.open(fds[i][0]);
+    REQUIRE(slots[i] >= 0);
+  }
+  std::atomic<bool> stop{false};
+  // One edge a round, so that a lost one shows as a wait that never ends:
+  // the owner writes its byte itself before it waits (the edge may come
+  // before the wait), or asks this thread for it after (it comes while the
+  // wait is armed).
+  std::atomic<int> asked[kPairs] = {};
+  std::thread writer([&] {
+    while (!stop.load()) {
+      for (int i = 0; i < kPairs; ++i) {
+        if (asked[i].load() == 0) continue;
+        asked[i].fetch_sub(1);
+        (void)::send(fds[i][1], "x", 1, MSG_NOSIGNAL);
+      }
+      std::this_thread::yield();
+    }
+  });
+  // Slot churn beside them: descriptors opened and closed while edges come.
+  std::thread churn([&] {
+    while (!stop.load()) {
+      int sp[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) != 0) continue;
+      const int slot = poller.open(sp[0]);
+      (void)::send(sp[1], "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (slot >= 0) {
+        const std::uint64_t tag = poller.tag_for(slot, NetPoller::kRead);
+        poller.arm(Pid{}, tag);
+        poller.close(slot);  // a wait armed on a closed slot completes at once
+      }
+      ::close(sp[0]);
+      ::close(sp[1]);
+    }
+  });
+  std::atomic<int> lost{0}, doubled{0}, cancelled_done{0}, uncancellable{0};
+  std::vector<std::thread> owners;
+  for (int i = 0; i < kPairs; ++i) {
+    owners.emplace_back([&, i] {
+      std::mt19937 rng(static_cast<unsigned>(i) * 7919u);
+      std::vector<std::uint64_t> cancelled;
+      for (int r = 0; r < kRounds; ++r) {
+        drain(fds[i][0]);  // as a task reads until EAGAIN before it waits
+        const std::uint64_t tag = poller.tag_for(slots[i], NetPoller::kRead);
+        const unsigned mode = rng() % 3;
+        if (mode == 0) (void)::send(fds[i][1], "x", 1, MSG_NOSIGNAL);
+        poller.arm(Pid{}, tag);
+        if (mode == 1) asked[i].fetch_add(1);
+        if (mode == 2) {
+          if (poller.cancel(Pid{}, tag)) {
+            cancelled.push_back(tag);
+            continue;
+          }
+          ++uncancellable;  // no edge came for it: it must still be armed
+        }
+        if (!wait_for(sink, tag, 5000ms)) {
+          ++lost;
+          return;
+        }
+      }
+      std::this_thread::sleep_for(20ms);  // a late completion of a cancelled wait would show by now
+      for (std::uint64_t t : cancelled)
+        if (sink.count(t) != 0) ++cancelled_done;
+    });
+  }
+  for (auto& t : owners) t.join();
+  stop.store(true);
+  writer.join();
+  churn.join();
+  {
+    std::lock_guard lock(sink.mu);
+    for (const auto& [tag, n] : sink.done)
+      if (n != 1) ++doubled;
+  }
+  CHECK(lost.load() == 0);
+  CHECK(doubled.load() == 0);
+  CHECK(cancelled_done.load() == 0);
+  CHECK(uncancellable.load() == 0);
+  for (int i = 0; i < kPairs; ++i) {
+    poller.close(slots[i]);
+    ::close(fds[i][0]);
+    ::close(fds[i][1]);
+  }
+  CHECK(poller.open_count() == 0);
+}
+
+TEST_CASE("netpoll: an edge before the wait is kept for it; a close wakes the waiter") {
+  Sink sink;
+  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
+  int sp[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) == 0);
+  const int slot = poller.open(sp[0]);
+  REQUIRE(slot >= 0);
+  // Registration reports the writable edge at once; a read wait waits.
+  const std::uint64_t r1 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r1);
+  std::this_thread::sleep_for(20ms);
+  CHECK(sink.count(r1) == 0);
+  REQUIRE(::send(sp[1], "a", 1, 0) == 1);
+  CHECK(wait_for(sink, r1, 2000ms));
+  // An edge with no waiter is remembered: the next wait completes at once.
+  drain(sp[0]);
+  REQUIRE(::send(sp[1], "b", 1, 0) == 1);
+  std::this_thread::sleep_for(20ms);
+  const std::uint64_t r2 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r2);
+  CHECK(sink.count(r2) == 1);
+  // A wait on a descriptor that closes completes (its retry sees closed).
+  drain(sp[0]);
+  const std::uint64_t r3 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r3);
+  CHECK(sink.count(r3) == 0);
+  poller.close(slot);
+  CHECK(sink.count(r3) == 1);
+  ::close(sp[0]);
+  ::close(sp[1]);
+}
