@@ -13,6 +13,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/log_fields.hpp"
 #include "bindings/lua_process_internal.hpp"
+#include "bindings/socket_object.hpp"
 #include "bindings/luajit/stack_args.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
@@ -193,8 +194,21 @@ int Primitives::send(lua_State* L) {
     if (const int type = stack_args::type(L, 3); type == LUA_TNUMBER) {
       small_n = encode_number(stack_args::number(L, 3), small);
     } else if (type > LUA_TNIL && (small_n = encode_small(L, 3, type, small)) == 0) {
+      // Only a value encoded here may carry a socket: a failed send gives
+      // it back (socket_moves_undo).
+      socket_moves_begin();
       std::string err = encode_value_large(L, 3, type, bytes);
-      if (!err.empty()) return push_fail(L, err);
+      if (!err.empty()) {
+        socket_moves_undo(L);
+        return push_fail(L, err);
+      }
+      std::size_t backlog = 0;
+      std::string serr = p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self, &backlog);
+      if (!serr.empty()) socket_moves_undo(L);
+      const int nret = ok_or_fail(L, serr);
+      if (backlog >= config::kSendBacklogYield && to != p.ctx_.self && p.kernel_.can_yield_to_others(L))
+        return p.kernel_.yield_to_others(L, nret);
+      return nret;
     }
     std::size_t backlog = 0;  // stays 0 when the send fails
     Scheduler& s = p.rt_.scheduler();
@@ -218,8 +232,12 @@ int Primitives::spawn(lua_State* L) {
   std::string entry = check_string(L, 1);
   int nargs = lua_gettop(L) - 1;
   std::string bytes;
+  socket_moves_begin();  // a spawn that fails gives its arguments' sockets back
   std::string err = encode_values(L, 2, nargs, bytes, "arg");
-  if (!err.empty()) return push_fail(L, err);
+  if (!err.empty()) {
+    socket_moves_undo(L);
+    return push_fail(L, err);
+  }
   SpawnOptions opts;
   opts.parent = p.ctx_.self;
   if (mode == 1) opts.link_to = p.ctx_.self;
@@ -228,7 +246,10 @@ int Primitives::spawn(lua_State* L) {
     opts.monitor_ref = ++p.next_monitor_ref_;
   }
   SpawnResult r = p.rt_.spawn(entry, std::move(bytes), opts);
-  if (!r) return push_fail(L, r.error);
+  if (!r) {
+    socket_moves_undo(L);
+    return push_fail(L, r.error);
+  }
   if (mode == 2) p.add_monitor(r.pid, opts.monitor_ref);
   push_pid(L, r.pid);
   return 1;

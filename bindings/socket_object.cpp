@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <vector>
 
 #include <lua.hpp>
 
@@ -601,7 +602,30 @@ void expect_class_change(lua_State* L, const SocketRef* s) {
   lua_pop(L, 1);
 }
 
+// The moves of the send or spawn being encoded (socket_moves_begin).
+struct MoveRecord {
+  SocketRef* s;
+  std::uint64_t id;
+};
+thread_local std::vector<MoveRecord> t_moves;
+
 }  // namespace
+
+void socket_moves_begin() { t_moves.clear(); }
+
+void socket_moves_undo(lua_State* L) {
+  for (const MoveRecord& m : t_moves) {
+    SocketRef* s = m.s;
+    if (!s->moved || m.id == 0) continue;
+    if (s->tcp) {
+      if (!tcp_take_back(L, s, m.id)) continue;
+    } else {
+      claim_socket(L, m.id);
+    }
+    s->moved = false;
+  }
+  t_moves.clear();
+}
 
 SocketRef* push_socket(lua_State* L, SocketClass cls) {
   auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
@@ -630,6 +654,7 @@ bool encode_socket(lua_State* L, int idx, std::string& out) {
     give_socket(L, static_cast<std::uint64_t>(id));
   }
   s->moved = true;
+  if (id != 0) t_moves.push_back(MoveRecord{s, static_cast<std::uint64_t>(id)});
   const std::size_t n = cls.size();
   char buf[24];
   out.push_back(static_cast<char>(kMoved));

@@ -36,4 +36,12 @@ namespace host::lua {
 bool encode_socket(lua_State* L, int idx, std::string& out);
 bool decode_socket(lua_State* L, std::uint64_t id, std::string_view cls);
 
+// A send or spawn whose value may carry sockets: begin before encoding
+// it; where the send or spawn then fails (or the encoding does), undo
+// gives the sockets it moved back to their objects here, so a failed
+// move leaves the socket with its sender. (Moves the receiver's Init
+// already claimed cannot come back.)
+void socket_moves_begin();
+void socket_moves_undo(lua_State* L);
+
 }  // namespace host::lua

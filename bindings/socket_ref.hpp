@@ -69,5 +69,8 @@ void tcp_free(lua_State* L, SocketRef* s);
 // arrives (pushes the object; a closed one where nobody holds it any more).
 std::uint64_t tcp_give(lua_State* L, SocketRef* s);
 void tcp_claim(lua_State* L, std::uint64_t id, SocketClass cls);
+// A move that failed: the socket back in s from TcpTransit; false where
+// it is gone (claimed or closed meanwhile).
+bool tcp_take_back(lua_State* L, SocketRef* s, std::uint64_t id);
 
 }  // namespace host::lua

@@ -655,4 +655,11 @@ void tcp_claim(lua_State* L, std::uint64_t id, SocketClass cls) {
   s->tcp = new TcpState{std::move(sock), s, {}, {}};
 }
 
+bool tcp_take_back(lua_State* L, SocketRef* s, std::uint64_t id) {
+  std::unique_ptr<io::TcpSocket> sock = io_services(L).tcp_transit.claim(id);
+  if (!sock || !s->tcp) return false;
+  s->tcp->sock = std::move(sock);
+  return true;
+}
+
 }  // namespace host::lua
