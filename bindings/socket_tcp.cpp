@@ -286,7 +286,7 @@ void resolved(lua_State* L, lua_State* co, TcpState* t, Pending& p, std::string_
 void resume_op(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload) {
   auto* t = static_cast<TcpState*>(owner);
   Pending& p = t->in.tag == tag ? t->in : t->out;
-  if (p.tag != tag) return;  // not this socket's any more
+  if (p.tag != tag) return io_resume(L, co, push_fail(L, "closed"));  // its call is not this socket's any more
   p.tag = 0;
   if (p.op == Pending::kResolve) {
     if (failed) return finish(L, co, p, push_fail(L, payload));
