@@ -294,9 +294,8 @@ int start_waiting_call(lua_State* L, CommandId command, int first, int n);
 void claim_socket(lua_State* L, std::uint64_t id);
 void give_socket(lua_State* L, std::uint64_t id);
 void drop_socket(lua_State* L, std::uint64_t id);
-// The socket service of L's process's runtime; and that L's state now
-// holds userdata with finalizers (its Close must run lua_close).
-io::SocketShards& socket_service(lua_State* L);
+// That L's state now holds userdata with finalizers (its Close must run
+// lua_close).
 void mark_needs_close(lua_State* L);
 
 // Waits whose completion goes to C (the sockets on the workers, bindings/

@@ -219,7 +219,6 @@ struct Primitives {
   static void claim_socket(lua_State* L, std::uint64_t id);
   static void give_socket(lua_State* L, std::uint64_t id);
   static void drop_socket(lua_State* L, std::uint64_t id);
-  static io::SocketShards& socket_service(lua_State* L);
   // lua_process_io_waits.cpp: waits a C continuation takes (lua_process.hpp's io_wait).
   static void io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont);
   static std::uint64_t io_call_tag(lua_State* L);

@@ -80,8 +80,6 @@ void Primitives::drop_socket(lua_State* L, std::uint64_t id) {
   p.rt_.io().sockets.drop(id, p.ctx_.self);
 }
 
-io::SocketShards& Primitives::socket_service(lua_State* L) { return of(L).rt_.io().sockets; }
-
 void Primitives::mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
 
 // Seconds since the epoch, with their fraction (LuaSocket's gettime).
@@ -183,8 +181,6 @@ void claim_socket(lua_State* L, std::uint64_t id) { Primitives::claim_socket(L, 
 void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id); }
 
 void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
-
-io::SocketShards& socket_service(lua_State* L) { return Primitives::socket_service(L); }
 
 void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
 

@@ -1,10 +1,12 @@
--- The socket module (docs/LUA_API.md, socket): LuaSocket 3's API over waiting calls
--- carried out on the host's I/O thread (host/io/socket_service.cpp), so
--- that a call that waits (connect, accept, receive, send, the name
--- lookups) suspends only the calling task. require("socket") and
--- require("socket.core") return this table, shadowing LuaSocket's C
--- module; LuaSocket's own Lua modules from the distribution (socket.http,
--- socket.url, ltn12) and clients such as redis-lua run on it unmodified.
+-- The socket module (docs/LUA_API.md, socket): LuaSocket 3's API. TCP
+-- sockets run on the workers (bindings/socket_tcp.cpp); UDP sockets and
+-- name lookups are waiting calls carried out on the host's I/O thread
+-- (host/io/socket_service.cpp). Either way a call that waits (connect,
+-- accept, receive, send, the name lookups) suspends only the calling
+-- task. require("socket") and require("socket.core") return this table,
+-- shadowing LuaSocket's C module; LuaSocket's own Lua modules from the
+-- distribution (socket.http, socket.url, ltn12) and clients such as
+-- redis-lua run on it unmodified.
 -- The chunk is called with the waiting call, the socket command and a
 -- wall-clock function, and returns the module table.
 local call, CMD, wall_time, new_tcp = ...
@@ -21,8 +23,8 @@ end
 ---------------------------------------------------------------------------
 -- Socket objects and their methods are C (bindings/socket_object.cpp):
 -- a process that only holds sockets it was given never loads this file.
--- socket.tcp() and socket.udp() return the new object straight from the
--- I/O thread's answer.
+-- socket.tcp() makes its object on the worker; socket.udp() returns it
+-- straight from the I/O thread's answer.
 local function check_address(addr, n, fname)
   if type(addr) ~= "string" then
     error(format("bad argument #%d to '%s' (string expected, got %s)", n, fname, type(addr)), 3)

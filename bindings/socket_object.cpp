@@ -51,7 +51,8 @@ SocketRef* check(lua_State* L, const char* method) {
   return nullptr;
 }
 
-// Whether the call may go to the I/O thread; else it answers closed.
+// Whether the socket is still this process's to use; else its methods
+// answer closed.
 bool live(const SocketRef* s) { return !s->closed && !s->moved; }
 
 int answer_closed(lua_State* L) {
@@ -66,7 +67,7 @@ void push_timeout(lua_State* L, const SocketRef* s) {
   else lua_pushnumber(L, t);
 }
 
-// The waiting call op(id, the values pushed after it): pushes op and id
+// UDP's waiting call op(id, the values pushed after it): pushes op and id
 // below the n values on top, and yields the task until the I/O thread
 // answers.
 int call(lua_State* L, const char* op, const SocketRef* s, int n) {
@@ -133,7 +134,7 @@ int plain(lua_State* L, const char* op) {
   return call(L, op, s, Args);
 }
 
-// TCP's, on the worker, where the socket is TCP; else the I/O thread's call.
+// TCP's, on the worker, where the socket is TCP; else UDP's call on the I/O thread.
 #define HOST_TCP_FIRST(method, call_expr)      \
   SocketRef* s = check(L, method);            \
   if (s->tcp && live(s)) return call_expr;
@@ -194,7 +195,7 @@ int m_bind(lua_State* L) {  // masters' bind, and UDP's setsockname
   check_address(L, 2, name);
   const double port = check_port(L, 3, name);
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) {
+  if (!udp) {
     lua_settop(L, 3);
     return tcp_bind(L, s);
   }
@@ -205,13 +206,9 @@ int m_bind(lua_State* L) {  // masters' bind, and UDP's setsockname
 
 int m_listen(lua_State* L) {
   SocketRef* s = check(L, "listen");
-  const double backlog = luaL_optnumber(L, 2, 32);
+  luaL_optnumber(L, 2, 32);  // a bad backlog raises, closed or not
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) return tcp_listen(L, s);
-  expect_class_change(L, s);
-  lua_settop(L, 1);
-  lua_pushnumber(L, backlog);
-  return call(L, "listen", s, 1);
+  return tcp_listen(L, s);
 }
 
 int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
@@ -221,7 +218,7 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
   const std::string_view host = check_address(L, 2, name);
   const double port = udp && host == "*" ? 0 : check_port(L, 3, name);
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) {
+  if (!udp) {
     lua_settop(L, 3);
     return tcp_connect(L, s);
   }
@@ -235,10 +232,7 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
 int m_accept(lua_State* L) {
   SocketRef* s = check(L, "accept");
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) return tcp_accept(L, s);
-  lua_settop(L, 1);
-  push_timeout(L, s);
-  return call(L, "accept", s, 1);
+  return tcp_accept(L, s);
 }
 
 // send(data[, i[, j]]) on TCP; send(data) on connected UDP. (The call's
@@ -270,23 +264,7 @@ int m_send(lua_State* L) {
     lua_pushnumber(L, static_cast<double>(i - 1));
     return 1;
   }
-  if (s->tcp) return tcp_send(L, s, data, static_cast<std::size_t>(i), static_cast<std::size_t>(j));
-  // One that fits the socket's bounded buffer returns at once (as a
-  // send returns once its data is with the kernel or in a per-socket
-  // buffer of bounded size): no wait for the I/O thread's answer.
-  const std::string_view piece(data + i - 1, static_cast<std::size_t>(j - i + 1));
-  if ((s->cls == kClient || s->cls == kTls) && s->shared && socket_service(L).send_now(static_cast<std::uint64_t>(s->id), s->shared, piece)) {
-    lua_pushnumber(L, static_cast<double>(j));
-    return 1;
-  }
-  // It waits: sends after it wait too, until it is through (the I/O
-  // thread counts it down), so that they keep their order.
-  if (s->shared) s->shared->waiting.fetch_add(1, std::memory_order_relaxed);
-  if (i == 1 && j == n) lua_pushvalue(L, 2);
-  else lua_pushlstring(L, piece.data(), piece.size());
-  push_timeout(L, s);
-  lua_pushnumber(L, static_cast<double>(i - 1));  // added to the counts the I/O thread returns
-  return call(L, "send", s, 3);
+  return tcp_send(L, s, data, static_cast<std::size_t>(i), static_cast<std::size_t>(j));
 }
 
 // receive([pattern[, prefix]]) on TCP; receive([size]) on UDP.
@@ -323,13 +301,7 @@ int m_receive(lua_State* L) {
     else lua_pushliteral(L, "");
     return 3;
   }
-  if (s->tcp) return tcp_receive(L, s, count > 0 ? 'n' : kind[0], count > 0 ? static_cast<std::size_t>(count) : 0, prefixed ? 3 : 0);
-  if (count > 0) lua_pushnumber(L, count);
-  else lua_pushstring(L, kind);
-  push_timeout(L, s);
-  if (prefixed) lua_pushvalue(L, 3);
-  else lua_pushnil(L);
-  return call(L, "receive", s, 3);
+  return tcp_receive(L, s, count > 0 ? 'n' : kind[0], count > 0 ? static_cast<std::size_t>(count) : 0, prefixed ? 3 : 0);
 }
 
 // receiveany(max): what has come, at least a byte and at most max,
@@ -341,12 +313,7 @@ int m_receiveany(lua_State* L) {
   if (max < 1) luaL_error(L, "bad argument #1 to 'receiveany' (positive number expected)");
   if (!live(s)) return answer_closed(L);
   // Clamped: math.huge asks for what has come, however much.
-  if (s->tcp) return tcp_receive(L, s, 'y', max >= 1e15 ? std::size_t{1} << 50 : static_cast<std::size_t>(max), 0);
-  lua_pushliteral(L, "any");
-  push_timeout(L, s);
-  lua_pushnil(L);
-  lua_pushnumber(L, std::floor(max));
-  return call(L, "receive", s, 4);
+  return tcp_receive(L, s, 'y', max >= 1e15 ? std::size_t{1} << 50 : static_cast<std::size_t>(max), 0);
 }
 
 int m_shutdown(lua_State* L) {
@@ -355,9 +322,7 @@ int m_shutdown(lua_State* L) {
   if (std::strcmp(how, "both") && std::strcmp(how, "send") && std::strcmp(how, "receive"))
     luaL_error(L, "bad argument #1 to 'shutdown' (invalid shutdown method)");
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) return tcp_shutdown(L, s, how);
-  lua_pushstring(L, how);
-  return call(L, "shutdown", s, 1);
+  return tcp_shutdown(L, s, how);
 }
 
 // ---- UDP
@@ -393,10 +358,9 @@ void check_optstring(lua_State* L, int idx, const char* what, const char* method
 
 // sock:__tlswrap(mode, protocol, verify, cafile, certificate, key, ca_pem,
 // certificate_pem, key_pem): ssl.wrap's entry (stdlib/ssl.lua checks the
-// parameters and reads the files first: the I/O thread never opens a
-// file). The socket becomes a TLS connection (class tls{connection}) once
-// the I/O thread has made its context; nil, err where it cannot (a bad
-// key).
+// parameters and reads the files first). The socket becomes a TLS
+// connection (class tls{connection}) once its context is made
+// (socket_tcp.cpp); nil, err where it cannot (a bad key).
 int m_tlswrap(lua_State* L) {
   SocketRef* s = check(L, "wrap");
   const char* mode = luaL_checkstring(L, 2);
@@ -410,15 +374,8 @@ int m_tlswrap(lua_State* L) {
   check_optstring(L, 9, "certificate's contents", "wrap");
   check_optstring(L, 10, "key's contents", "wrap");
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) {
-    lua_settop(L, 10);
-    return tcp_tlswrap(L, s);
-  }
-  expect_class_change(L, s);
   lua_settop(L, 10);
-  lua_pushboolean(L, lua_toboolean(L, 4));
-  lua_replace(L, 4);
-  return call(L, "tls_wrap", s, 9);
+  return tcp_tlswrap(L, s);
 }
 
 // conn:dohandshake(): true, or nil and why ("certificate verify failed:
@@ -426,10 +383,7 @@ int m_tlswrap(lua_State* L) {
 int m_dohandshake(lua_State* L) {
   SocketRef* s = check(L, "dohandshake");
   if (!live(s)) return answer_closed(L);
-  if (s->tcp) return tcp_handshake(L, s);
-  lua_settop(L, 1);
-  push_timeout(L, s);
-  return call(L, "tls_handshake", s, 1);
+  return tcp_handshake(L, s);
 }
 
 // conn:sni(name): the host name a client sends and checks (before the
@@ -441,8 +395,7 @@ int m_sni(lua_State* L) {
     luaL_error(L, "bad argument #1 to 'sni' (string expected, got %s)", luaL_typename(L, 2));
   if (!live(s)) return answer_closed(L);
   lua_settop(L, 2);
-  if (s->tcp) return tcp_sni(L, s);
-  return call(L, "tls_sni", s, 1);
+  return tcp_sni(L, s);
 }
 
 // conn:info([field]): { protocol =, cipher = } once the handshake is
@@ -452,8 +405,7 @@ int m_info(lua_State* L) {
   check_optstring(L, 2, "field", "info");
   if (!live(s)) return 0;
   lua_settop(L, 2);
-  if (s->tcp) return tcp_info(L, s);
-  return call(L, "tls_info", s, 1);
+  return tcp_info(L, s);
 }
 
 int m_tls_unsupported(lua_State* L) {
@@ -540,8 +492,6 @@ int m_gc(lua_State* L) {
   if (!s) return 0;
   tcp_free(L, s);
   if (live(s) && s->id != 0) drop_socket(L, static_cast<std::uint64_t>(s->id));
-  if (s->shared) io::SocketService::release(s->shared);
-  s->shared = nullptr;
   return 0;
 }
 
@@ -577,7 +527,6 @@ void push_metatable(lua_State* L) {
 void push_new(lua_State* L, double id, Class cls) {
   SocketRef* s = push_socket(L, cls);
   s->id = id;
-  s->shared = id != 0 ? socket_service(L).share(static_cast<std::uint64_t>(id)) : nullptr;
 }
 
 // Records the socket at index 1 by its id, for the class change its call
@@ -629,8 +578,8 @@ void socket_moves_undo(lua_State* L) {
 
 SocketRef* push_socket(lua_State* L, SocketClass cls) {
   auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
-  *s = SocketRef{0, -1, -1, nullptr, nullptr, cls, false, false};
-  mark_needs_close(L);  // its __gc closes it and releases what it shares
+  *s = SocketRef{0, -1, -1, nullptr, cls, false, false};
+  mark_needs_close(L);  // its __gc closes it
   push_metatable(L);
   lua_setmetatable(L, -2);
   return s;

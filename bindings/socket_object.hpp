@@ -9,13 +9,14 @@
 // functions (constructors, dns, the LuaSocket helpers), which only a
 // process that requires the module loads.
 //
-// Each method is one waiting call on the I/O thread (bindings/
-// socket_service.cpp), which also shapes its results (send's indices,
-// receive's prefix), so that the method's C function can return straight
-// from its yield. A result that is a socket (accept's, socket.tcp's) or
-// that changes a socket's class (connect, listen, setpeername) comes back
-// as a moved value (codec.hpp), which decode_socket turns into the object
-// or the class change.
+// A TCP socket's methods run on the worker (bindings/socket_tcp.cpp); a
+// UDP socket's each is one waiting call on the I/O thread (host/io/
+// socket_service.cpp), which also shapes its results, so that the
+// method's C function can return straight from its yield. A UDP result
+// that is a socket (socket.udp's) or that changes a socket's class
+// (setpeername) comes back as a moved value (codec.hpp), which
+// decode_socket turns into the object or the class change; a TCP socket
+// moves between processes as itself ('~' before its class, TcpTransit).
 #pragma once
 
 #include <cstdint>

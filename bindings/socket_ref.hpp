@@ -3,9 +3,8 @@
 // files only. Threads: the one running the process.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-
-#include "host/io/socket_service.hpp"
 
 struct lua_State;
 
@@ -20,7 +19,6 @@ struct SocketRef {
   double id;      // a UDP socket's on the I/O thread (0 for TCP)
   double block;   // seconds, or < 0 for none
   double total;
-  io::SocketService::Shared* shared;  // UDP: for sends that return at once; released by __gc
   TcpState* tcp;  // TCP: its socket, owned here (freed by __gc)
   SocketClass cls;
   bool closed;  // closed here

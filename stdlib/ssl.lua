@@ -1,7 +1,7 @@
 -- ssl (docs/LUA_API.md, ssl): LuaSec's API over the host's sockets. A wrapped
 -- socket stays the same socket object, of class tls{connection}: its
--- bytes are encrypted and decrypted on the I/O thread
--- (host/io/tls_session.cpp, host/io/socket_service.cpp), so its
+-- bytes are encrypted and decrypted by its task, on its worker
+-- (host/io/tls_session.cpp, host/io/byte_stream.cpp), so its
 -- receive completes once the plaintext it asked for is there, with the
 -- socket's deadlines, owner and moves. This file only checks the
 -- parameters; the methods are the socket's (bindings/socket_object.cpp).

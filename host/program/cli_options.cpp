@@ -107,7 +107,7 @@ constexpr Flag kFlags[] = {
     {"--mem-limit", "BYTES", "256M", "each process's Lua heap at most; K, M, G suffixes", mem_limit_flag},
     {"--time-limit", "SECONDS", "10", "Lua run without yielding before a process stops; at most 1e9", time_limit_flag},
     {"--max-processes", "N", "1000000", "live processes at most", max_processes_flag},
-    {"--io-threads", "N", "1", "I/O threads serving sockets, 1 to 64", io_threads_flag},
+    {"--io-threads", "N", "1", "I/O threads serving UDP sockets and name lookups, 1 to 64", io_threads_flag},
     {"--inspect", "ADDRESS", "off",
      "serve a live page of the processes at http://ADDRESS/ and Prometheus metrics at /metrics "
      "(e.g. 127.0.0.1:9090; anyone who reaches it can stop processes: keep it on loopback)",
