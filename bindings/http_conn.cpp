@@ -14,10 +14,10 @@
 // stops being read, and TCP makes it wait.
 //
 // The acceptor (stdlib/http/server.lua) keeps, for each connection, a
-// duplicate of its descriptor (track): when the connection's process ends
-// in the middle of a request, the acceptor answers 500 through it
-// (untrack), and when the server closes it shuts the reading half
-// (drain), so that an idle connection's wait ends and one in the middle
+// duplicate of its descriptor (track, a handle whose __gc lets it go):
+// when the connection's process ends in the middle of a request, the
+// acceptor answers 500 through it (untrack), and when the server closes
+// it shuts the reading half (drain), so that an idle connection's wait ends and one in the middle
 // of a request answers with Connection: close.
 //
 // Threads: the one running the process; the tracked entries any (a lock).
@@ -96,6 +96,7 @@ struct Conn {
   double deadline = -1;
   std::string out;  // what is still to write
   std::size_t out_done = 0;
+  double write_deadline = -1;  // a write that waits ends the connection past this
 
   double request_since = 0;  // the request being read began (or the connection, before its first)
   double idle_since = 0;     // the last response was written
@@ -132,23 +133,28 @@ io::NetPoller::Dir dir_for(Conn* c, bool reading) {
   return st->wants() == io::ByteStream::Want::kRead ? io::NetPoller::kRead : io::NetPoller::kWrite;
 }
 
-// Writes what is queued: kDone once all went, kAgain, kEnd (the client is
-// gone: closed).
+// Writes what is queued: kDone once all went, kAgain (c->deadline set),
+// kEnd (the client is gone, or read nothing for keepalive_timeout:
+// closed).
 Io flush(lua_State* L, Conn* c) {
   if (c->dead) return Io::kEnd;
-  if (c->out_done >= c->out.size()) {
-    c->out.clear();
-    c->out_done = 0;
-    return Io::kDone;
-  }
-  const Io r = c->sock->stream()->write(c->out, &c->out_done);
+  const Io r = c->out_done >= c->out.size() ? Io::kDone : c->sock->stream()->write(c->out, &c->out_done);
   if (r == Io::kDone) {
     c->out.clear();
     c->out_done = 0;
+    c->write_deadline = -1;
     return Io::kDone;
   }
-  if (r == Io::kEnd) close_now(L, c);
-  return r;
+  if (r == Io::kAgain) {
+    const double t = now();
+    if (c->write_deadline < 0) c->write_deadline = t + c->parser->limits().keepalive_timeout;
+    if (t < c->write_deadline) {
+      c->deadline = c->write_deadline;
+      return Io::kAgain;
+    }
+  }
+  close_now(L, c);
+  return Io::kEnd;
 }
 
 // The request as the handler gets it.
@@ -230,10 +236,8 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       c->out += "HTTP/1.1 100 Continue\r\n\r\n";
     }
     if (!c->out.empty()) {
-      const Io r = flush(L, c);
-      if (r == Io::kAgain) {
+      if (flush(L, c) == Io::kAgain) {
         *reading = false;
-        c->deadline = now() + p.limits().keepalive_timeout;
         return -1;
       }
       continue;
@@ -623,7 +627,6 @@ int m_respond(lua_State* L) {
   if (!c->no_body && body) c->out.append(body, blen);
   if (stream_body) c->head_written = true;
   else answered(c);
-  c->deadline = now() + c->parser->limits().keepalive_timeout;
   return run(L, c, Conn::kWrite);
 }
 
@@ -648,7 +651,6 @@ int m_chunk(lua_State* L) {
     c->out.append(data, n);
     c->out += "\r\n";
   }
-  c->deadline = now() + c->parser->limits().keepalive_timeout;
   return run(L, c, Conn::kWrite);
 }
 
@@ -663,7 +665,6 @@ int m_finish(lua_State* L) {
   }
   if (!c->no_body && !c->raw_stream) c->out += "0\r\n\r\n";
   answered(c);
-  c->deadline = now() + c->parser->limits().keepalive_timeout;
   return run(L, c, Conn::kWrite);
 }
 
@@ -825,8 +826,34 @@ int f_wait_readable(lua_State* L) {
   return tcp_wait_readable(L, s, luaL_optnumber(L, 2, -1));
 }
 
+// The acceptor's handle on a connection (track): its __gc lets the
+// connection go, so that the duplicates of an acceptor that fails do not
+// keep its connections open.
+constexpr const char* kTrackMeta = "host.http.tracked";
+struct TrackHandle {
+  std::uint64_t id;
+};
+
+// Drops the entry and its duplicate; failed: the connection's process
+// failed, and a request it was answering gets a 500.
+void release(std::uint64_t id, bool failed) {
+  std::shared_ptr<Tracked> t;
+  {
+    std::lock_guard lock(g_tracked_mu);
+    auto it = g_tracked.find(id);
+    if (it == g_tracked.end()) return;
+    t = std::move(it->second);
+    g_tracked.erase(it);
+  }
+  if (failed && t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->dup_fd, io::error_response(500));
+  if (failed) ::shutdown(t->dup_fd, SHUT_RDWR);
+  ::close(t->dup_fd);
+}
+
+TrackHandle* check_track(lua_State* L) { return static_cast<TrackHandle*>(luaL_checkudata(L, 1, kTrackMeta)); }
+
 // http.track(sock, tls): the acceptor's handle on a connection (a
-// duplicate of its descriptor), or nil.
+// duplicate of its descriptor) and the id its process is given; or nil.
 int f_track(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
@@ -846,33 +873,37 @@ int f_track(lua_State* L) {
     id = ++g_next_tracked;
     g_tracked.emplace(id, std::move(t));
   }
+  auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
+  h->id = id;
+  mark_needs_close(L);
+  luaL_getmetatable(L, kTrackMeta);
+  lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
-  return 1;
+  return 2;
 }
 
-// http.untrack(id, failed): the connection is done with; where its
-// process failed in the middle of a request, the client gets a 500.
-int f_untrack(lua_State* L) {
-  const auto id = static_cast<std::uint64_t>(luaL_checknumber(L, 1));
-  std::shared_ptr<Tracked> t;
-  {
-    std::lock_guard lock(g_tracked_mu);
-    auto it = g_tracked.find(id);
-    if (it == g_tracked.end()) return 0;
-    t = std::move(it->second);
-    g_tracked.erase(it);
-  }
-  if (lua_toboolean(L, 2) && t->in_flight.load(std::memory_order_relaxed) && !t->tls)
-    send_all_now(t->dup_fd, io::error_response(500));
-  if (lua_toboolean(L, 2)) ::shutdown(t->dup_fd, SHUT_RDWR);
-  ::close(t->dup_fd);
+// handle:untrack(failed): the connection is done with; where its process
+// failed in the middle of a request, the client gets a 500.
+int t_untrack(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  const std::uint64_t id = h->id;
+  h->id = 0;
+  if (id) release(id, lua_toboolean(L, 2));
   return 0;
 }
 
-// http.drain(id): the server closed: the connection answers what it is
+int t_gc(lua_State* L) {
+  auto* h = static_cast<TrackHandle*>(lua_touserdata(L, 1));
+  if (h->id) release(h->id, true);
+  h->id = 0;
+  return 0;
+}
+
+// handle:drain(): the server closed: the connection answers what it is
 // serving with Connection: close and ends; an idle one ends now.
-int f_drain(lua_State* L) {
-  std::shared_ptr<Tracked> t = find_tracked(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
+int t_drain(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  std::shared_ptr<Tracked> t = h->id ? find_tracked(h->id) : nullptr;
   if (!t) return 0;
   t->draining.store(true, std::memory_order_relaxed);
   ::shutdown(t->dup_fd, SHUT_RD);
@@ -901,9 +932,18 @@ int open_http_conn(lua_State* L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
+  if (luaL_newmetatable(L, kTrackMeta)) {
+    static const luaL_Reg methods[] = {{"untrack", t_untrack}, {"drain", t_drain}, {nullptr, nullptr}};
+    lua_createtable(L, 0, 2);
+    luaL_register(L, nullptr, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, t_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
   static const luaL_Reg funcs[] = {
       {"conn", f_conn},   {"wait_readable", f_wait_readable}, {"track", f_track},
-      {"untrack", f_untrack}, {"drain", f_drain}, {"error_response", f_error_response},
+      {"error_response", f_error_response},
       {"check_tls", f_check_tls},
       {nullptr, nullptr},
   };

@@ -176,9 +176,10 @@ function M.accept(owner, lst, conf)
 
   local function done(id, failed)
     if not conns[id] then return end
+    local handle = conns[id]
     conns[id] = nil
     count = count - 1
-    hc.untrack(id, failed)
+    handle:untrack(failed)
   end
 
   -- Waits for the connection's (next) request; then a process serves it.
@@ -203,7 +204,7 @@ function M.accept(owner, lst, conf)
     if closed then return end
     closed = true
     lst:close()
-    for id in pairs(conns) do hc.drain(id) end
+    for _, handle in pairs(conns) do handle:drain() end
   end
 
   coroutine.spawn(function()
@@ -216,10 +217,10 @@ function M.accept(owner, lst, conf)
         if not tls then sock:send(hc.error_response(503)) end
         sock:close()
       else
-        local id = hc.track(sock, tls)
-        if id then
+        local handle, id = hc.track(sock, tls)
+        if handle then
           count = count + 1
-          conns[id] = true
+          conns[id] = handle
           coroutine.spawn(start, id, sock, false)
         else
           sock:close()
