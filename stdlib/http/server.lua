@@ -15,6 +15,10 @@
 -- socket's next request and starts another.
 local type, error, tonumber, tostring, setmetatable, pairs = type, error, tonumber, tostring, setmetatable, pairs
 local options = require("host.options")
+-- Loaded here, by the process that calls serve, rather than first by the
+-- acceptor: the acceptor then starts without reading a file while serve's
+-- caller goes on (test_http_stress counts the descriptors open).
+local request = require("request")
 
 local M = {}
 
@@ -25,7 +29,7 @@ Server.__index = Server
 -- then closes; returns once they have (or after 10 s). Idempotent. Only the process that made the server may close
 -- it (another gets nil, "denied: ...").
 function Server:close()
-  local ok, err = require("request").call(self.id, "close", true, 30)
+  local ok, err = request.call(self.id, "close", true, 30)
   if ok == nil and type(err) == "string" and err:match("^not_found") then return true end  -- closed already
   if ok == nil then return nil, err end
   return true
@@ -166,7 +170,6 @@ local CLOSE_WAIT = 10
 -- owner closes it or ends), then waits for its connections to end.
 function M.accept(owner, lst, conf)
   local hc = require("host.http")
-  local request = require("request")
   local tls = conf.tls_cert ~= nil
   if owner then process.monitor(owner) end
   local events, inbox = process.events(), process.inbox()
