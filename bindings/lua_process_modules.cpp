@@ -35,7 +35,7 @@ void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m)
 }
 
 // require("host.commands"): every registry line's command by its module's
-// name (a stdlib module's Lua side finds its service's this way: http).
+// name (a stdlib module whose line is kService finds its command this way).
 void Primitives::push_host_commands(lua_State* L, LuaProcess& p) {
   lua_createtable(L, 0, 4);
   for (const ModuleLine& m : p.rt_.module_lines()) {

@@ -101,8 +101,7 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
   io_->fs.set_alive([this](const Pid& pid) { return scheduler_.alive(pid); });
   for (const ModuleLine& m : module_lines_)
     if (m.install) m.install(scheduler_, io_, m.command);
-  io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); },
-                   [this](const std::string& module) { return !modules_.locate(module).empty(); });
+  io_->http.attach([this](const std::string& entry, std::string args) { return spawn(entry, std::move(args)); });
   install_moved_value_hooks();
   scheduler_.set_idle_job([this] { return spares_.make_one(); });
 }

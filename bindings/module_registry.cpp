@@ -4,6 +4,7 @@
 #include "bindings/module_registry.hpp"
 
 #include "bindings/shared_table.hpp"
+#include "bindings/socket_ref.hpp"
 #include "host/io/io_services.hpp"
 
 namespace host::lua {
@@ -26,8 +27,9 @@ constexpr ModuleLine kModules[] = {
     // Lua modules (socket.http, socket.url) load from the system's path on
     // top of it.
     {"socket", K::kLuaHalf, false, io_cmd::kSocket, nullptr, nullptr, "socket.core"},
-    {"http", K::kService, false, io_cmd::kHttp},  // stdlib/http's server and connections
     {"shared", K::kNative, false, 0, nullptr, nullptr, nullptr, open_shared},
+    {"host.http", K::kNative, false, 0, nullptr, nullptr, nullptr, open_http_conn},  // http.serve's connections
+
     {"host.call", K::kHostCall},
     {"host.commands", K::kHostCommands},
     {"host.stats", K::kHostStats},

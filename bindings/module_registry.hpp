@@ -32,7 +32,7 @@ enum class ModuleKind : std::uint8_t {
   kTime,          // time: now and sleep in C, the rest from the kernel's Lua half
   kKernel,        // made by the kernel's Lua half (kernel_ext.lua's api(name))
   kLuaHalf,       // its own Lua half over waiting calls on `command`
-  kService,       // a command only: its Lua side is a stdlib module (stdlib/http)
+  kService,       // a command only: its Lua side is a stdlib module (none of the host's own now)
   kHostCall,      // require("host.call"): the waiting call itself
   kHostCommands,  // require("host.commands"): every line's command by name
   kHostStats,     // require("host.stats"): the scheduler's counters

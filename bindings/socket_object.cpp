@@ -585,6 +585,15 @@ SocketRef* push_socket(lua_State* L, SocketClass cls) {
   return s;
 }
 
+SocketRef* to_socket(lua_State* L, int idx) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
+  if (!s || !lua_getmetatable(L, idx)) return nullptr;
+  push_registry(L, &kMetatableKey);
+  const bool ours = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return ours ? s : nullptr;
+}
+
 bool encode_socket(lua_State* L, int idx, std::string& out) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
   if (!s || !lua_getmetatable(L, idx)) return false;

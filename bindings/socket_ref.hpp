@@ -5,6 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+
+#include "host/io/tcp_socket.hpp"
 
 struct lua_State;
 
@@ -33,6 +36,8 @@ inline double call_timeout(const SocketRef* s) {
   return t;
 }
 
+// The socket object at idx, or nullptr for any other value (socket_object.cpp).
+SocketRef* to_socket(lua_State* L, int idx);
 // Pushes a new socket object of class cls (socket_object.cpp).
 SocketRef* push_socket(lua_State* L, SocketClass cls);
 
@@ -66,6 +71,15 @@ void tcp_free(lua_State* L, SocketRef* s);
 // Moves: the socket leaves this process (an id for TcpTransit), or
 // arrives (pushes the object; a closed one where nobody holds it any more).
 std::uint64_t tcp_give(lua_State* L, SocketRef* s);
+// http.serve's (bindings/http_conn.cpp): waits until bytes come (true), or
+// nil, "timeout" / "closed", reading none; the socket out of its object
+// (which answers closed from then on; nullptr where it is not a live TCP
+// client with no call waiting); a socket put (back) in an object.
+int tcp_wait_readable(lua_State* L, SocketRef* s, double timeout);
+std::unique_ptr<io::TcpSocket> tcp_take(lua_State* L, SocketRef* s);
+void tcp_push(lua_State* L, std::unique_ptr<io::TcpSocket> sock, SocketClass cls);
+// require("host.http")'s table (bindings/http_conn.cpp).
+int open_http_conn(lua_State* L);
 void tcp_claim(lua_State* L, std::uint64_t id, SocketClass cls);
 // A move that failed: the socket back in s from TcpTransit; false where
 // it is gone (claimed or closed meanwhile).

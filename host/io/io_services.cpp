@@ -49,11 +49,6 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned i
   poll.cancel = [io](Scheduler&, Pid pid, std::uint64_t tag) { return io->netpoll.cancel(pid, tag); };
   scheduler.commands().add(io_cmd::kPollWait, std::move(poll));
 
-  CommandHandler http;
-  http.name = "http";
-  http.run = [io](CommandRequest&& req) { io->http.dispatch(std::move(req)); };  // posts to the I/O thread
-  scheduler.commands().add(io_cmd::kHttp, std::move(http));
-
   // Before the process's monitors are told (Scheduler::finish): its files
   // and sockets are closed by then; its programs are killed by the I/O
   // thread.
@@ -61,7 +56,6 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned i
     io->fs.close_owned(info.pid);
     io->exec.kill_owned(info.pid);
     io->sockets.close_owned(info.pid);  // waits for the I/O thread, when it has sockets
-    io->http.close_owned(info.pid);     // a request it was answering gets a 500
   });
   return io;
 }

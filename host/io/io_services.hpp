@@ -32,7 +32,6 @@ namespace io_cmd {
 inline constexpr CommandId kFs = cmd::kFirstUser;
 inline constexpr CommandId kExec = cmd::kFirstUser + 1;
 inline constexpr CommandId kSocket = cmd::kFirstUser + 2;
-inline constexpr CommandId kHttp = cmd::kFirstUser + 3;
 // A wait for a descriptor's readiness (NetPoller::arm; its tag names it).
 inline constexpr CommandId kPollWait = cmd::kFirstUser + 4;
 inline constexpr CommandId kFirstEmbedder = cmd::kFirstUser + 32;
@@ -42,7 +41,7 @@ struct IoServices {
   // io_threads loops (--io-threads): programs on the first, sockets
   // spread over all.
   IoServices(Scheduler& scheduler, unsigned io_threads)
-      : netpoll(poll_completion(scheduler)), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(scheduler, *loops[0]) {}
+      : netpoll(poll_completion(scheduler)), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(netpoll, tcp_transit) {}
   ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets
   void stop() {
     for (auto& l : loops) l->stop();
@@ -59,7 +58,7 @@ struct IoServices {
   FsService fs;
   ExecService exec;
   SocketShards sockets;
-  HttpServer http;  // on the first loop
+  HttpServer http;  // the host's own (the inspector)
 
  private:
   // A readiness wait's completion: one true value, a non-empty payload
@@ -77,7 +76,7 @@ struct IoServices {
   }
 };
 
-// Makes the services, registers kFs, kExec, kSocket and kHttp and the exit hook
+// Makes the services, registers kFs, kExec, kSocket and kPollWait and the exit hook
 // (which keeps the services alive as long as the scheduler may call it).
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads = 1);
 

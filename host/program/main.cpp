@@ -169,9 +169,6 @@ int run(const cli::RunOptions& o) {
     }
   }
   if (reloader) reloader->stop();
-  // Servers stop accepting and their idle connections close, so that the
-  // processes serving them end within the grace period.
-  runtime.io().http.stop_serving();
   auto exit_code = [&] {
     if (signal_code) return signal_code;
     std::lock_guard lock(watch.mu);

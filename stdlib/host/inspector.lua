@@ -2,21 +2,24 @@
 -- processes at /, their data as JSON at /api/processes, a terminate at
 -- POST /api/terminate?pid=..., and Prometheus' text format at /metrics.
 -- The host serves it itself (HttpServer::serve_internal, host/program/main.cpp):
--- each connection is a process running serve_connection, which calls
--- handle with each request. Those processes are left out of what it shows.
+-- an acceptor process (http.server:serve_internal) starts, for each
+-- connection, a process running serve_connection, which calls handle with
+-- each request. Those processes are left out of what it shows.
 -- Anyone who can reach the address can stop processes: loopback only.
 local json = require("json")
 local stats = require("host.stats")
 
 local M = {}
 
--- The connection processes' entry (the host's own, left out of the counts).
--- The host gives each the address the inspector is bound to.
+-- The connection processes' entry and the acceptor's (the host's own, left
+-- out of the counts). The acceptor gives each connection's process the
+-- address the inspector is bound to (conf.bound).
 local OWN = "host.inspector:serve_connection"
+local OWN_ACCEPTOR = "http.server:serve_internal"
 local bound  -- "IP:PORT"
-function M.serve_connection(conn, entry, address)
-  bound = address
-  return require("http.conn").serve(conn, entry)
+function M.serve_connection(sock, id, entry, conf)
+  bound = conf.bound
+  return require("http.conn").serve(sock, id, entry, conf)
 end
 
 -- Whom the inspector answers. A web page the developer opens elsewhere can
@@ -90,7 +93,7 @@ local function processes(filter, limit)
   local rows, matched = {}, 0
   for _, pid in ipairs(process.list()) do
     local info = process.info(pid)
-    if info and info.entry ~= OWN then
+    if info and info.entry ~= OWN and info.entry ~= OWN_ACCEPTOR then
       local ok = filter == nil or filter == ""
       if not ok then
         local hay = tostring(pid) .. " " .. tostring(info.entry) .. " " .. info.status .. " " ..
@@ -126,7 +129,7 @@ local function api_terminate(req)
     return 400, JSON, json.encode({ error = "invalid: pid must look like <0.5.1>" })
   end
   local info = process.info(pid)
-  if not info or info.entry == OWN then
+  if not info or info.entry == OWN or info.entry == OWN_ACCEPTOR then
     return 404, JSON, json.encode({ error = "not_found: no live process " .. pid })
   end
   local ok, err = process.terminate(pid)

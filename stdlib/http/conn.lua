@@ -1,11 +1,12 @@
--- One HTTP connection's process (host/io/http_server.hpp): the I/O thread
--- spawns it for each connection it accepts, with the connection's id and
--- the server's entry, and it calls the entry's method with each request in
--- turn. A handler that raises, or returns what cannot be sent, gets the
--- client a 500 and its error logged with the traceback; a process that
--- fails outright (a limit) gets the same 500 from the I/O thread.
-local call = require("host.call")
-local CMD = require("host.commands").http
+-- One HTTP connection's process (stdlib/http/server.lua): the acceptor
+-- spawns it when the connection's first request comes, with the socket,
+-- and it calls the entry's method with each request in turn; the requests
+-- are parsed, and the responses written, in C on this process's worker
+-- (bindings/http_conn.cpp). A handler that raises, or returns what cannot
+-- be sent, gets the client a 500 and its error logged with the traceback;
+-- a process that fails outright (a limit) gets the same 500 from the
+-- acceptor. An idle keep-alive connection gives its socket back to the
+-- acceptor (hibernate_after) and the process ends.
 local type, tostring, xpcall, traceback, next, pairs = type, tostring, xpcall, debug.traceback, next, pairs
 
 local M = {}
@@ -25,7 +26,7 @@ function Request.__index.read_body(req)
     read_whole[req] = true
     return req.body
   end
-  return call(CMD, 0, "body", current_conn)
+  return current_conn:body()
 end
 
 local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
@@ -53,7 +54,9 @@ local function load_handler(entry, module, method)
   return handler
 end
 
-function M.serve(conn, entry)
+function M.serve(sock, id, entry, conf)
+  local conn = require("host.http").conn(sock, conf, id, conf.tls_cert, conf.tls_key)
+  if not conn then return end
   current_conn = conn
   local module, method = entry:match("^([^:]+):?(.*)$")
   if method == "" then method = "main" end
@@ -65,7 +68,7 @@ function M.serve(conn, entry)
   local fresh = require("host.reloaded")
   local handler, load_error = load_handler(entry, module, method)
 
-  local req = call(CMD, 0, "next", conn)
+  local req, why = conn:next()
   while req do
     if next(fresh) ~= nil then
       -- The changed modules and the handler's own (which may hold a
@@ -93,28 +96,35 @@ function M.serve(conn, entry)
       end
     end
     if type(body) == "function" then
-      req = M.stream(conn, req, status, headers, body)
+      M.stream(conn, req, status, headers, body)
     else
       if type(body) == "number" then body = tostring(body) end
-      local nxt, err = call(CMD, 0, "respond", conn, status, headers, body)
-      if err then  -- the response could not be written as given
+      local ok, err = conn:respond(status, headers, body)
+      if not ok and err and err ~= "closed" then  -- the response could not be written as given
         failed(req, "bad response", err)
-        nxt = call(CMD, 0, "respond", conn, 500, internal_error, "internal server error\n")
+        conn:respond(500, internal_error, "internal server error\n")
       end
-      req = nxt
     end
+    req, why = conn:next()
   end
+  if why == "idle" and conf.acceptor then
+    -- Idle: the socket goes back to the acceptor, which starts another
+    -- process when the next request comes.
+    local parked = conn:park()
+    if parked and process.send(conf.acceptor, "park", { id = id, sock = parked }) then return "parked" end
+  end
+  conn:close()
 end
 
 -- A body given as a function: each call returns the next chunk, nil at
 -- the end; sent chunked. A chunk function that raises ends the response
 -- where it stands (its head is out): the connection closes.
 function M.stream(conn, req, status, headers, body)
-  local ok, err = call(CMD, 0, "respond", conn, status, headers, nil, true)
+  local ok, err = conn:respond(status, headers, nil, true)
   if not ok then
-    if err then
+    if err and err ~= "closed" then
       failed(req, "bad response", err)
-      return call(CMD, 0, "respond", conn, 500, internal_error, "internal server error\n")
+      return conn:respond(500, internal_error, "internal server error\n")
     end
     return nil
   end
@@ -122,14 +132,14 @@ function M.stream(conn, req, status, headers, body)
     local done, chunk = xpcall(body, with_traceback)
     if not done then
       failed(req, "body function failed", chunk.err, chunk.tb)
-      return nil  -- the process ends; the connection closes mid-response
+      conn:close()  -- the connection closes mid-response
+      return nil
     end
     if chunk == nil then break end
     if type(chunk) ~= "string" then chunk = tostring(chunk) end
-    local sent = call(CMD, 0, "chunk", conn, chunk)
-    if not sent then return nil end  -- the client went away
+    if not conn:chunk(chunk) then return nil end  -- the client went away
   end
-  return call(CMD, 0, "finish", conn)
+  return conn:finish()
 end
 
 return M

@@ -1,11 +1,24 @@
--- http.serve (docs/LUA_API.md, stdlib: http): the server's Lua half. The listening, the
--- parsing and the limits are C++ on the I/O thread (host/io/http_server.cpp);
--- each connection is served by a process of its own, running
--- stdlib/http/conn.lua, which calls the entry's method with each request.
-local call = require("host.call")
-local CMD = require("host.commands").http
-local type, error, tonumber, setmetatable, pairs = type, error, tonumber, setmetatable, pairs
+-- http.serve (docs/LUA_API.md, stdlib: http): the server. Everything runs on the
+-- workers (docs/ARCHITECTURE.md, "HTTP on the workers"): serve makes the
+-- listening socket in the calling process, and an acceptor process
+-- (accept, below) accepts connections. It waits for a connection's first
+-- bytes, then spawns the connection's process (stdlib/http/conn.lua), the
+-- socket moved to it; that process parses its requests in C
+-- (bindings/http_conn.cpp) and calls the entry's method with each.
+--
+-- The acceptor keeps a duplicate of each connection's descriptor (the
+-- host.http module's track): when a connection's process fails in the
+-- middle of a request, the client gets its 500 through it, and when the
+-- server closes, each connection is told (drain) to answer what it serves
+-- with Connection: close and end. An idle keep-alive connection's process
+-- gives its socket back (park) and ends; the acceptor waits for the
+-- socket's next request and starts another.
+local type, error, tonumber, tostring, setmetatable, pairs = type, error, tonumber, tostring, setmetatable, pairs
 local options = require("host.options")
+-- Loaded here, by the process that calls serve, rather than first by the
+-- acceptor: the acceptor then starts without reading a file while serve's
+-- caller goes on (test_http_stress counts the descriptors open).
+local request = require("request")
 
 local M = {}
 
@@ -13,11 +26,13 @@ local Server = {}
 Server.__index = Server
 
 -- Stops accepting; each connection finishes the request it is serving,
--- then closes. Idempotent. Only the process that made the server may close
--- it: the id is small and guessable, so the I/O thread checks the caller
--- (another gets nil, "denied: ...").
+-- then closes; returns once they have (or after 10 s). Idempotent. Only the process that made the server may close
+-- it (another gets nil, "denied: ...").
 function Server:close()
-  return call(CMD, 0, "close", self.id)
+  local ok, err = request.call(self.id, "close", true, 30)
+  if ok == nil and type(err) == "string" and err:match("^not_found") then return true end  -- closed already
+  if ok == nil then return nil, err end
+  return true
 end
 
 function Server:__tostring() return "http.server{" .. self.address .. "}" end
@@ -33,7 +48,8 @@ local function split_address(address)
   if not host then
     error("bad argument #1 to 'serve' (address expected as \"IP:PORT\", got \"" .. address .. "\")", 3)
   end
-  if host == "" then host = "0.0.0.0" end
+  if host == "" or host == "*" then host = "0.0.0.0" end
+  if host == "localhost" then host = "127.0.0.1" end
   return host, tonumber(port)
 end
 
@@ -41,8 +57,52 @@ local known = {
   max_header_bytes = "number", max_body_bytes = "number", buffer_body_bytes = "number", request_timeout = "number",
   keepalive_timeout = "number", max_connections = "number", hibernate_after = "number", tls = "table",
 }
+local sizes = { max_header_bytes = true, max_body_bytes = true, buffer_body_bytes = true, max_connections = true }
 
 local TLS_OPTIONS = { cert = true, key = true }
+
+-- Whether require could find the module (without loading it).
+local function module_exists(name)
+  if package.loaded[name] ~= nil or package.preload[name] ~= nil then return true end
+  for _, search in ipairs(package.loaders) do
+    local found = search(name)
+    if type(found) == "function" then return true end
+  end
+  return false
+end
+
+-- The listening socket, bound: it, and the address bound; or nil, err.
+local function listen(host, port)
+  local socket = require("socket")
+  local lst, err = socket.tcp()
+  if not lst then return nil, err end
+  lst:setoption("reuseaddr", true)
+  local ok, berr = lst:bind(host, port)
+  if ok then ok, berr = lst:listen(1024) end
+  if not ok then
+    lst:close()
+    if berr == "host not found" then
+      return nil, "invalid: address '" .. host .. "' (a numeric IPv4 or IPv6 address, or localhost)"
+    end
+    return nil, tostring(berr) .. " (" .. host .. ":" .. port .. ")"
+  end
+  local ip, bound, family = lst:getsockname()
+  return lst, family == "inet6" and ("[" .. ip .. "]:" .. bound) or (ip .. ":" .. bound)
+end
+
+-- What each connection's process is given: the limits, the TLS
+-- certificate and key, who serves it.
+local function conn_config(opts, entry, conn_entry)
+  local conf = {
+    max_header_bytes = opts.max_header_bytes, max_body_bytes = opts.max_body_bytes,
+    buffer_body_bytes = opts.buffer_body_bytes, request_timeout = opts.request_timeout or 30,
+    keepalive_timeout = opts.keepalive_timeout or 60, max_connections = opts.max_connections or 10000,
+    hibernate_after = opts.hibernate_after, entry = entry, conn_entry = conn_entry or "http.conn:serve",
+  }
+  if conf.hibernate_after == nil then conf.hibernate_after = 0.1 end
+  if opts.tls then conf.tls_cert, conf.tls_key = opts.tls.cert_pem, opts.tls.key_pem end
+  return conf
+end
 
 function M.serve(address, entry, opts)
   local host, port = split_address(address)
@@ -59,6 +119,15 @@ function M.serve(address, entry, opts)
     if type(v) ~= known[k] and not (k == "hibernate_after" and v == false) then
       return nil, "invalid: opts." .. k .. " must be a " .. known[k] .. ", got " .. type(v)
     end
+    if sizes[k] and not (v >= 1 and v < 1e15) then return nil, "invalid: opts." .. k .. " must be a positive number" end
+    if not sizes[k] and type(v) == "number" and not (v > 0 and v < 1e9) then
+      return nil, "invalid: opts." .. k .. " must be a positive number of seconds"
+    end
+  end
+  if not port or port > 65535 then return nil, "invalid: port must be from 0 to 65535" end
+  local module = entry:match("^([^:]+)")
+  if not module_exists(module) then
+    return nil, "not_found: no module '" .. module .. "' in the script directory or stdlib (entry '" .. entry .. "')"
   end
   if opts.tls then
     options.check(opts.tls, TLS_OPTIONS, 2)
@@ -66,21 +135,148 @@ function M.serve(address, entry, opts)
     if type(cert) ~= "string" or type(key) ~= "string" then
       return nil, "invalid: opts.tls needs cert and key, the PEM files of the server's certificate chain and key"
     end
-    -- Read here, by the calling task: the I/O thread that makes the
-    -- context never opens a file (host.tls_files).
     local files = require("host.tls_files")
     local cert_pem, err = files.read(cert, "cert", "certificate file")
     if not cert_pem then return nil, err end
     local key_pem, kerr = files.read(key, "key", "key file")
     if not key_pem then return nil, kerr end
+    -- The certificate and key must make a context before any client comes.
+    local ok, cerr = require("host.http").check_tls(cert_pem, key_pem, cert, key)
+    if not ok then return nil, cerr end
     local given = opts
     opts = {}
     for k, v in pairs(given) do opts[k] = v end
     opts.tls = { cert = cert, key = key, cert_pem = cert_pem, key_pem = key_pem }
   end
-  local id, addr = call(CMD, 0, "serve", host, port, entry, opts)
-  if not id then return nil, addr end
-  return setmetatable({ id = id, address = addr }, Server)
+  local lst, addr = listen(host, port)
+  if not lst then return nil, addr end
+  local pid, err = process.spawn("http.server:accept", process.pid(), lst, conn_config(opts, entry))
+  if not pid then return nil, err end
+  return setmetatable({ id = pid, address = addr }, Server)
+end
+
+-- A server of the host's own (the inspector, HttpServer's serve_internal):
+-- its listening socket comes from the host (moved to this process), and it has no
+-- owner; it ends with the host.
+function M.serve_internal(lst, address, conn_entry, entry)
+  local conf = conn_config({}, entry, conn_entry)
+  conf.bound = address
+  return M.accept(nil, lst, conf)
+end
+
+local CLOSE_WAIT = 10
+
+-- The acceptor's process: accepts on lst until the server closes (its
+-- owner closes it or ends), then waits for its connections to end.
+function M.accept(owner, lst, conf)
+  local hc = require("host.http")
+  local tls = conf.tls_cert ~= nil
+  if owner then process.monitor(owner) end
+  local events, inbox = process.events(), process.inbox()
+  local self = process.pid()
+  conf.acceptor = self
+  local conns, by_pid, count, closed = {}, {}, 0, false
+
+  local function done(id, failed)
+    if not conns[id] then return end
+    local handle = conns[id]
+    conns[id] = nil
+    count = count - 1
+    handle:untrack(failed)
+  end
+
+  -- Waits for the connection's (next) request; then a process serves it.
+  local function start(id, sock, idle)
+    local wait = conf.request_timeout
+    if idle then wait = math.max(conf.keepalive_timeout - conf.hibernate_after, 0.001) end
+    local ok, err = hc.wait_readable(sock, wait)
+    if not ok or closed then
+      if err == "timeout" and not idle and not tls then sock:send(hc.error_response(408)) end
+      sock:close()
+      return done(id, false)
+    end
+    local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conf)
+    if not pid then
+      log.warn("http: cannot start a process for a connection: %s", tostring(serr))
+      return done(id, true)
+    end
+    by_pid[tostring(pid)] = id
+  end
+
+  local function close_all()
+    if closed then return end
+    closed = true
+    lst:close()
+    for _, handle in pairs(conns) do handle:drain() end
+  end
+
+  coroutine.spawn(function()
+    while not closed do
+      local sock, err = lst:accept()
+      if not sock then
+        if closed or err == "closed" then return end
+        time.sleep(0.01)  -- out of descriptors, say: the next try a moment later
+      elseif count >= conf.max_connections then
+        if not tls then sock:send(hc.error_response(503)) end
+        sock:close()
+      else
+        local handle, id = hc.track(sock, tls)
+        if handle then
+          count = count + 1
+          conns[id] = handle
+          coroutine.spawn(start, id, sock, false)
+        else
+          sock:close()
+        end
+      end
+    end
+  end)
+
+  -- Close calls answered once every connection has ended (or after
+  -- CLOSE_WAIT seconds, for one that streams on and on).
+  local waiting, waiting_since = {}, nil
+  local function answer_closes()
+    for i = 1, #waiting do request.reply(waiting[i], true) end
+    waiting = {}
+  end
+  while not (closed and count == 0) do
+    local r = channel.select { events:case_receive(), inbox:case_receive(), timeout = #waiting > 0 and 0.5 or nil }
+    local m = r.value
+    if r.timeout then
+      if time.now() - waiting_since >= CLOSE_WAIT then answer_closes() end
+    elseif r.channel == events then
+      if m.kind == "exit" then
+        local from = tostring(m.from)
+        local id = by_pid[from]
+        if id then
+          by_pid[from] = nil
+          if m.result ~= "parked" then done(id, m.error ~= nil) end
+        elseif owner and from == tostring(owner) then
+          close_all()
+        end
+      elseif m.kind == "cancel" then
+        close_all()
+      end
+    elseif m.topic == "close" and request.is_call(m) then
+      if owner == nil or tostring(m.from) ~= tostring(owner) then
+        request.fail(m, "denied: server " .. tostring(self) .. " belongs to another process")
+      else
+        close_all()
+        if #waiting == 0 then waiting_since = time.now() end
+        waiting[#waiting + 1] = m
+      end
+    elseif m.topic == "park" and type(m.payload) == "table" then
+      local id, sock = m.payload.id, m.payload.sock
+      if conns[id] and not closed then
+        coroutine.spawn(start, id, sock, true)
+      else
+        if sock then sock:close() end
+        done(id, false)
+      end
+    end
+    if closed and count == 0 then answer_closes() end
+  end
+  answer_closes()
 end
 
 return M

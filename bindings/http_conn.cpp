@@ -1,0 +1,956 @@
+// require("host.http") (docs/ARCHITECTURE.md, "HTTP on the workers"): an HTTP
+// connection served where it is parsed. The connection's process
+// (stdlib/http/conn.lua) holds its socket; conn:next() reads from the
+// socket's ByteStream and parses with the Lua-free HttpRequestParser
+// (host/io/http_request_parser.hpp), writing the 400/408/413/414/431/505
+// answers itself, before any Lua runs, and gives the next whole request as
+// a table; conn:respond, conn:chunk and conn:finish write the response
+// straight to the socket. Only a call that would block waits: io_wait
+// with the netpoller's tag and a sleep for its deadline, and the step that
+// hears of it runs the call's attempt again (as bindings/socket_tcp.cpp).
+//
+// Reading happens only while a request (or a streamed body's next chunk)
+// is wanted: a client that pipelines and never reads what it is sent
+// stops being read, and TCP makes it wait.
+//
+// The acceptor (stdlib/http/server.lua) keeps, for each connection, a
+// duplicate of its descriptor (track, a handle whose __gc lets it go):
+// when the connection's process ends in the middle of a request, the
+// acceptor answers 500 through it (untrack), and when the server closes
+// it shuts the reading half (drain), so that an idle connection's wait ends and one in the middle
+// of a request answers with Connection: close.
+//
+// Threads: the one running the process; the tracked entries any (a lock).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <lua.hpp>
+
+#include "bindings/lua_process.hpp"
+#include "bindings/socket_ref.hpp"
+#include "host/io/http_request_parser.hpp"
+#include "host/io/io_services.hpp"
+#include "host/io/tcp_socket.hpp"
+
+namespace host::lua {
+
+namespace {
+
+using Io = io::ByteStream::Io;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- the acceptor's view of a connection (track / untrack / drain)
+
+struct Tracked {
+  int dup_fd = -1;
+  bool tls = false;
+  std::atomic<bool> in_flight{false};  // a request handed over, nothing of its response written
+  std::atomic<bool> draining{false};   // the server closed: answer with Connection: close, then close
+};
+
+std::mutex g_tracked_mu;
+std::unordered_map<std::uint64_t, std::shared_ptr<Tracked>> g_tracked;  // guarded by g_tracked_mu
+std::uint64_t g_next_tracked = 0;                                        // guarded by g_tracked_mu
+
+std::shared_ptr<Tracked> find_tracked(std::uint64_t id) {
+  std::lock_guard lock(g_tracked_mu);
+  auto it = g_tracked.find(id);
+  return it == g_tracked.end() ? nullptr : it->second;
+}
+
+void send_all_now(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// ---- a connection
+
+constexpr const char* kConnMeta = "host.http.conn";
+
+struct Conn {
+  std::unique_ptr<io::TcpSocket> sock;
+  std::unique_ptr<io::HttpRequestParser> parser;
+  std::shared_ptr<Tracked> tracked;
+  std::string remote;
+
+  enum Op : std::uint8_t { kNone, kNext, kWrite, kBody };
+  Op op = kNone;
+  std::uint64_t tag = 0;
+  double deadline = -1;
+  std::string out;  // what is still to write
+  std::size_t out_done = 0;
+  double write_deadline = -1;  // a write that waits ends the connection past this
+
+  double request_since = 0;  // the request being read began (or the connection, before its first)
+  double idle_since = 0;     // the last response was written
+  std::uint64_t served = 0;
+  bool in_flight = false;        // a request handed over, not yet answered
+  bool head_written = false;     // its response's head is written (a stream)
+  bool responding_head = false;  // it is a HEAD request
+  bool no_body = false;          // its response has no body (HEAD, 204, 304)
+  bool raw_stream = false;       // its streamed body goes out as it is, ended by the close (HTTP/1.0)
+  bool keep_alive = true;        // of the request in flight
+  bool flight_streamed = false;  // its body is streamed
+  unsigned short minor = 1;
+  bool eof = false;      // the client sent all it will
+  bool closing = false;  // answer nothing more: write what is queued, then close
+  bool dead = false;     // closed
+  bool shut = false;     // the write side is shut: lingering
+  bool internal = false; // of a server of the host's own (counted)
+  double linger_until = 0;
+};
+
+Conn* check_conn(lua_State* L) { return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta)); }
+
+void close_now(lua_State* L, Conn* c) {
+  if (c->dead) return;
+  c->dead = true;
+  io_forget(L, c);
+  if (c->sock) c->sock->close();
+  c->out.clear();
+}
+
+io::NetPoller::Dir dir_for(Conn* c, bool reading) {
+  io::ByteStream* st = c->sock->stream();
+  if (reading) return st->wants() == io::ByteStream::Want::kWrite ? io::NetPoller::kWrite : io::NetPoller::kRead;
+  return st->wants() == io::ByteStream::Want::kRead ? io::NetPoller::kRead : io::NetPoller::kWrite;
+}
+
+// Writes what is queued: kDone once all went, kAgain (c->deadline set),
+// kEnd (the client is gone, or read nothing for keepalive_timeout:
+// closed).
+Io flush(lua_State* L, Conn* c) {
+  if (c->dead) return Io::kEnd;
+  const Io r = c->out_done >= c->out.size() ? Io::kDone : c->sock->stream()->write(c->out, &c->out_done);
+  if (r == Io::kDone) {
+    c->out.clear();
+    c->out_done = 0;
+    c->write_deadline = -1;
+    return Io::kDone;
+  }
+  if (r == Io::kAgain) {
+    const double t = now();
+    if (c->write_deadline < 0) c->write_deadline = t + c->parser->limits().keepalive_timeout;
+    if (t < c->write_deadline) {
+      c->deadline = c->write_deadline;
+      return Io::kAgain;
+    }
+  }
+  close_now(L, c);
+  return Io::kEnd;
+}
+
+// The request as the handler gets it.
+void push_request(lua_State* L, Conn* c, io::HttpRequest& r) {
+  std::string path;
+  io::HttpQuery query;
+  io::split_target(r, &path, &query);
+  const auto headers = io::group_headers(r);
+  lua_createtable(L, 0, 8);
+  lua_pushlstring(L, r.method.data(), r.method.size());
+  lua_setfield(L, -2, "method");
+  lua_pushlstring(L, path.data(), path.size());
+  lua_setfield(L, -2, "path");
+  lua_createtable(L, 0, static_cast<int>(query.size()));
+  for (const auto& [k, vs] : query) {
+    lua_pushlstring(L, k.data(), k.size());
+    if (vs.size() == 1) {
+      lua_pushlstring(L, vs[0].data(), vs[0].size());
+    } else {
+      lua_createtable(L, static_cast<int>(vs.size()), 0);
+      for (std::size_t i = 0; i < vs.size(); ++i) {
+        lua_pushlstring(L, vs[i].data(), vs[i].size());
+        lua_rawseti(L, -2, static_cast<int>(i + 1));
+      }
+    }
+    lua_rawset(L, -3);
+  }
+  lua_setfield(L, -2, "query");
+  lua_createtable(L, 0, static_cast<int>(headers.size()));
+  for (const auto& [name, value] : headers) {
+    lua_pushlstring(L, name.data(), name.size());
+    lua_pushlstring(L, value.data(), value.size());
+    lua_rawset(L, -3);
+  }
+  lua_setfield(L, -2, "headers");
+  if (!r.streamed) {
+    lua_pushlstring(L, r.body.data(), r.body.size());
+    lua_setfield(L, -2, "body");
+  }
+  lua_pushlstring(L, c->remote.data(), c->remote.size());
+  lua_setfield(L, -2, "remote");
+  lua_pushstring(L, r.minor == 0 ? "1.0" : "1.1");
+  lua_setfield(L, -2, "version");
+}
+
+// Reads once more into the parser: kDone (something came, or the client
+// finished sending), kAgain.
+Io read_more(Conn* c) {
+  thread_local std::string got;  // one landing place a worker: no allocation a read
+  got.clear();
+  const Io r = c->sock->stream()->any(got, io::ByteStream::kReadChunk);
+  if (r == Io::kAgain) return Io::kAgain;
+  if (r == Io::kEnd) {
+    c->eof = true;
+    c->parser->ended();
+    return Io::kDone;
+  }
+  c->parser->feed(got.data(), got.size());
+  return Io::kDone;
+}
+
+void note_began(Conn* c) {
+  if (!c->parser->began) return;
+  c->parser->began = false;
+  if (!c->in_flight && c->parser->ready.empty()) c->request_since = now();
+}
+
+// The next request (1: its table), or the connection's end (1: nil; 2:
+// nil, "idle" where it waits idle past hibernate_after: the caller may
+// give the socket up), or -1 (wait; *dir, c->deadline).
+int attempt_next(lua_State* L, Conn* c, bool* reading) {
+  io::HttpRequestParser& p = *c->parser;
+  for (;;) {
+    if (c->dead) {
+      lua_pushnil(L);
+      return 1;
+    }
+    if (p.continue_owed) {
+      p.continue_owed = false;
+      c->out += "HTTP/1.1 100 Continue\r\n\r\n";
+    }
+    if (!c->out.empty()) {
+      if (flush(L, c) == Io::kAgain) {
+        *reading = false;
+        return -1;
+      }
+      continue;
+    }
+    if (c->closing) {
+      // Graceful: the write side shut, what the client still sends read
+      // and dropped for a moment (closing with unread bytes would reset
+      // the connection and could lose the response at the client).
+      if (!c->shut) {
+        c->shut = true;
+        c->sock->stream()->shutdown(false, true);
+        c->linger_until = now() + 2;
+      }
+      if (c->eof || now() >= c->linger_until) {
+        close_now(L, c);
+        continue;
+      }
+      std::string drop;
+      const Io r = c->sock->stream()->any(drop, io::ByteStream::kReadChunk);
+      if (r == Io::kAgain) {
+        *reading = true;
+        c->deadline = c->linger_until;
+        return -1;
+      }
+      if (r == Io::kEnd) c->eof = true;
+      continue;
+    }
+    if (c->tracked && c->tracked->draining.load(std::memory_order_relaxed) && !c->in_flight) {
+      p.ready.clear();
+      c->closing = true;
+      continue;
+    }
+    if (!p.ready.empty()) {
+      io::HttpRequest& head = p.ready.front();
+      if (head.error) {
+        c->out += io::error_response(head.error);
+        p.ready.clear();
+        c->closing = true;
+        continue;
+      }
+      io::HttpRequest r = std::move(head);
+      p.ready.erase(p.ready.begin());
+      c->in_flight = true;
+      p.answering = true;
+      c->responding_head = r.head;
+      c->keep_alive = r.keep_alive;
+      c->minor = r.minor;
+      c->flight_streamed = r.streamed;
+      c->head_written = false;
+      ++c->served;
+      if (c->tracked) c->tracked->in_flight.store(true, std::memory_order_relaxed);
+      push_request(L, c, r);
+      return 1;
+    }
+    if ((p.no_more && !p.in_message) || c->eof) {
+      c->closing = true;
+      continue;
+    }
+    const Io r = read_more(c);
+    note_began(c);
+    if (r == Io::kDone) continue;
+    // Nothing more now: wait, as long as the state allows.
+    const double t = now();
+    const io::HttpLimits& lim = p.limits();
+    if (p.in_message || c->served == 0) {
+      c->deadline = c->request_since + lim.request_timeout;
+      if (t >= c->deadline) {  // too slow: 408, then closed
+        c->out += io::error_response(408);
+        p.ready.clear();
+        p.no_more = true;
+        c->closing = true;
+        continue;
+      }
+    } else if (lim.hibernate_after > 0 && lim.hibernate_after < lim.keepalive_timeout &&
+               c->sock->stream()->buffered() == 0) {
+      c->deadline = c->idle_since + lim.hibernate_after;
+      if (t >= c->deadline) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "idle");
+        return 2;
+      }
+    } else {
+      c->deadline = c->idle_since + lim.keepalive_timeout;
+      if (t >= c->deadline) {
+        close_now(L, c);
+        continue;
+      }
+    }
+    *reading = true;
+    return -1;
+  }
+}
+
+// A queued write's end (respond, chunk, finish): true, or nil, "closed".
+int attempt_write(lua_State* L, Conn* c, bool* reading) {
+  const Io r = flush(L, c);
+  if (r == Io::kAgain) {
+    *reading = false;
+    return -1;
+  }
+  if (r == Io::kEnd) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+// What a "body" call returns: the bytes waiting, else nothing at the end,
+// else nil and why it ended early.
+int take_body(lua_State* L, Conn* c) {
+  io::HttpRequestParser& p = *c->parser;
+  if (!p.stream_buf.empty()) {
+    lua_pushlstring(L, p.stream_buf.data(), p.stream_buf.size());
+    p.stream_buf.clear();
+    return 1;
+  }
+  if (!p.stream_error.empty() && !p.stream_done) {
+    lua_pushnil(L);
+    lua_pushlstring(L, p.stream_error.data(), p.stream_error.size());
+    return 2;
+  }
+  lua_pushnil(L);
+  return 1;
+}
+
+int attempt_body(lua_State* L, Conn* c, bool* reading) {
+  io::HttpRequestParser& p = *c->parser;
+  for (;;) {
+    if (c->dead && p.stream_buf.empty()) {
+      if (p.stream_error.empty() && !p.stream_done) p.stream_error = "closed";
+      return take_body(L, c);
+    }
+    if (!p.stream_buf.empty() || p.stream_done || !p.stream_error.empty()) return take_body(L, c);
+    const Io r = read_more(c);
+    if (r == Io::kDone) continue;
+    if (now() >= c->deadline) {  // a body that stopped coming: its read fails
+      p.stream_error = "timeout";
+      p.streaming = false;
+      p.no_more = true;
+      p.in_message = false;
+      c->keep_alive = false;
+      continue;
+    }
+    *reading = true;
+    return -1;
+  }
+}
+
+int attempt(lua_State* L, Conn* c, bool* reading) {
+  switch (c->op) {
+    case Conn::kNext: return attempt_next(L, c, reading);
+    case Conn::kWrite: return attempt_write(L, c, reading);
+    case Conn::kBody: return attempt_body(L, c, reading);
+    default: lua_pushnil(L); return 1;
+  }
+}
+
+void resume_conn(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+IoWaitCall poll_call(Conn* c, bool reading) {
+  IoWaitCall call{io::io_cmd::kPollWait, c->sock->poller().tag_for(c->sock->slot(), dir_for(c, reading))};
+  if (c->deadline >= 0) call.timeout = std::max(0.0, c->deadline - now());
+  c->tag = call.tag;
+  return call;
+}
+
+int run(lua_State* L, Conn* c, Conn::Op op) {
+  c->op = op;
+  bool reading = true;
+  const int n = attempt(L, c, &reading);
+  if (n >= 0) {
+    c->op = Conn::kNone;
+    return n;
+  }
+  return io_wait(L, poll_call(c, reading), c, resume_conn);
+}
+
+void resume_conn(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* c = static_cast<Conn*>(owner);
+  if (c->tag != tag) return;
+  c->tag = 0;
+  bool reading = true;
+  const int n = attempt(L, c, &reading);
+  if (n >= 0) {
+    c->op = Conn::kNone;
+    io_resume(L, co, n);
+    return;
+  }
+  io_rewait(L, co, poll_call(c, reading), c, resume_conn);
+}
+
+int busy(lua_State* L, Conn* c) {
+  if (c->op == Conn::kNone) return 0;
+  lua_pushnil(L);
+  lua_pushliteral(L, "busy: another task uses this connection");
+  return 2;
+}
+
+std::string number_text(double d) {
+  char buf[64];
+  if (d == std::floor(d) && std::fabs(d) < 1e15)
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(d));
+  else
+    std::snprintf(buf, sizeof buf, "%.14g", d);
+  return buf;
+}
+
+// A header's value as text: a string or a number; else an error's words.
+bool value_text(lua_State* L, int idx, const std::string& name, std::string* out, std::string* err) {
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    std::size_t n;
+    const char* s = lua_tolstring(L, idx, &n);
+    out->assign(s, n);
+  } else if (lua_type(L, idx) == LUA_TNUMBER) {
+    *out = number_text(lua_tonumber(L, idx));
+  } else {
+    *err = "invalid: header '" + name + "' has a value that is not a string or number";
+    return false;
+  }
+  if (!io::is_field_value(*out)) {
+    *err = "invalid: header '" + name + "' holds CR, LF or NUL";
+    return false;
+  }
+  return true;
+}
+
+// The head of a response from the handler's status (index 2) and headers
+// (3); false and *err on a status or header that cannot be written.
+bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std::string* out, bool* close_after,
+                   std::string* err) {
+  const bool is_num = lua_type(L, 2) == LUA_TNUMBER;
+  const double sv = is_num ? lua_tonumber(L, 2) : 0;
+  if (!is_num || !(sv >= 200 && sv <= 999) || sv != static_cast<int>(sv)) {
+    *err = "invalid: status " + (is_num ? number_text(sv) : std::string("not a number")) + " (an integer from 200 to 999)";
+    return false;
+  }
+  const int status = static_cast<int>(sv);
+  const bool no_body = status == 204 || status == 304;
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + io::reason(status) + "\r\n";
+  bool has_date = false, asked_close = false;
+  auto add = [&](const std::string& name, const std::string& text) {
+    h += name;
+    h += ": ";
+    h += text;
+    h += "\r\n";
+  };
+  if (lua_istable(L, 3)) {
+    lua_pushnil(L);
+    while (lua_next(L, 3) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        const bool listed = lua_type(L, -2) == LUA_TNUMBER;
+        lua_pop(L, 2);
+        *err = listed ? "invalid: headers must be a table of names to values"
+                      : "invalid: header name not a string (letters, digits and !#$%&'*+-.^_`|~)";
+        return false;
+      }
+      std::size_t kn;
+      const char* kp = lua_tolstring(L, -2, &kn);
+      const std::string key(kp, kn);
+      if (!io::is_token(key)) {
+        lua_pop(L, 2);
+        *err = "invalid: header name '" + key + "' (letters, digits and !#$%&'*+-.^_`|~)";
+        return false;
+      }
+      const std::string name = io::lower(key);
+      if (name == "content-length" || name == "transfer-encoding") {  // the host frames the body itself
+        lua_pop(L, 1);
+        continue;
+      }
+      if (name == "date") has_date = true;
+      if (name == "connection") {
+        if (lua_type(L, -1) == LUA_TSTRING && io::iequals(lua_tostring(L, -1), "close")) asked_close = true;
+        lua_pop(L, 1);
+        continue;
+      }
+      std::string text;
+      if (lua_istable(L, -1)) {
+        const int n = static_cast<int>(lua_objlen(L, -1));
+        for (int i = 1; i <= n; ++i) {
+          lua_rawgeti(L, -1, i);
+          const bool ok = value_text(L, -1, key, &text, err);
+          lua_pop(L, 1);
+          if (!ok) {
+            lua_pop(L, 2);
+            return false;
+          }
+          add(key, text);
+        }
+      } else {
+        if (!value_text(L, -1, key, &text, err)) {
+          lua_pop(L, 2);
+          return false;
+        }
+        add(key, text);
+      }
+      lua_pop(L, 1);
+    }
+  } else if (!lua_isnil(L, 3)) {
+    *err = "invalid: headers must be a table";
+    return false;
+  }
+  if (!has_date) h += io::date_header();
+  // A stream to an HTTP/1.0 client, which knows no chunks, is ended by
+  // the close.
+  const bool raw = chunked && c->minor == 0;
+  if (!no_body && !raw) {
+    if (chunked) h += "Transfer-Encoding: chunked\r\n";
+    else h += "Content-Length: " + std::to_string(length) + "\r\n";
+  }
+  const bool draining = c->tracked && c->tracked->draining.load(std::memory_order_relaxed);
+  io::HttpRequestParser& p = *c->parser;
+  *close_after = asked_close || raw || !c->keep_alive || draining || c->flight_streamed ||
+                 (c->eof && p.ready.empty() && !p.in_message);
+  if (*close_after) h += "Connection: close\r\n";
+  else if (c->minor == 0) h += "Connection: keep-alive\r\n";
+  h += "\r\n";
+  *out = std::move(h);
+  return true;
+}
+
+// The request in flight is answered.
+void answered(Conn* c) {
+  c->in_flight = false;
+  c->head_written = false;
+  c->parser->answering = false;
+  c->idle_since = now();
+  if (c->tracked) c->tracked->in_flight.store(false, std::memory_order_relaxed);
+  if (c->flight_streamed) {  // what the handler did not read of its body is dropped as it comes
+    c->flight_streamed = false;
+    c->parser->stream_buf.clear();
+    if (c->parser->streaming) c->parser->discarding = true;
+  }
+  if (!c->keep_alive) {  // its response said Connection: close: what else was sent goes unanswered
+    c->parser->ready.clear();
+    c->closing = true;
+  }
+  c->request_since = now();
+}
+
+// ---- the methods
+
+// conn:next(): the next request, nil at the connection's end, or nil,
+// "idle" (hibernate_after passed with nothing coming).
+int m_next(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (int n = busy(L, c)) return n;
+  if (c->in_flight) return luaL_error(L, "invalid: a request is already being served on this connection");
+  return run(L, c, Conn::kNext);
+}
+
+// conn:respond(status, headers, body[, stream]): true once written; nil,
+// err where it cannot be written as given (nothing written); nil,
+// "closed" where the client went away.
+int m_respond(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (int n = busy(L, c)) return n;
+  if (!c->in_flight || c->head_written) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "invalid: no request waits for a response on this connection");
+    return 2;
+  }
+  const bool stream_body = lua_toboolean(L, 5);
+  std::size_t blen = 0;
+  const char* body = nullptr;
+  if (lua_type(L, 4) == LUA_TSTRING) {
+    body = lua_tolstring(L, 4, &blen);
+  } else if (!lua_isnil(L, 4) && !lua_isnone(L, 4)) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "invalid: body must be a string");
+    return 2;
+  }
+  std::string head, err;
+  bool close_after = false;
+  if (!response_head(L, c, blen, stream_body, &head, &close_after, &err)) {
+    lua_pushnil(L);
+    lua_pushlstring(L, err.data(), err.size());
+    return 2;
+  }
+  const int status = static_cast<int>(lua_tonumber(L, 2));
+  if (close_after) c->keep_alive = false;
+  c->no_body = c->responding_head || status == 204 || status == 304;
+  c->raw_stream = stream_body && c->minor == 0;
+  if (c->tracked) c->tracked->in_flight.store(false, std::memory_order_relaxed);
+  c->out += head;
+  if (!c->no_body && body) c->out.append(body, blen);
+  if (stream_body) c->head_written = true;
+  else answered(c);
+  return run(L, c, Conn::kWrite);
+}
+
+// conn:chunk(data): true once written (it waits while the client does
+// not read), or nil, "closed".
+int m_chunk(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (int n = busy(L, c)) return n;
+  std::size_t n;
+  const char* data = luaL_checklstring(L, 2, &n);
+  if (!c->in_flight || !c->head_written) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
+    return 2;
+  }
+  if (!c->no_body && n > 0 && c->raw_stream) {
+    c->out.append(data, n);
+  } else if (!c->no_body && n > 0) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", n);
+    c->out += size;
+    c->out.append(data, n);
+    c->out += "\r\n";
+  }
+  return run(L, c, Conn::kWrite);
+}
+
+// conn:finish(): the streamed response's end.
+int m_finish(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (int n = busy(L, c)) return n;
+  if (!c->in_flight || !c->head_written) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
+    return 2;
+  }
+  if (!c->no_body && !c->raw_stream) c->out += "0\r\n\r\n";
+  answered(c);
+  return run(L, c, Conn::kWrite);
+}
+
+// conn:body(): a streamed body's next chunk, nil at its end, nil, err
+// where it ended early.
+int m_body(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (int n = busy(L, c)) return n;
+  if (!c->in_flight || !c->flight_streamed) {
+    lua_pushnil(L);
+    return 1;
+  }
+  c->deadline = now() + c->parser->limits().request_timeout;
+  return run(L, c, Conn::kBody);
+}
+
+// conn:park(): the socket back as a socket object, for a connection idle
+// with nothing read and nothing owed (after next() said "idle"); nil
+// otherwise.
+int m_park(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (c->dead || c->op != Conn::kNone || c->in_flight || !c->parser->ready.empty() || c->parser->in_message ||
+      c->closing || !c->out.empty() || c->sock->stream()->buffered() != 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  c->dead = true;
+  io_forget(L, c);
+  tcp_push(L, std::move(c->sock), kClient);
+  return 1;
+}
+
+int m_close(lua_State* L) {
+  Conn* c = check_conn(L);
+  close_now(L, c);
+  return 0;
+}
+
+int m_gc(lua_State* L) {
+  auto* c = static_cast<Conn*>(lua_touserdata(L, 1));
+  close_now(L, c);
+  if (c->internal) io_services(L).http.note_internal(-1);
+  c->~Conn();
+  return 0;
+}
+
+double opt_field(lua_State* L, int idx, const char* name, double dflt) {
+  lua_getfield(L, idx, name);
+  const double v = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : dflt;
+  lua_pop(L, 1);
+  return v;
+}
+
+// http.conn(sock, limits, tracked_id, tls_cert_pem, tls_key_pem): the
+// connection over the socket (which it takes out of its object).
+int f_conn(lua_State* L) {
+  SocketRef* s = to_socket(L, 1);
+  luaL_argcheck(L, s != nullptr, 1, "socket expected");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  io::HttpLimits lim;
+  lim.max_header_bytes = static_cast<std::size_t>(opt_field(L, 2, "max_header_bytes", static_cast<double>(lim.max_header_bytes)));
+  lim.max_body_bytes = static_cast<std::size_t>(opt_field(L, 2, "max_body_bytes", static_cast<double>(lim.max_body_bytes)));
+  lim.buffer_body_bytes = static_cast<std::size_t>(opt_field(L, 2, "buffer_body_bytes", static_cast<double>(lim.buffer_body_bytes)));
+  lim.request_timeout = opt_field(L, 2, "request_timeout", lim.request_timeout);
+  lim.keepalive_timeout = opt_field(L, 2, "keepalive_timeout", lim.keepalive_timeout);
+  lua_getfield(L, 2, "hibernate_after");
+  if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) lim.hibernate_after = 0;
+  else if (lua_type(L, -1) == LUA_TNUMBER) lim.hibernate_after = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  std::unique_ptr<io::TcpSocket> sock = tcp_take(L, s);
+  if (!sock || !sock->stream()) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return 2;
+  }
+  const std::uint64_t id = lua_type(L, 3) == LUA_TNUMBER ? static_cast<std::uint64_t>(lua_tonumber(L, 3)) : 0;
+  std::string ip;
+  int port = 0;
+  const char* family = "inet";
+  std::string remote;
+  if (sock->name(true, &ip, &port, &family).empty())
+    remote = std::strcmp(family, "inet6") == 0 ? "[" + ip + "]:" + std::to_string(port) : ip + ":" + std::to_string(port);
+  if (lua_type(L, 4) == LUA_TSTRING && !sock->stream()->tls()) {  // https: the server's certificate and key
+    io::TlsContext::Options o;
+    o.server = true;
+    o.verify = false;
+    o.in_memory = true;
+    o.cert_pem = lua_tostring(L, 4);
+    o.key_pem = luaL_optstring(L, 5, "");
+    o.cert_file = "cert";  // (checked by serve: http.check_tls)
+    o.key_file = "key";
+    std::string err;
+    // One context per certificate and key, made at the first connection.
+    static std::mutex mu;
+    static std::unordered_map<std::string, std::shared_ptr<const io::TlsContext>> made;
+    std::shared_ptr<const io::TlsContext> ctx;
+    {
+      std::lock_guard lock(mu);
+      auto it = made.find(o.cert_pem + '\0' + o.key_pem);
+      if (it != made.end()) ctx = it->second;
+    }
+    if (!ctx) {
+      ctx = io::TlsContext::make(o, &err);
+      if (!ctx) {
+        lua_pushnil(L);
+        lua_pushlstring(L, err.data(), err.size());
+        return 2;
+      }
+      std::lock_guard lock(mu);
+      made.emplace(o.cert_pem + '\0' + o.key_pem, ctx);
+    }
+    sock->stream()->start_tls(std::make_unique<io::TlsSession>(std::move(ctx)));
+  }
+  auto* c = static_cast<Conn*>(lua_newuserdata(L, sizeof(Conn)));
+  new (c) Conn();
+  mark_needs_close(L);
+  luaL_getmetatable(L, kConnMeta);
+  lua_setmetatable(L, -2);
+  c->sock = std::move(sock);
+  c->parser = std::make_unique<io::HttpRequestParser>(lim);
+  c->tracked = id ? find_tracked(id) : nullptr;
+  c->remote = std::move(remote);
+  c->request_since = c->idle_since = now();
+  lua_getfield(L, 2, "bound");
+  if (lua_type(L, -1) == LUA_TSTRING) {  // the host's own server's: left out of the inspector's counts
+    c->internal = true;
+    io_services(L).http.note_internal(1);
+  }
+  lua_pop(L, 1);
+  return 1;
+}
+
+// http.check_tls(cert_pem, key_pem, cert_file, key_file): true where they make a server's TLS
+// context; nil, err otherwise.
+int f_check_tls(lua_State* L) {
+  io::TlsContext::Options o;
+  o.server = true;
+  o.verify = false;
+  o.in_memory = true;
+  o.cert_pem = luaL_checkstring(L, 1);
+  o.key_pem = luaL_checkstring(L, 2);
+  o.cert_file = luaL_checkstring(L, 3);
+  o.key_file = luaL_checkstring(L, 4);
+  std::string err;
+  if (!io::TlsContext::make(o, &err)) {
+    lua_pushnil(L);
+    lua_pushlstring(L, err.data(), err.size());
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+// http.wait_readable(sock, timeout): true once bytes come; nil, "timeout"
+// or "closed".
+int f_wait_readable(lua_State* L) {
+  SocketRef* s = to_socket(L, 1);
+  luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
+  return tcp_wait_readable(L, s, luaL_optnumber(L, 2, -1));
+}
+
+// The acceptor's handle on a connection (track): its __gc lets the
+// connection go, so that the duplicates of an acceptor that fails do not
+// keep its connections open.
+constexpr const char* kTrackMeta = "host.http.tracked";
+struct TrackHandle {
+  std::uint64_t id;
+};
+
+// Drops the entry and its duplicate; failed: the connection's process
+// failed, and a request it was answering gets a 500.
+void release(std::uint64_t id, bool failed) {
+  std::shared_ptr<Tracked> t;
+  {
+    std::lock_guard lock(g_tracked_mu);
+    auto it = g_tracked.find(id);
+    if (it == g_tracked.end()) return;
+    t = std::move(it->second);
+    g_tracked.erase(it);
+  }
+  if (failed && t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->dup_fd, io::error_response(500));
+  if (failed) ::shutdown(t->dup_fd, SHUT_RDWR);
+  ::close(t->dup_fd);
+}
+
+TrackHandle* check_track(lua_State* L) { return static_cast<TrackHandle*>(luaL_checkudata(L, 1, kTrackMeta)); }
+
+// http.track(sock, tls): the acceptor's handle on a connection (a
+// duplicate of its descriptor) and the id its process is given; or nil.
+int f_track(lua_State* L) {
+  SocketRef* s = to_socket(L, 1);
+  luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
+  tcp_getfd(L, s);
+  const int fd = ::dup(static_cast<int>(lua_tonumber(L, -1)));
+  lua_pop(L, 1);
+  if (fd < 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  auto t = std::make_shared<Tracked>();
+  t->dup_fd = fd;
+  t->tls = lua_toboolean(L, 2);
+  std::uint64_t id;
+  {
+    std::lock_guard lock(g_tracked_mu);
+    id = ++g_next_tracked;
+    g_tracked.emplace(id, std::move(t));
+  }
+  auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
+  h->id = id;
+  mark_needs_close(L);
+  luaL_getmetatable(L, kTrackMeta);
+  lua_setmetatable(L, -2);
+  lua_pushnumber(L, static_cast<double>(id));
+  return 2;
+}
+
+// handle:untrack(failed): the connection is done with; where its process
+// failed in the middle of a request, the client gets a 500.
+int t_untrack(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  const std::uint64_t id = h->id;
+  h->id = 0;
+  if (id) release(id, lua_toboolean(L, 2));
+  return 0;
+}
+
+int t_gc(lua_State* L) {
+  auto* h = static_cast<TrackHandle*>(lua_touserdata(L, 1));
+  if (h->id) release(h->id, true);
+  h->id = 0;
+  return 0;
+}
+
+// handle:drain(): the server closed: the connection answers what it is
+// serving with Connection: close and ends; an idle one ends now.
+int t_drain(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  std::shared_ptr<Tracked> t = h->id ? find_tracked(h->id) : nullptr;
+  if (!t) return 0;
+  t->draining.store(true, std::memory_order_relaxed);
+  ::shutdown(t->dup_fd, SHUT_RD);
+  return 0;
+}
+
+// http.error_response(status): the response the server writes by itself.
+int f_error_response(lua_State* L) {
+  const std::string r = io::error_response(static_cast<int>(luaL_checknumber(L, 1)));
+  lua_pushlstring(L, r.data(), r.size());
+  return 1;
+}
+
+}  // namespace
+
+int open_http_conn(lua_State* L) {
+  if (luaL_newmetatable(L, kConnMeta)) {
+    static const luaL_Reg methods[] = {
+        {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
+        {"body", m_body},   {"park", m_park},       {"close", m_close}, {nullptr, nullptr},
+    };
+    lua_createtable(L, 0, 8);
+    luaL_register(L, nullptr, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, m_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, kTrackMeta)) {
+    static const luaL_Reg methods[] = {{"untrack", t_untrack}, {"drain", t_drain}, {nullptr, nullptr}};
+    lua_createtable(L, 0, 2);
+    luaL_register(L, nullptr, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, t_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg funcs[] = {
+      {"conn", f_conn},   {"wait_readable", f_wait_readable}, {"track", f_track},
+      {"error_response", f_error_response},
+      {"check_tls", f_check_tls},
+      {nullptr, nullptr},
+  };
+  lua_createtable(L, 0, 6);
+  luaL_register(L, nullptr, funcs);
+  return 1;
+}
+
+}  // namespace host::lua
