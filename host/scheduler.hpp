@@ -78,6 +78,7 @@
 #include "host/idle_workers.hpp"
 #include "host/pid_table.hpp"
 #include "host/process.hpp"
+#include "host/remote_nodes.hpp"
 #include "host/timer_service.hpp"
 #include "host/worker.hpp"
 
@@ -251,6 +252,15 @@ class Scheduler {
   // waits for the workers inside the old one, so its owner may go away.
   void set_idle_job(std::function<bool()> job);
 
+  // The cluster (host/remote_nodes.hpp): a send to a PID of another node
+  // goes there. Set once, before processes run; null (the default) without
+  // --cluster. Only a send that finds no local process looks at it, so a
+  // local message pays nothing for it.
+  void set_remote(RemoteNodes* remote) { remote_ = remote; }
+  RemoteNodes* remote() const { return remote_; }
+  // This scheduler's node id: the node part of its PIDs.
+  std::uint32_t node() const { return table_.node(); }
+
  private:
   // Whether no live process can run again before `deadline`: each waits,
   // with no event queued and no yield outstanding but timers, none of which
@@ -296,6 +306,10 @@ class Scheduler {
   void dispatch(ProcessSlot* slot, StepOutput& out);
   void cancel_yields(ProcessSlot* slot, const StepOutput& out);
   std::string not_found(const Pid& pid) const;
+  // A message that found no local process: to another node's when `to`
+  // names one and a cluster is set, else not_found.
+  std::string undelivered(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
+                          std::size_t* backlog);
   // The calling worker's cache of free PID slots; null on other threads.
   PidTable::LocalFree* local_free_slots();
   // The worker running on this thread if it is one of this scheduler's,
@@ -310,6 +324,7 @@ class Scheduler {
   unsigned regular_workers_ = 0;
   TimerService timers_;
   BlockingPool pool_;
+  RemoteNodes* remote_ = nullptr;  // set before processes run (set_remote), then only read
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
   std::function<void(const ExitInfo&)> unwatched_failure_hook_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;

@@ -1,0 +1,408 @@
+// The node over NATS (nats_node.hpp): connection, directory, sessions.
+#include "host/cluster/nats_node.hpp"
+
+#include <sys/random.h>
+
+#include <nats/nats.h>
+
+#include "host/cluster/wire.hpp"
+#include "host/config.hpp"
+#include "host/error.hpp"
+#include "host/log.hpp"
+#include "host/scheduler.hpp"
+
+namespace host::cluster {
+
+namespace {
+
+constexpr const char* kClusterSubject = "host.cluster";
+// How often the ticker looks at the peers: the resend and ack clocks'
+// grain, and how late past the node timeout a silent peer is noticed.
+constexpr std::chrono::milliseconds kTick{20};
+// The name check's wait for an answer from a live holder of the name.
+constexpr int64_t kNameCheckMs = 500;
+// NATS's limits for one subscription's queued messages, past which it
+// drops them (a slow consumer). Raised far above the defaults (65536
+// messages, 64 MB): a drop costs a resend, and the window bounds a peer.
+constexpr int kPendingMessages = 1 << 20;
+constexpr int kPendingBytes = 256 << 20;
+
+std::string status_text(natsStatus s) { return natsStatus_GetText(s); }
+
+std::uint32_t draw_id() {
+  std::uint32_t id = 0;
+  while (id == 0) {
+    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) {
+      id = static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count() ^
+                                      std::chrono::system_clock::now().time_since_epoch().count());
+    }
+  }
+  return id;
+}
+
+}  // namespace
+
+std::string check_node_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return "--node needs a name of 1 to 64 letters, digits, '_' or '-'";
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    if (!ok) return "--node needs a name of 1 to 64 letters, digits, '_' or '-'";
+  }
+  return {};
+}
+
+NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& limits)
+    : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits) {}
+
+NatsNode::NatsNode(NodeOptions options, std::uint32_t id) : options_(std::move(options)), id_(id) {}
+
+std::unique_ptr<NatsNode> NatsNode::connect(NodeOptions options, std::string& err, bool& name_taken) {
+  name_taken = false;
+  std::unique_ptr<NatsNode> node(new NatsNode(std::move(options), draw_id()));
+  natsOptions* opts = nullptr;
+  natsStatus s = natsOptions_Create(&opts);
+  if (s == NATS_OK) s = natsOptions_SetURL(opts, node->options_.url.c_str());
+  if (s == NATS_OK) s = natsOptions_SetName(opts, ("host " + node->options_.name).c_str());
+  // Reconnect forever, every 250 ms: the node timeout, not NATS, decides
+  // when a peer is gone. What is published while disconnected waits in a
+  // buffer of the session bound's size (and the resend ring keeps it too).
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
+  if (s == NATS_OK) s = natsOptions_SetReconnectBufSize(opts, static_cast<int>(node->options_.session.max_buffered_bytes));
+  if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
+  if (s == NATS_OK) s = natsConnection_Connect(&node->conn_, opts);
+  natsOptions_Destroy(opts);
+  if (s != NATS_OK) {
+    err = "cannot connect to the cluster at " + node->options_.url + ": " + status_text(s);
+    node->conn_ = nullptr;
+    return nullptr;
+  }
+  // Is the name live? A holder answers on host.name.<NAME>; with none,
+  // the server answers "no responders" at once.
+  const std::string name_subject = "host.name." + node->options_.name;
+  natsMsg* reply = nullptr;
+  s = natsConnection_Request(&reply, node->conn_, name_subject.c_str(), "?", 1, kNameCheckMs);
+  if (s == NATS_OK) {
+    err = "node name '" + node->options_.name + "' is already live in the cluster at " + node->options_.url;
+    name_taken = true;
+    natsMsg_Destroy(reply);
+    return nullptr;
+  }
+  if (s != NATS_NO_RESPONDERS && s != NATS_TIMEOUT) {
+    err = "cannot check the node name in the cluster at " + node->options_.url + ": " + status_text(s);
+    return nullptr;
+  }
+  return node;
+}
+
+NatsNode::~NatsNode() {
+  stop();
+  for (natsSubscription* sub : subs_) natsSubscription_Destroy(sub);
+  if (conn_) natsConnection_Destroy(conn_);
+}
+
+void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, NodeHook up, NodeHook down) {
+  scheduler_ = &scheduler;
+  lookup_name_ = std::move(lookup_name);
+  up_hook_ = std::move(up);
+  down_hook_ = std::move(down);
+  const std::string own = "host.node." + std::to_string(id_);
+  const std::string name_subject = "host.name." + options_.name;
+  struct {
+    const char* subject;
+    natsMsgHandler handler;
+  } wanted[] = {{own.c_str(), on_node_msg}, {kClusterSubject, on_cluster_msg}, {name_subject.c_str(), on_name_msg}};
+  for (const auto& w : wanted) {
+    natsSubscription* sub = nullptr;
+    natsStatus s = natsConnection_Subscribe(&sub, conn_, w.subject, w.handler, this);
+    if (s == NATS_OK) {
+      (void)natsSubscription_SetPendingLimits(sub, kPendingMessages, kPendingBytes);
+      subs_.push_back(sub);
+    } else {
+      log::logger().error("cluster: cannot subscribe to {}: {}", w.subject, status_text(s));
+    }
+  }
+  publish_heartbeat();
+  ticker_ = std::thread([this] { tick_loop(); });
+  log::logger().info("cluster: node {} (id {}) joined {}", options_.name, id_, options_.url);
+}
+
+void NatsNode::stop() {
+  if (stopped_.exchange(true)) return;
+  {
+    std::lock_guard lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+  if (!conn_) return;
+  if (scheduler_) {
+    publish_heartbeat(/*bye=*/true);
+    (void)natsConnection_FlushTimeout(conn_, 1000);
+  }
+  // Unsubscribe first: no callback runs into a scheduler that goes away.
+  for (natsSubscription* sub : subs_) (void)natsSubscription_Unsubscribe(sub);
+  natsConnection_Close(conn_);
+}
+
+void NatsNode::publish(const std::string& subject, const std::string& bytes) {
+  // A failure (disconnected with a full buffer, closed) loses the frame as
+  // NATS itself may: the session resends data, heartbeats repeat.
+  (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
+}
+
+void NatsNode::publish_heartbeat(bool bye) {
+  Frame f;
+  f.kind = bye ? FrameKind::Bye : FrameKind::Heartbeat;
+  f.from_node = id_;
+  f.text = options_.name;
+  publish(kClusterSubject, encode_frame(f));
+}
+
+bool NatsNode::transport_connected() const { return natsConnection_Status(conn_) == NATS_CONN_STATUS_CONNECTED; }
+
+std::shared_ptr<NatsNode::Peer> NatsNode::find(std::uint32_t id) const {
+  std::shared_lock lock(peers_mu_);
+  auto it = peers_.find(id);
+  return it == peers_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<NatsNode::Peer> NatsNode::find(std::string_view name) const {
+  std::shared_lock lock(peers_mu_);
+  for (const auto& [id, peer] : peers_)
+    if (peer->name == name) return peer;
+  return nullptr;
+}
+
+std::optional<std::uint32_t> NatsNode::id_of(std::string_view name) const {
+  if (auto peer = find(name)) return peer->id;
+  return std::nullopt;
+}
+
+std::vector<std::string> NatsNode::node_names() const {
+  std::vector<std::string> names;
+  std::shared_lock lock(peers_mu_);
+  for (const auto& [id, peer] : peers_) names.push_back(peer->name);
+  return names;
+}
+
+// --- sending ---
+
+std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, std::string body, std::size_t* backlog) {
+  std::lock_guard lock(peer->mu);
+  if (peer->down) return make_error(ErrorKind::NotFound, "node " + peer->name + " is not connected");
+  const Clock::time_point now = Clock::now();
+  Frame f;
+  f.kind = FrameKind::Data;
+  f.from_node = id_;
+  f.to_node = peer->id;
+  f.seq = peer->session.next_seq();
+  f.ack = peer->session.cumulative_ack();
+  f.text = body;
+  // Published under the peer's lock: frames leave in sequence order.
+  publish(peer->subject, encode_frame(f));
+  peer->session.ack_sent();
+  (void)peer->session.stamp(std::move(body), now);
+  if (backlog && peer->session.window_full()) *backlog = config::kSendBacklogYield;
+  return {};
+}
+
+std::string NatsNode::send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
+                           std::size_t* backlog) {
+  auto peer = find(to.node);
+  if (!peer) return make_error(ErrorKind::NotFound, "no process " + to.to_string() + " (no connected node has its id)");
+  Envelope e;
+  e.to_kind = Envelope::To::Pid;
+  e.to = to;
+  e.from = from;
+  e.topic = topic;
+  e.payload = payload;
+  return send_to_peer(peer, encode_envelope(e), backlog);
+}
+
+std::string NatsNode::send_named(std::string_view node, std::string_view name, std::string_view topic,
+                                 std::string_view payload, const Pid& from, std::size_t* backlog) {
+  auto peer = find(node);
+  if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
+  Envelope e;
+  e.to_kind = Envelope::To::Name;
+  e.name = name;
+  e.from = from;
+  e.topic = topic;
+  e.payload = payload;
+  return send_to_peer(peer, encode_envelope(e), backlog);
+}
+
+// --- receiving ---
+
+void NatsNode::on_cluster_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
+  auto* node = static_cast<NatsNode*>(self);
+  const std::string_view bytes(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+  if (auto f = decode_frame(bytes); f && f->from_node != node->id_) {
+    if (f->kind == FrameKind::Heartbeat) node->heard_heartbeat(f->from_node, f->text);
+    if (f->kind == FrameKind::Bye)
+      if (auto peer = node->find(f->from_node)) node->take_down(peer, "it ended", /*reset=*/false);
+  }
+  natsMsg_Destroy(msg);
+}
+
+void NatsNode::on_name_msg(natsConnection* nc, natsSubscription*, natsMsg* msg, void*) {
+  // A starting node asks whether this name is live: it is.
+  if (const char* reply = natsMsg_GetReply(msg)) (void)natsConnection_PublishString(nc, reply, "live");
+  natsMsg_Destroy(msg);
+}
+
+void NatsNode::on_node_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
+  auto* node = static_cast<NatsNode*>(self);
+  node->received(std::string_view(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg))));
+  natsMsg_Destroy(msg);
+}
+
+void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
+  if (check_node_name(name).size()) return;  // not one of ours
+  if (auto peer = find(id)) {
+    std::lock_guard lock(peer->mu);
+    peer->last_heard = Clock::now();
+    return;
+  }
+  // A new run of a node known under another id: the old run is gone.
+  if (auto old = find(name)) take_down(old, "it restarted", /*reset=*/false);
+  auto peer = std::make_shared<Peer>(id, std::string(name), options_.session);
+  peer->last_heard = Clock::now();
+  {
+    std::unique_lock lock(peers_mu_);
+    if (!peers_.emplace(id, peer).second) return;  // another thread made it first
+  }
+  log::logger().info("cluster: node {} (id {}) is up", peer->name, id);
+  publish_heartbeat();  // let the newcomer know this node now
+  if (up_hook_) up_hook_(id, peer->name);
+}
+
+void NatsNode::received(std::string_view bytes) {
+  auto f = decode_frame(bytes);
+  // Not for this run (an earlier run's id), or not a frame.
+  if (!f || f->to_node != id_ || (f->kind != FrameKind::Data && f->kind != FrameKind::Ack && f->kind != FrameKind::Bye))
+    return;
+  auto peer = find(f->from_node);
+  if (!peer) return;  // not connected (yet, or any more): the sender resends or was told
+  if (f->kind == FrameKind::Bye) {  // a reset: the peer took this node down
+    take_down(peer, "it took this node down", /*reset=*/false);
+    return;
+  }
+  bool deliver_it = false;
+  {
+    std::lock_guard lock(peer->mu);
+    if (peer->down) return;
+    const Clock::time_point now = Clock::now();
+    peer->last_heard = now;
+    peer->session.acknowledged(f->ack, now);
+    if (f->kind == FrameKind::Data) {
+      deliver_it = peer->session.arrive(f->seq, f->text.size()) == Session::Arrival::Deliver;
+      if (peer->session.ack_due_now()) {
+        Frame a;
+        a.kind = FrameKind::Ack;
+        a.from_node = id_;
+        a.to_node = peer->id;
+        a.ack = peer->session.cumulative_ack();
+        publish(peer->subject, encode_frame(a));
+        peer->session.ack_sent();
+      }
+    }
+  }
+  // Outside the peer's lock; this subscription's callbacks run one at a
+  // time, so messages reach the scheduler in sequence order.
+  if (deliver_it) deliver(f->text);
+}
+
+void NatsNode::deliver(std::string_view bytes) {
+  auto e = decode_envelope(bytes);
+  if (!e) return;
+  Pid to = e->to;
+  if (e->to_kind == Envelope::To::Name) {
+    auto pid = lookup_name_ ? lookup_name_(e->name) : std::nullopt;
+    if (!pid) return;  // no such name here: dropped, as a send to a dead PID is
+    to = *pid;
+  }
+  // Only to this run's processes: a PID of another node would be sent on.
+  if (to.node != id_) return;
+  (void)scheduler_->send_copy(to, e->topic, e->payload, e->from);
+}
+
+// --- the ticker ---
+
+void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, bool reset) {
+  {
+    std::unique_lock lock(peers_mu_);
+    auto it = peers_.find(peer->id);
+    if (it == peers_.end() || it->second != peer) return;  // taken down already
+    peers_.erase(it);
+  }
+  {
+    std::lock_guard lock(peer->mu);
+    peer->down = true;
+  }
+  if (reset) {
+    Frame f;
+    f.kind = FrameKind::Bye;
+    f.from_node = id_;
+    f.to_node = peer->id;
+    f.text = options_.name;
+    publish(peer->subject, encode_frame(f));
+  }
+  log::logger().warn("cluster: node {} (id {}) is down: {}", peer->name, peer->id, why);
+  if (down_hook_) down_hook_(peer->id, peer->name);
+}
+
+void NatsNode::tick_loop() {
+  Clock::time_point next_heartbeat = Clock::now() + options_.heartbeat_every;
+  std::unique_lock tick_lock(tick_mu_);
+  while (!tick_cv_.wait_for(tick_lock, kTick, [this] { return stopping_; })) {
+    tick_lock.unlock();
+    const Clock::time_point now = Clock::now();
+    if (now >= next_heartbeat) {
+      publish_heartbeat();
+      next_heartbeat = now + options_.heartbeat_every;
+    }
+    std::vector<std::shared_ptr<Peer>> peers;
+    {
+      std::shared_lock lock(peers_mu_);
+      for (const auto& [id, peer] : peers_) peers.push_back(peer);
+    }
+    const bool connected = transport_connected();
+    for (const auto& peer : peers) {
+      const char* why = nullptr;
+      {
+        std::lock_guard lock(peer->mu);
+        if (now - peer->last_heard > options_.timeout) {
+          why = "silent for the node timeout";
+        } else if (!connected && peer->session.over_buffer_limit()) {
+          why = "more than 8 MB waiting while the cluster connection is down";
+        } else {
+          if (peer->session.ack_due_at_tick()) {
+            Frame a;
+            a.kind = FrameKind::Ack;
+            a.from_node = id_;
+            a.to_node = peer->id;
+            a.ack = peer->session.cumulative_ack();
+            publish(peer->subject, encode_frame(a));
+            peer->session.ack_sent();
+          }
+          peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+            Frame f;
+            f.kind = FrameKind::Data;
+            f.from_node = id_;
+            f.to_node = peer->id;
+            f.seq = seq;
+            f.ack = peer->session.cumulative_ack();
+            f.text = body;
+            publish(peer->subject, encode_frame(f));
+          });
+        }
+      }
+      if (why) take_down(peer, why, /*reset=*/true);
+    }
+    tick_lock.lock();
+  }
+}
+
+}  // namespace host::cluster
