@@ -102,4 +102,25 @@ int Primitives::nodes(lua_State* L) {
   return 1;
 }
 
+// process.monitor_node(name) -> true: { kind = "nodedown", node = name }
+// when the node goes away (at once when it is not connected), { kind =
+// "nodeup", node = name } when it connects, in process.events().
+int Primitives::monitor_node(lua_State* L) {
+  auto& p = of(L);
+  std::size_t n;
+  const char* name = check_string(L, 1, &n);
+  if (n == 0) return push_fail(L, make_error(ErrorKind::Invalid, "monitor_node needs a node's name"));
+  if (RemoteNodes* remote = p.rt_.scheduler().remote()) {
+    remote->monitor_node(p.ctx_.self, std::string_view(name, n));
+  } else {
+    // No cluster: no node is connected, so it is down now, and stays so.
+    Event ev;
+    ev.kind = EventKind::Node;
+    ev.payload.assign(name, n);
+    (void)p.rt_.scheduler().deliver(p.ctx_.self, std::move(ev));
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 }  // namespace host::lua

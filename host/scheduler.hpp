@@ -181,6 +181,11 @@ class Scheduler {
   std::string link(const Pid& a, const Pid& b);
   std::string unlink(const Pid& a, const Pid& b);
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
+  // One half of a link: `other` (a process of another node, whose node
+  // keeps the other half) joins local's links, so local's failure sends it
+  // a link_down. not_found when local is not alive.
+  std::string link_half(const Pid& local, const Pid& other);
+  void unlink_half(const Pid& local, const Pid& other);
   std::string unmonitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
 
   bool alive(const Pid& pid);

@@ -274,8 +274,11 @@ TEST_CASE("sessions under three threads, as the node runs them, lose, double and
 TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes are refused") {
   using namespace host::cluster;
   Envelope e;
-  e.to_kind = Envelope::To::Pid;
+  e.op = Envelope::Op::Event;
   e.to = host::Pid{123456789, 7, 3};
+  e.tag = 1ull << 50;
+  e.event_kind = 3;
+  e.failed = true;
   e.from = host::Pid{987654321, 1, 1};
   e.topic = "ping";
   e.payload = std::string_view("\x01\x02\x00payload", 10);
@@ -299,6 +302,10 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   REQUIRE(d);
   CHECK(d->to == e.to);
   CHECK(d->from == e.from);
+  CHECK(d->op == Envelope::Op::Event);
+  CHECK(d->tag == e.tag);
+  CHECK(d->event_kind == 3);
+  CHECK(d->failed);
   CHECK(d->topic == "ping");
   CHECK(d->payload == e.payload);
   // Every cut of a frame with fixed fields is refused, as is a cut
@@ -311,7 +318,7 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   REQUIRE(decode_frame(hb_bytes));
   CHECK(decode_frame(hb_bytes)->text == "alpha");
   for (std::size_t n = 0; n < hb_bytes.size(); ++n) CHECK_FALSE(decode_frame(hb_bytes.substr(0, n)));
-  for (std::size_t n = 0; n < 29; ++n) CHECK_FALSE(decode_envelope(body.substr(0, n)));
+  for (std::size_t n = 0; n < 47; ++n) CHECK_FALSE(decode_envelope(body.substr(0, n)));
   std::string foreign = bytes;
   foreign[0] = 'x';
   CHECK_FALSE(decode_frame(foreign));

@@ -3,6 +3,8 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
+
 #include <nats/nats.h>
 
 #include "host/cluster/wire.hpp"
@@ -207,17 +209,21 @@ std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, std::strin
   return {};
 }
 
+std::string NatsNode::send_envelope(const Envelope& e, std::size_t* backlog) {
+  auto peer = find(e.to.node);
+  if (!peer) return make_error(ErrorKind::NotFound, "no process " + e.to.to_string() + " (no connected node has its id)");
+  return send_to_peer(peer, encode_envelope(e), backlog);
+}
+
 std::string NatsNode::send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
                            std::size_t* backlog) {
-  auto peer = find(to.node);
-  if (!peer) return make_error(ErrorKind::NotFound, "no process " + to.to_string() + " (no connected node has its id)");
   Envelope e;
-  e.to_kind = Envelope::To::Pid;
+  e.op = Envelope::Op::Message;
   e.to = to;
   e.from = from;
   e.topic = topic;
   e.payload = payload;
-  return send_to_peer(peer, encode_envelope(e), backlog);
+  return send_envelope(e, backlog);
 }
 
 std::string NatsNode::send_named(std::string_view node, std::string_view name, std::string_view topic,
@@ -225,12 +231,154 @@ std::string NatsNode::send_named(std::string_view node, std::string_view name, s
   auto peer = find(node);
   if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
   Envelope e;
-  e.to_kind = Envelope::To::Name;
+  e.op = Envelope::Op::NamedMessage;
   e.name = name;
   e.from = from;
   e.topic = topic;
   e.payload = payload;
   return send_to_peer(peer, encode_envelope(e), backlog);
+}
+
+std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
+  Envelope e;
+  e.op = Envelope::Op::Event;
+  e.to = to;
+  e.from = event.from;
+  e.tag = event.tag;
+  e.event_kind = static_cast<std::uint8_t>(event.kind);
+  e.failed = event.failed;
+  e.payload = event.payload;
+  return send_envelope(e);
+}
+
+namespace {
+
+Event exit_event(const Pid& from, std::uint64_t ref, std::string error) {
+  Event ev;
+  ev.kind = EventKind::Exit;
+  ev.from = from;
+  ev.tag = ref;
+  ev.failed = true;
+  ev.payload = std::move(error);
+  return ev;
+}
+
+Event link_down_event(const Pid& from, std::string error) {
+  Event ev;
+  ev.kind = EventKind::LinkDown;
+  ev.from = from;
+  ev.failed = true;
+  ev.payload = std::move(error);
+  return ev;
+}
+
+}  // namespace
+
+std::string NatsNode::monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
+  const Watch w{false, watcher, target, ref};
+  add_watch(target.node, w);
+  Envelope e;
+  e.op = Envelope::Op::Monitor;
+  e.to = target;
+  e.from = watcher;
+  e.tag = ref;
+  // Not connected (or gone meanwhile: its take_down may have run before
+  // the watch was added): the monitor fires at once, as Erlang's does.
+  if (!send_envelope(e).empty() && remove_watch(target.node, w))
+    (void)scheduler_->deliver(watcher, exit_event(target, ref, "noconnection"));
+  return {};
+}
+
+void NatsNode::demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
+  if (!remove_watch(target.node, Watch{false, watcher, target, ref})) return;
+  Envelope e;
+  e.op = Envelope::Op::Demonitor;
+  e.to = target;
+  e.from = watcher;
+  e.tag = ref;
+  (void)send_envelope(e);
+}
+
+std::string NatsNode::link(const Pid& local, const Pid& remote) {
+  const Watch w{true, local, remote, 0};
+  add_watch(remote.node, w);
+  Envelope e;
+  e.op = Envelope::Op::Link;
+  e.to = remote;
+  e.from = local;
+  std::string err = send_envelope(e);
+  if (!err.empty()) (void)remove_watch(remote.node, w);
+  return err;
+}
+
+void NatsNode::unlink(const Pid& local, const Pid& remote) {
+  if (!remove_watch(remote.node, Watch{true, local, remote, 0})) return;
+  Envelope e;
+  e.op = Envelope::Op::Unlink;
+  e.to = remote;
+  e.from = local;
+  (void)send_envelope(e);
+}
+
+std::string NatsNode::terminate(const Pid& target) {
+  Envelope e;
+  e.op = Envelope::Op::Terminate;
+  e.to = target;
+  return send_envelope(e);
+}
+
+void NatsNode::monitor_node(const Pid& watcher, std::string_view node) {
+  {
+    std::lock_guard lock(watch_mu_);
+    auto& list = node_watchers_[std::string(node)];
+    if (std::find(list.begin(), list.end(), watcher) == list.end()) list.push_back(watcher);
+  }
+  if (!find(node)) {
+    Event ev;
+    ev.kind = EventKind::Node;
+    ev.tag = 0;
+    ev.payload = std::string(node);
+    (void)scheduler_->deliver(watcher, std::move(ev));
+  }
+}
+
+void NatsNode::tell_node_watchers(const std::string& name, bool up) {
+  std::vector<Pid> watchers;
+  {
+    std::lock_guard lock(watch_mu_);
+    if (auto it = node_watchers_.find(name); it != node_watchers_.end()) watchers = it->second;
+  }
+  std::vector<Pid> gone;
+  for (const Pid& w : watchers) {
+    Event ev;
+    ev.kind = EventKind::Node;
+    ev.tag = up ? 1 : 0;
+    ev.payload = name;
+    if (!scheduler_->deliver(w, std::move(ev)).empty()) gone.push_back(w);
+  }
+  if (gone.empty()) return;
+  std::lock_guard lock(watch_mu_);
+  if (auto it = node_watchers_.find(name); it != node_watchers_.end())
+    std::erase_if(it->second, [&](const Pid& p) { return std::find(gone.begin(), gone.end(), p) != gone.end(); });
+}
+
+void NatsNode::add_watch(std::uint32_t node, const Watch& w) {
+  std::lock_guard lock(watch_mu_);
+  watches_[node].push_back(w);
+}
+
+bool NatsNode::remove_watch(std::uint32_t node, const Watch& w) {
+  std::lock_guard lock(watch_mu_);
+  auto it = watches_.find(node);
+  if (it == watches_.end()) return false;
+  auto& list = it->second;
+  for (auto i = list.begin(); i != list.end(); ++i) {
+    if (i->link == w.link && i->local == w.local && i->remote == w.remote && (w.link || i->ref == w.ref)) {
+      list.erase(i);
+      return true;
+    }
+  }
+  return false;
 }
 
 // --- receiving ---
@@ -275,6 +423,7 @@ void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
   }
   log::logger().info("cluster: node {} (id {}) is up", peer->name, id);
   publish_heartbeat();  // let the newcomer know this node now
+  tell_node_watchers(peer->name, true);
   if (up_hook_) up_hook_(id, peer->name);
 }
 
@@ -289,6 +438,8 @@ void NatsNode::received(std::string_view bytes) {
     take_down(peer, "it took this node down", /*reset=*/false);
     return;
   }
+  // Held through the delivery: see Peer::delivery_mu.
+  std::lock_guard delivering(peer->delivery_mu);
   bool deliver_it = false;
   {
     std::lock_guard lock(peer->mu);
@@ -311,21 +462,62 @@ void NatsNode::received(std::string_view bytes) {
   }
   // Outside the peer's lock; this subscription's callbacks run one at a
   // time, so messages reach the scheduler in sequence order.
-  if (deliver_it) deliver(f->text);
+  if (deliver_it) deliver(*peer, f->text);
 }
 
-void NatsNode::deliver(std::string_view bytes) {
+void NatsNode::deliver(Peer& peer, std::string_view bytes) {
   auto e = decode_envelope(bytes);
   if (!e) return;
-  Pid to = e->to;
-  if (e->to_kind == Envelope::To::Name) {
+  Scheduler& s = *scheduler_;
+  if (e->op == Envelope::Op::NamedMessage) {
     auto pid = lookup_name_ ? lookup_name_(e->name) : std::nullopt;
     if (!pid) return;  // no such name here: dropped, as a send to a dead PID is
-    to = *pid;
+    e->to = *pid;
   }
   // Only to this run's processes: a PID of another node would be sent on.
-  if (to.node != id_) return;
-  (void)scheduler_->send_copy(to, e->topic, e->payload, e->from);
+  if (e->to.node != id_) return;
+  switch (e->op) {
+    case Envelope::Op::Message:
+    case Envelope::Op::NamedMessage: (void)s.send_copy(e->to, e->topic, e->payload, e->from); break;
+    case Envelope::Op::Event: {
+      Event ev;
+      ev.kind = static_cast<EventKind>(e->event_kind);
+      if (ev.kind != EventKind::Exit && ev.kind != EventKind::LinkDown && ev.kind != EventKind::Cancel) return;
+      ev.from = e->from;
+      ev.tag = e->tag;
+      ev.failed = e->failed;
+      ev.payload = std::string(e->payload);
+      // The monitor or link it ends no longer waits for the peer's end.
+      if (ev.kind == EventKind::Exit) (void)remove_watch(peer.id, Watch{false, e->to, e->from, e->tag});
+      if (ev.kind == EventKind::LinkDown) {
+        (void)remove_watch(peer.id, Watch{true, e->to, e->from, 0});
+        s.unlink_half(e->to, e->from);
+      }
+      (void)s.deliver(e->to, std::move(ev));
+      break;
+    }
+    case Envelope::Op::Monitor:
+      // A watcher there: the exit goes back through the session (or, for
+      // a target gone, noproc at once).
+      (void)s.monitor(e->from, e->to, e->tag);
+      break;
+    case Envelope::Op::Demonitor: (void)s.unmonitor(e->from, e->to, e->tag); break;
+    case Envelope::Op::Link:
+      if (s.link_half(e->to, e->from).empty()) {
+        add_watch(peer.id, Watch{true, e->to, e->from, 0});
+      } else {
+        // Linking to a process that is gone fails the linker, as Erlang's
+        // link's noproc exit does.
+        Event ev = link_down_event(e->to, "noproc");
+        (void)deliver_event(e->from, ev);
+      }
+      break;
+    case Envelope::Op::Unlink:
+      (void)remove_watch(peer.id, Watch{true, e->to, e->from, 0});
+      s.unlink_half(e->to, e->from);
+      break;
+    case Envelope::Op::Terminate: (void)s.terminate(e->to); break;
+  }
 }
 
 // --- the ticker ---
@@ -337,6 +529,8 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
     if (it == peers_.end() || it->second != peer) return;  // taken down already
     peers_.erase(it);
   }
+  // Waits for a delivery from the peer in progress; none starts after.
+  std::lock_guard delivering(peer->delivery_mu);
   {
     std::lock_guard lock(peer->mu);
     peer->down = true;
@@ -350,6 +544,24 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
     publish(peer->subject, encode_frame(f));
   }
   log::logger().warn("cluster: node {} (id {}) is down: {}", peer->name, peer->id, why);
+  // Every monitor and link of a process there fires, once.
+  std::vector<Watch> watches;
+  {
+    std::lock_guard lock(watch_mu_);
+    if (auto it = watches_.find(peer->id); it != watches_.end()) {
+      watches = std::move(it->second);
+      watches_.erase(it);
+    }
+  }
+  for (const Watch& w : watches) {
+    if (w.link) {
+      scheduler_->unlink_half(w.local, w.remote);
+      (void)scheduler_->deliver(w.local, link_down_event(w.remote, "noconnection"));
+    } else {
+      (void)scheduler_->deliver(w.local, exit_event(w.remote, w.ref, "noconnection"));
+    }
+  }
+  tell_node_watchers(peer->name, false);
   if (down_hook_) down_hook_(peer->id, peer->name);
 }
 

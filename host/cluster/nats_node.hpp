@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "host/cluster/session.hpp"
+#include "host/cluster/wire.hpp"
 #include "host/remote_nodes.hpp"
 
 struct __natsConnection;
@@ -93,6 +94,13 @@ class NatsNode final : public RemoteNodes {
                    std::size_t* backlog) override;
   std::string send_named(std::string_view node, std::string_view name, std::string_view topic,
                          std::string_view payload, const Pid& from, std::size_t* backlog) override;
+  std::string deliver_event(const Pid& to, const Event& event) override;
+  std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
+  void demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
+  std::string link(const Pid& local, const Pid& remote) override;
+  void unlink(const Pid& local, const Pid& remote) override;
+  std::string terminate(const Pid& target) override;
+  void monitor_node(const Pid& watcher, std::string_view node) override;
 
   // The id of the connected node called `name`, if any.
   std::optional<std::uint32_t> id_of(std::string_view name) const;
@@ -107,6 +115,20 @@ class NatsNode final : public RemoteNodes {
     Session session;
     Session::Clock::time_point last_heard;
     bool down = false;  // taken down: nothing more goes out or comes in
+    // Held while a frame from the peer is handled (its delivery included)
+    // and while the peer is taken down: no message of the peer reaches a
+    // process after the noconnection events that its going down sends.
+    std::mutex delivery_mu;
+  };
+  // A monitor or link between a local process and one of a peer's, kept
+  // so that the peer's going down fires it ("noconnection") exactly once:
+  // whichever comes first, its event from the peer or the peer's end,
+  // removes it.
+  struct Watch {
+    bool link = false;
+    Pid local;
+    Pid remote;
+    std::uint64_t ref = 0;  // a monitor's
   };
   using Clock = Session::Clock;
 
@@ -116,7 +138,15 @@ class NatsNode final : public RemoteNodes {
   static void on_name_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
   void heard_heartbeat(std::uint32_t id, std::string_view name);
   void received(std::string_view bytes);
-  void deliver(std::string_view envelope);
+  void deliver(Peer& peer, std::string_view envelope);
+  // Sends an envelope to the node of e.to.
+  std::string send_envelope(const Envelope& e, std::size_t* backlog = nullptr);
+  void add_watch(std::uint32_t node, const Watch& w);
+  // Removes the watch that matches w (link, local, remote, and ref for a
+  // monitor); true when there was one.
+  bool remove_watch(std::uint32_t node, const Watch& w);
+  // The node events to the processes that monitor `name`.
+  void tell_node_watchers(const std::string& name, bool up);
   // Sends one message into peer's session (the send calls' common part).
   std::string send_to_peer(const std::shared_ptr<Peer>& peer, std::string body, std::size_t* backlog);
   void publish(const std::string& subject, const std::string& bytes);
@@ -139,6 +169,10 @@ class NatsNode final : public RemoteNodes {
 
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
+
+  std::mutex watch_mu_;  // guards watches_ and node_watchers_
+  std::unordered_map<std::uint32_t, std::vector<Watch>> watches_;          // by the peer's id
+  std::unordered_map<std::string, std::vector<Pid>> node_watchers_;        // by node name
 
   std::mutex tick_mu_;  // pairs with tick_cv_, guards stopping_
   std::condition_variable tick_cv_;

@@ -114,11 +114,14 @@ std::optional<Frame> decode_frame(std::string_view bytes) {
 
 std::string encode_envelope(const Envelope& e) {
   std::string out;
-  out.reserve(40 + e.name.size() + e.topic.size() + e.payload.size());
-  put_u8(out, static_cast<std::uint8_t>(e.to_kind));
-  if (e.to_kind == Envelope::To::Pid) put_pid(out, e.to);
-  else put_str(out, e.name);
+  out.reserve(56 + e.name.size() + e.topic.size() + e.payload.size());
+  put_u8(out, static_cast<std::uint8_t>(e.op));
+  put_pid(out, e.to);
   put_pid(out, e.from);
+  put_int(out, e.tag);
+  put_u8(out, e.event_kind);
+  put_u8(out, e.failed ? 1 : 0);
+  put_str(out, e.name);
   put_str(out, e.topic);
   out.append(e.payload);  // the rest
   return out;
@@ -127,17 +130,16 @@ std::string encode_envelope(const Envelope& e) {
 std::optional<Envelope> decode_envelope(std::string_view bytes) {
   Reader r{bytes};
   Envelope e;
-  const auto to = r.get<std::uint8_t>();
-  if (to == static_cast<std::uint8_t>(Envelope::To::Pid)) {
-    e.to_kind = Envelope::To::Pid;
-    e.to = r.pid();
-  } else if (to == static_cast<std::uint8_t>(Envelope::To::Name)) {
-    e.to_kind = Envelope::To::Name;
-    e.name = r.str();
-  } else {
+  const auto op = r.get<std::uint8_t>();
+  if (op < static_cast<std::uint8_t>(Envelope::Op::Message) || op > static_cast<std::uint8_t>(Envelope::Op::Terminate))
     return std::nullopt;
-  }
+  e.op = static_cast<Envelope::Op>(op);
+  e.to = r.pid();
   e.from = r.pid();
+  e.tag = r.get<std::uint64_t>();
+  e.event_kind = r.get<std::uint8_t>();
+  e.failed = r.get<std::uint8_t>() != 0;
+  e.name = r.str();
   e.topic = r.str();
   e.payload = r.rest;
   if (!r.ok) return std::nullopt;

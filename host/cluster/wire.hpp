@@ -39,13 +39,28 @@ std::string encode_frame(const Frame& f);
 // nullopt for bytes that are not a whole frame; text points into bytes.
 std::optional<Frame> decode_frame(std::string_view bytes);
 
-// What a Data frame carries: a message to a process, by PID or by the
-// name it is registered under on the addressee.
+// What a Data frame carries: one operation on a process of the addressee.
+// Messages and forwarded events (a monitor's exit, a link's link_down, a
+// cancel) to a process there; the requests that make a monitor or a link
+// span the two nodes; a terminate.
 struct Envelope {
-  enum class To : std::uint8_t { Pid = 1, Name = 2 } to_kind = To::Pid;
-  Pid to;                 // To::Pid
-  std::string_view name;  // To::Name
+  enum class Op : std::uint8_t {
+    Message = 1,       // to: the process; from; topic; payload
+    NamedMessage = 2,  // name: registered there; from; topic; payload
+    Event = 3,         // to; from; event_kind, tag, failed, payload (host/process.hpp's Event)
+    Monitor = 4,       // to: the target; from: the watcher; tag: the ref
+    Demonitor = 5,     // the same
+    Link = 6,          // to: the target; from: the linker
+    Unlink = 7,        // the same
+    Terminate = 8,     // to: the target
+  };
+  Op op = Op::Message;
+  Pid to;
+  std::string_view name;
   Pid from;
+  std::uint64_t tag = 0;
+  std::uint8_t event_kind = 0;
+  bool failed = false;
   std::string_view topic;
   std::string_view payload;
 };

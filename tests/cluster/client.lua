@@ -1,0 +1,80 @@
+-- The other node's side of tests/test_cluster.cpp: messages both ways and
+-- in order, PIDs as text, a monitor of a process on a node killed with
+-- kill -9 (noconnection), and that node's restart (its old PID is
+-- not_found). It says each step on stdout; the test kills and restarts
+-- the serving node when it reads "monitoring".
+local M = {}
+
+local function say(...)
+  io.stdout:write(table.concat({ ... }, " "), "\n")
+  io.stdout:flush()
+end
+
+local function wait_for_node(name)
+  for _ = 1, 200 do
+    for _, n in ipairs(process.nodes()) do
+      if n == name then return true end
+    end
+    time.sleep(0.05)
+  end
+  error("node " .. name .. " never connected")
+end
+
+function M.main(count)
+  count = tonumber(count) or 1000
+  assert(process.node() == "b")
+  wait_for_node("a")
+  -- Both ways, in order: every reply in the order sent.
+  for i = 1, count do
+    assert(process.send({ "echo", "a" }, "n", i))
+  end
+  local server
+  for i = 1, count do
+    local msg = assert(process.receive(10), "no reply " .. i)
+    assert(msg.topic == "n" and msg.payload == i, "reply " .. i .. " was " .. tostring(msg.payload))
+    server = msg.from
+  end
+  say("order ok", count)
+  -- A PID as text: ours, given to the other node in a message, is sent to
+  -- there and comes back to us; the server's PID string is the one it
+  -- prints itself.
+  assert(process.send(server, "text", { reply_to = process.pid() }))
+  local msg = assert(process.receive(10))
+  assert(msg.topic == "text" and msg.from == server)
+  assert(process.send(server, "text-again", { reply_to = tostring(process.pid()) }))
+  assert(process.receive(10).topic == "text-again")
+  say("pid text ok", server)
+  -- A monitor of the server, and of its node.
+  assert(process.monitor(server))
+  assert(process.monitor_node("a"))
+  local events = process.events()
+  say("monitoring", server)
+  local got_exit, got_down
+  while not (got_exit and got_down) do
+    local ev = events:receive()
+    if ev.kind == "exit" then
+      assert(ev.from == server and ev.error == "noconnection", "exit " .. tostring(ev.error))
+      assert(not got_exit, "a second exit")
+      got_exit = true
+      say("noconnection", ev.from)
+    elseif ev.kind == "nodedown" then
+      assert(ev.node == "a")
+      got_down = true
+      say("nodedown", ev.node)
+    end
+  end
+  -- The test restarts node a: a new run, under the same name.
+  local ev = events:receive()
+  assert(ev.kind == "nodeup" and ev.node == "a", "expected nodeup, got " .. tostring(ev.kind))
+  say("nodeup", ev.node)
+  local ok, err = process.send(server, "n", 1)
+  assert(ok == nil and tostring(err):match("^not_found"), "old PID: " .. tostring(ok) .. " " .. tostring(err))
+  assert(process.send({ "echo", "a" }, "n", 2))
+  local reply = assert(process.receive(10))
+  assert(reply.payload == 2 and reply.from ~= server, "the new run answers with a new PID")
+  say("old pid not_found", err)
+  process.send(reply.from, "stop")
+  say("done")
+end
+
+return M
