@@ -7,6 +7,8 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
+#include "host/cluster/wire.hpp"
+#include "host/commands.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
 
@@ -100,6 +102,40 @@ int Primitives::nodes(lua_State* L) {
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
   return 1;
+}
+
+// process.spawn_on(node, entry, ...) -> pid | nil, err: as process.spawn,
+// on the node named. A waiting call (cmd::kSpawnOn) for another node: its
+// node answers with the new PID, or the error (a missing module, say), or
+// the node goes down first (not_found). Not connected: not_found at once.
+int Primitives::spawn_on(lua_State* L) {
+  auto& p = of(L);
+  std::size_t nn;
+  const char* node_chars = check_string(L, 1, &nn);
+  const std::string node(node_chars, nn);
+  std::string entry = check_string(L, 2);
+  const int nargs = lua_gettop(L) - 2;
+  std::string args;
+  if (std::string err = encode_values(L, 3, nargs, args, "arg"); !err.empty()) return push_fail(L, err);
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  if (remote && node == remote->node_name()) {  // this node: a plain spawn
+    SpawnOptions opts;
+    opts.parent = p.ctx_.self;
+    SpawnResult r = p.rt_.spawn(entry, std::move(args), opts);
+    if (!r) return push_fail(L, r.error);
+    push_pid(L, r.pid);
+    return 1;
+  }
+  bool connected = false;
+  if (remote)
+    for (const std::string& n : remote->node_names()) connected |= n == node;
+  if (!connected)
+    return push_fail(L, make_error(ErrorKind::NotFound, "node " + node + " is not connected" + (remote ? "" : " (no --cluster)")));
+  p.kernel_.check_blockable(L);
+  const std::uint64_t tag = TaskKernel::kCallTagMark | ++p.c_timers_;
+  Yield& y = p.step_out_->add_yield(cmd::kSpawnOn, tag);
+  y.bytes = cluster::encode_spawn_request({node, entry, args});
+  return p.kernel_.block_in_call(L, tag);
 }
 
 // process.monitor_node(name) -> true: { kind = "nodedown", node = name }

@@ -399,7 +399,7 @@ int Primitives::process_field(lua_State* L) {
       {"memory", memory, -1},  // bytes of Lua heap (an extension)
       {"list", list, -1},       {"info", info, -1},
       {"node", node, -1},       {"nodes", nodes, -1},
-      {"monitor_node", monitor_node, -1},
+      {"monitor_node", monitor_node, -1}, {"spawn_on", spawn_on, -1},
   };
   static const luaL_Reg registry[] = {
       {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};

@@ -160,6 +160,7 @@ struct Primitives {
   static int node(lua_State* L);
   static int nodes(lua_State* L);
   static int monitor_node(lua_State* L);
+  static int spawn_on(lua_State* L);
   static int ok_or_fail(lua_State* L, const std::string& err);
   static void push_pids(lua_State* L, const std::vector<Pid>& pids);
   static int list(lua_State* L);

@@ -161,7 +161,10 @@ TEST_CASE("two nodes send both ways in order; a monitor of a killed node's proce
   INFO("a's stderr: " << a->stderr_text());
   REQUIRE(monitoring);
   CHECK(contains(b.stdout_text(), "order ok 2000"));
+  CHECK(contains(b.stdout_text(), "big ok 3145744"));
   CHECK(contains(b.stdout_text(), "pid text ok"));
+  CHECK(contains(b.stdout_text(), "spawn_on ok"));
+  CHECK(contains(b.stdout_text(), "remote terminate ok"));
   // kill -9: no bye; b must notice the silence (--node-timeout 2).
   const auto killed = Clock::now();
   a->kill9();

@@ -326,3 +326,34 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   unknown[1] = 99;
   CHECK_FALSE(decode_frame(unknown));
 }
+
+TEST_CASE("an envelope over 64 KB travels in parts and is reassembled whole, and a bad part drops it") {
+  using namespace host::cluster;
+  for (std::size_t size : {std::size_t{0}, std::size_t{10}, kPartBytes, kPartBytes + 1, 3 * kPartBytes + 17,
+                           std::size_t{3} << 20}) {
+    CAPTURE(size);
+    std::string envelope(size, '\0');
+    for (std::size_t i = 0; i < size; ++i) envelope[i] = static_cast<char>(i * 131 + 7);
+    const auto bodies = split_into_bodies(envelope);
+    CHECK(bodies.size() == (size <= kPartBytes ? 1 : (size + kPartBytes - 1) / kPartBytes));
+    Reassembly r;
+    std::optional<std::string_view> out;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      CHECK(bodies[i].size() <= kPartBytes + 1);
+      out = r.add(bodies[i]);
+      CHECK(out.has_value() == (i + 1 == bodies.size()));
+    }
+    REQUIRE(out);
+    CHECK(*out == envelope);
+    CHECK(r.buffered() == 0);
+  }
+  // A last part without its first, and an empty body, give nothing.
+  const auto bodies = split_into_bodies(std::string(2 * kPartBytes + 1, 'y'));
+  Reassembly r;
+  CHECK_FALSE(r.add(bodies[2]));
+  CHECK_FALSE(r.add(bodies[0]));
+  CHECK_FALSE(r.add(""));
+  CHECK(r.buffered() == 0);
+  auto whole = split_into_bodies("small");
+  CHECK(r.add(whole[0]) == std::optional<std::string_view>("small"));
+}

@@ -10,6 +10,7 @@
 #include "host/cluster/wire.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
+#include "host/io/call_values.hpp"
 #include "host/log.hpp"
 #include "host/scheduler.hpp"
 
@@ -103,9 +104,14 @@ NatsNode::~NatsNode() {
   if (conn_) natsConnection_Destroy(conn_);
 }
 
-void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, NodeHook up, NodeHook down) {
+void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, SpawnFn spawn, NodeHook up, NodeHook down) {
   scheduler_ = &scheduler;
   lookup_name_ = std::move(lookup_name);
+  spawn_ = std::move(spawn);
+  CommandHandler h;
+  h.name = "spawn_on";
+  h.run = [this](CommandRequest&& req) { start_spawn_on(std::move(req)); };
+  scheduler.commands().add(cmd::kSpawnOn, std::move(h));
   up_hook_ = std::move(up);
   down_hook_ = std::move(down);
   const std::string own = "host.node." + std::to_string(id_);
@@ -190,21 +196,25 @@ std::vector<std::string> NatsNode::node_names() const {
 
 // --- sending ---
 
-std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, std::string body, std::size_t* backlog) {
+std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, std::string envelope, std::size_t* backlog) {
+  std::vector<std::string> bodies = split_into_bodies(envelope);
   std::lock_guard lock(peer->mu);
   if (peer->down) return make_error(ErrorKind::NotFound, "node " + peer->name + " is not connected");
   const Clock::time_point now = Clock::now();
-  Frame f;
-  f.kind = FrameKind::Data;
-  f.from_node = id_;
-  f.to_node = peer->id;
-  f.seq = peer->session.next_seq();
-  f.ack = peer->session.cumulative_ack();
-  f.text = body;
-  // Published under the peer's lock: frames leave in sequence order.
-  publish(peer->subject, encode_frame(f));
-  peer->session.ack_sent();
-  (void)peer->session.stamp(std::move(body), now);
+  // A large envelope's parts go one after another, under the peer's lock:
+  // frames leave in sequence order.
+  for (std::string& body : bodies) {
+    Frame f;
+    f.kind = FrameKind::Data;
+    f.from_node = id_;
+    f.to_node = peer->id;
+    f.seq = peer->session.next_seq();
+    f.ack = peer->session.cumulative_ack();
+    f.text = body;
+    publish(peer->subject, encode_frame(f));
+    peer->session.ack_sent();
+    (void)peer->session.stamp(std::move(body), now);
+  }
   if (backlog && peer->session.window_full()) *backlog = config::kSendBacklogYield;
   return {};
 }
@@ -325,6 +335,55 @@ std::string NatsNode::terminate(const Pid& target) {
   e.op = Envelope::Op::Terminate;
   e.to = target;
   return send_envelope(e);
+}
+
+// The waiting call's result: the PID's text as one codec string value.
+void NatsNode::spawn_replied(const Pid& asker, std::uint64_t tag, bool failed, std::string_view text) {
+  if (failed) {
+    (void)scheduler_->complete_yield(asker, tag, {}, std::string(text.empty() ? "spawn_on failed" : text));
+    return;
+  }
+  (void)scheduler_->complete_yield(asker, tag, io::CallResultWriter().string(text).finish());
+}
+
+void NatsNode::start_spawn_on(CommandRequest&& req) {
+  auto r = decode_spawn_request(req.bytes);
+  if (!r) {
+    spawn_replied(req.pid, req.tag, true, make_error(ErrorKind::Invalid, "a bad spawn_on request"));
+    return;
+  }
+  auto peer = find(r->node);
+  if (!peer) {
+    spawn_replied(req.pid, req.tag, true, make_error(ErrorKind::NotFound, "node " + std::string(r->node) + " is not connected"));
+    return;
+  }
+  {
+    std::lock_guard lock(watch_mu_);
+    spawns_[peer->id].push_back(PendingSpawn{req.pid, req.tag});
+  }
+  Envelope e;
+  e.op = Envelope::Op::Spawn;
+  e.to = Pid{peer->id, 0, 0};
+  e.from = req.pid;
+  e.tag = req.tag;
+  e.name = r->entry;
+  e.payload = r->args;
+  if (std::string err = send_to_peer(peer, encode_envelope(e), nullptr); !err.empty()) {
+    // Gone meanwhile: its take_down may have run before the record was
+    // made; whoever removes the record answers.
+    bool mine = false;
+    {
+      std::lock_guard lock(watch_mu_);
+      auto& list = spawns_[peer->id];
+      for (auto i = list.begin(); i != list.end(); ++i)
+        if (i->asker == req.pid && i->tag == req.tag) {
+          list.erase(i);
+          mine = true;
+          break;
+        }
+    }
+    if (mine) spawn_replied(req.pid, req.tag, true, err);
+  }
 }
 
 void NatsNode::monitor_node(const Pid& watcher, std::string_view node) {
@@ -462,7 +521,8 @@ void NatsNode::received(std::string_view bytes) {
   }
   // Outside the peer's lock; this subscription's callbacks run one at a
   // time, so messages reach the scheduler in sequence order.
-  if (deliver_it) deliver(*peer, f->text);
+  if (deliver_it)
+    if (auto envelope = peer->parts.add(f->text)) deliver(*peer, *envelope);
 }
 
 void NatsNode::deliver(Peer& peer, std::string_view bytes) {
@@ -517,6 +577,34 @@ void NatsNode::deliver(Peer& peer, std::string_view bytes) {
       s.unlink_half(e->to, e->from);
       break;
     case Envelope::Op::Terminate: (void)s.terminate(e->to); break;
+    case Envelope::Op::Spawn: {
+      SpawnResult r = spawn_ ? spawn_(std::string(e->name), std::string(e->payload))
+                             : SpawnResult{Pid{}, make_error(ErrorKind::Invalid, "this node takes no spawn_on")};
+      Envelope reply;
+      reply.op = Envelope::Op::SpawnReply;
+      reply.to = e->from;
+      reply.tag = e->tag;
+      reply.failed = !r;
+      const std::string text = r ? r.pid.to_string() : r.error;
+      reply.payload = text;
+      (void)send_envelope(reply);
+      break;
+    }
+    case Envelope::Op::SpawnReply: {
+      bool mine = false;
+      {
+        std::lock_guard lock(watch_mu_);
+        auto& list = spawns_[peer.id];
+        for (auto i = list.begin(); i != list.end(); ++i)
+          if (i->asker == e->to && i->tag == e->tag) {
+            list.erase(i);
+            mine = true;
+            break;
+          }
+      }
+      if (mine) spawn_replied(e->to, e->tag, e->failed, e->payload);
+      break;
+    }
   }
 }
 
@@ -561,6 +649,16 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
       (void)scheduler_->deliver(w.local, exit_event(w.remote, w.ref, "noconnection"));
     }
   }
+  std::vector<PendingSpawn> spawns;
+  {
+    std::lock_guard lock(watch_mu_);
+    if (auto it = spawns_.find(peer->id); it != spawns_.end()) {
+      spawns = std::move(it->second);
+      spawns_.erase(it);
+    }
+  }
+  for (const PendingSpawn& sp : spawns)
+    spawn_replied(sp.asker, sp.tag, true, make_error(ErrorKind::NotFound, "node " + peer->name + " went down"));
   tell_node_watchers(peer->name, false);
   if (down_hook_) down_hook_(peer->id, peer->name);
 }

@@ -45,7 +45,9 @@
 
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
+#include "host/commands.hpp"
 #include "host/remote_nodes.hpp"
+#include "host/scheduler.hpp"
 
 struct __natsConnection;
 struct __natsSubscription;
@@ -82,7 +84,10 @@ class NatsNode final : public RemoteNodes {
   // comes up or goes down. Call once, after the scheduler exists.
   using LookupName = std::function<std::optional<Pid>(std::string_view)>;
   using NodeHook = std::function<void(std::uint32_t id, const std::string& name)>;
-  void start(Scheduler& scheduler, LookupName lookup_name, NodeHook up, NodeHook down);
+  // Starts a process for a peer's spawn_on (entry, codec-encoded arguments).
+  using SpawnFn = std::function<SpawnResult(const std::string& entry, std::string args)>;
+  // Also registers cmd::kSpawnOn's handler in the scheduler's commands.
+  void start(Scheduler& scheduler, LookupName lookup_name, SpawnFn spawn, NodeHook up, NodeHook down);
   // Says bye (the peers take this node down at once) and disconnects.
   // Call before the scheduler goes away; idempotent.
   void stop();
@@ -119,6 +124,7 @@ class NatsNode final : public RemoteNodes {
     // and while the peer is taken down: no message of the peer reaches a
     // process after the noconnection events that its going down sends.
     std::mutex delivery_mu;
+    Reassembly parts;  // guarded by delivery_mu
   };
   // A monitor or link between a local process and one of a peer's, kept
   // so that the peer's going down fires it ("noconnection") exactly once:
@@ -148,7 +154,7 @@ class NatsNode final : public RemoteNodes {
   // The node events to the processes that monitor `name`.
   void tell_node_watchers(const std::string& name, bool up);
   // Sends one message into peer's session (the send calls' common part).
-  std::string send_to_peer(const std::shared_ptr<Peer>& peer, std::string body, std::size_t* backlog);
+  std::string send_to_peer(const std::shared_ptr<Peer>& peer, std::string envelope, std::size_t* backlog);
   void publish(const std::string& subject, const std::string& bytes);
   void publish_heartbeat(bool bye = false);
   // Removes the peer (if still there) and runs the down hook; `reset`:
@@ -165,14 +171,23 @@ class NatsNode final : public RemoteNodes {
   std::vector<__natsSubscription*> subs_;
   Scheduler* scheduler_ = nullptr;  // set by start, before any subscription delivers
   LookupName lookup_name_;
+  SpawnFn spawn_;
+  // cmd::kSpawnOn's handler: the request goes to the node named.
+  void start_spawn_on(CommandRequest&& req);
+  void spawn_replied(const Pid& asker, std::uint64_t tag, bool failed, std::string_view text);
   NodeHook up_hook_, down_hook_;
 
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
 
-  std::mutex watch_mu_;  // guards watches_ and node_watchers_
+  std::mutex watch_mu_;  // guards watches_, node_watchers_ and spawns_
   std::unordered_map<std::uint32_t, std::vector<Watch>> watches_;          // by the peer's id
   std::unordered_map<std::string, std::vector<Pid>> node_watchers_;        // by node name
+  struct PendingSpawn {
+    Pid asker;
+    std::uint64_t tag;
+  };
+  std::unordered_map<std::uint32_t, std::vector<PendingSpawn>> spawns_;    // by the peer's id
 
   std::mutex tick_mu_;  // pairs with tick_cv_, guards stopping_
   std::condition_variable tick_cv_;

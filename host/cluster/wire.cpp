@@ -131,7 +131,7 @@ std::optional<Envelope> decode_envelope(std::string_view bytes) {
   Reader r{bytes};
   Envelope e;
   const auto op = r.get<std::uint8_t>();
-  if (op < static_cast<std::uint8_t>(Envelope::Op::Message) || op > static_cast<std::uint8_t>(Envelope::Op::Terminate))
+  if (op < static_cast<std::uint8_t>(Envelope::Op::Message) || op > static_cast<std::uint8_t>(Envelope::Op::SpawnReply))
     return std::nullopt;
   e.op = static_cast<Envelope::Op>(op);
   e.to = r.pid();
@@ -144,6 +144,63 @@ std::optional<Envelope> decode_envelope(std::string_view bytes) {
   e.payload = r.rest;
   if (!r.ok) return std::nullopt;
   return e;
+}
+
+std::string encode_spawn_request(const SpawnRequest& r) {
+  std::string out;
+  put_str(out, r.node);
+  put_str(out, r.entry);
+  out.append(r.args);
+  return out;
+}
+
+std::optional<SpawnRequest> decode_spawn_request(std::string_view bytes) {
+  Reader rd{bytes};
+  SpawnRequest r;
+  r.node = rd.str();
+  r.entry = rd.str();
+  r.args = rd.rest;
+  if (!rd.ok) return std::nullopt;
+  return r;
+}
+
+namespace {
+constexpr char kWhole = 0, kMore = 1, kLast = 2;
+}  // namespace
+
+std::vector<std::string> split_into_bodies(std::string_view envelope) {
+  std::vector<std::string> bodies;
+  if (envelope.size() <= kPartBytes) {
+    bodies.emplace_back(1, kWhole).append(envelope);
+    return bodies;
+  }
+  for (std::size_t at = 0; at < envelope.size(); at += kPartBytes) {
+    const std::string_view part = envelope.substr(at, kPartBytes);
+    bodies.emplace_back(1, at + part.size() < envelope.size() ? kMore : kLast).append(part);
+  }
+  return bodies;
+}
+
+std::optional<std::string_view> Reassembly::add(std::string_view body) {
+  if (body.empty()) {
+    partial_.clear();
+    return std::nullopt;
+  }
+  const char kind = body.front();
+  body.remove_prefix(1);
+  if (kind == kWhole && partial_.empty()) return body;
+  if (kind == kMore) {
+    partial_.append(body);
+    return std::nullopt;
+  }
+  if (kind == kLast && !partial_.empty()) {
+    partial_.append(body);
+    done_.swap(partial_);
+    partial_.clear();
+    return std::string_view(done_);
+  }
+  partial_.clear();  // a whole one amid parts, a last without a first, an unknown kind
+  return std::nullopt;
 }
 
 }  // namespace host::cluster

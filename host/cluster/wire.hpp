@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "host/pid.hpp"
 
@@ -53,6 +54,8 @@ struct Envelope {
     Link = 6,          // to: the target; from: the linker
     Unlink = 7,        // the same
     Terminate = 8,     // to: the target
+    Spawn = 9,         // name: the entry; from: the asker; tag: its yield; payload: the arguments
+    SpawnReply = 10,   // to: the asker; tag; failed; payload: the new PID's text, or the error
   };
   Op op = Op::Message;
   Pid to;
@@ -67,5 +70,36 @@ struct Envelope {
 
 std::string encode_envelope(const Envelope& e);
 std::optional<Envelope> decode_envelope(std::string_view bytes);
+
+// process.spawn_on's request, as its command's bytes: the node, the
+// entry, then the arguments in the codec's bytes (the rest).
+struct SpawnRequest {
+  std::string_view node;
+  std::string_view entry;
+  std::string_view args;
+};
+std::string encode_spawn_request(const SpawnRequest& r);
+std::optional<SpawnRequest> decode_spawn_request(std::string_view bytes);
+
+// A session message's body: an envelope whole, or one part of an envelope
+// over kPartBytes. Parts are consecutive session messages (the session
+// keeps them in order), each its own frame: NATS refuses a payload over
+// its max_payload (1 MB by default), and a part's loss resends that part's
+// window, not the whole message. Each body starts with a byte saying which.
+inline constexpr std::size_t kPartBytes = 64u << 10;
+std::vector<std::string> split_into_bodies(std::string_view envelope);
+// The receiver's side: bodies in session order in, whole envelopes out.
+class Reassembly {
+ public:
+  // The envelope `body` completes (a view into body, or into this
+  // object's buffer until the next add), or nullopt: a part that is not
+  // the last, or a bad body (which drops any partial envelope).
+  std::optional<std::string_view> add(std::string_view body);
+  std::size_t buffered() const { return partial_.size(); }
+
+ private:
+  std::string partial_;
+  std::string done_;
+};
 
 }  // namespace host::cluster

@@ -135,8 +135,9 @@ int run(const cli::RunOptions& o) {
   } leave{node.get()};
   if (node) {
     node->start(
-        scheduler, [&runtime](std::string_view name) { return runtime.names().lookup(std::string(name)); }, nullptr,
-        nullptr);
+        scheduler, [&runtime](std::string_view name) { return runtime.names().lookup(std::string(name)); },
+        [&runtime](const std::string& entry, std::string args) { return runtime.spawn(entry, std::move(args)); },
+        nullptr, nullptr);
     scheduler.set_remote(node.get());
   }
 #endif

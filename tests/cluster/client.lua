@@ -35,6 +35,16 @@ function M.main(count)
     server = msg.from
   end
   say("order ok", count)
+  -- Over NATS's 1 MB payload limit: in parts, each way, with small ones
+  -- after it still in order.
+  local big = string.rep("0123456789abcdef", 3 * 65536 + 1)
+  assert(process.send({ "echo", "a" }, "big", big))
+  assert(process.send({ "echo", "a" }, "small", 1))
+  local r1 = assert(process.receive(20), "no big reply")
+  assert(r1.topic == "big" and r1.payload == big, "the big message came back changed")
+  local r2 = assert(process.receive(10))
+  assert(r2.topic == "small" and r2.payload == 1)
+  say("big ok", #big)
   -- A PID as text: ours, given to the other node in a message, is sent to
   -- there and comes back to us; the server's PID string is the one it
   -- prints itself.
@@ -44,6 +54,22 @@ function M.main(count)
   assert(process.send(server, "text-again", { reply_to = tostring(process.pid()) }))
   assert(process.receive(10).topic == "text-again")
   say("pid text ok", server)
+  -- spawn_on: a process on node a, which answers from there; a missing
+  -- module's error, and a node not connected, come back as nil, err.
+  local child = assert(process.spawn_on("a", "worker", process.pid(), 7))
+  local m = assert(process.receive(10), "the spawned process did not answer")
+  assert(m.topic == "spawned" and m.from == child and m.payload.node == "a" and m.payload.x == 7)
+  local none, err = process.spawn_on("a", "no_such_module")
+  assert(none == nil and err, "spawn_on of a missing module answered " .. tostring(none))
+  local none2, err2 = process.spawn_on("zz", "worker")
+  assert(none2 == nil and err2:match("^not_found"), tostring(err2))
+  say("spawn_on ok", child, err)
+  -- A monitor of a process there, and its terminate from here.
+  assert(process.monitor(child))
+  assert(process.terminate(child))
+  local ev = process.events():receive()
+  assert(ev.kind == "exit" and ev.from == child, "expected the child's exit, got " .. tostring(ev.kind))
+  say("remote terminate ok", tostring(ev.error))
   -- A monitor of the server, and of its node.
   assert(process.monitor(server))
   assert(process.monitor_node("a"))
