@@ -148,9 +148,19 @@ void NatsNode::stop() {
     publish_heartbeat(/*bye=*/true);
     (void)natsConnection_FlushTimeout(conn_, 1000);
   }
-  // Unsubscribe first: no callback runs into a scheduler that goes away.
   for (natsSubscription* sub : subs_) (void)natsSubscription_Unsubscribe(sub);
+  // No callback runs into a scheduler that goes away: one that began
+  // before stopped_ was set is waited for; one after it returns at once.
+  while (in_callbacks_.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   natsConnection_Close(conn_);
+}
+
+// A callback's entry and exit: see stop.
+bool NatsNode::enter_callback() {
+  in_callbacks_.fetch_add(1, std::memory_order_seq_cst);  // pairs with stop's store of stopped_, then its load
+  if (!stopped_.load(std::memory_order_seq_cst)) return true;
+  in_callbacks_.fetch_sub(1, std::memory_order_seq_cst);
+  return false;
 }
 
 void NatsNode::publish(const std::string& subject, const std::string& bytes) {
@@ -444,6 +454,10 @@ bool NatsNode::remove_watch(std::uint32_t node, const Watch& w) {
 
 void NatsNode::on_cluster_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
   auto* node = static_cast<NatsNode*>(self);
+  if (!node->enter_callback()) {
+    natsMsg_Destroy(msg);
+    return;
+  }
   const std::string_view bytes(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
   if (auto f = decode_frame(bytes); f && f->from_node != node->id_) {
     if (f->kind == FrameKind::Heartbeat) node->heard_heartbeat(f->from_node, f->text);
@@ -451,6 +465,7 @@ void NatsNode::on_cluster_msg(natsConnection*, natsSubscription*, natsMsg* msg, 
       if (auto peer = node->find(f->from_node)) node->take_down(peer, "it ended", /*reset=*/false);
   }
   natsMsg_Destroy(msg);
+  node->in_callbacks_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void NatsNode::on_name_msg(natsConnection* nc, natsSubscription*, natsMsg* msg, void*) {
@@ -461,7 +476,10 @@ void NatsNode::on_name_msg(natsConnection* nc, natsSubscription*, natsMsg* msg, 
 
 void NatsNode::on_node_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
   auto* node = static_cast<NatsNode*>(self);
-  node->received(std::string_view(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg))));
+  if (node->enter_callback()) {
+    node->received(std::string_view(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg))));
+    node->in_callbacks_.fetch_sub(1, std::memory_order_seq_cst);
+  }
   natsMsg_Destroy(msg);
 }
 

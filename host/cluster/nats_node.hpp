@@ -194,6 +194,8 @@ class NatsNode final : public RemoteNodes {
   bool stopping_ = false;
   std::thread ticker_;
   std::atomic<bool> stopped_{false};
+  std::atomic<int> in_callbacks_{0};  // subscription callbacks running now (stop waits for none)
+  bool enter_callback();
 };
 
 // A --node name: 1 to 64 of letters, digits, '_' and '-' (it is a NATS
