@@ -145,7 +145,8 @@ std::vector<std::string> node_argv(const std::string& name, const std::string& u
 
 }  // namespace
 
-TEST_CASE("two nodes send both ways in order; a monitor of a killed node's process fires noconnection once, in time; "
+TEST_CASE("two nodes send both ways in order; a monitor and a link of a killed node's process fire noconnection once, "
+          "in time; "
           "the restarted node's old PID is not_found") {
   if (!have_nats_server()) {
     MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");
@@ -173,6 +174,7 @@ TEST_CASE("two nodes send both ways in order; a monitor of a killed node's proce
   MESSAGE("noconnection " << took.count() << " ms after kill -9 (node timeout 2000 ms)");
   CHECK(took <= 3000ms);
   REQUIRE(wait_until([&] { return contains(b.stdout_text(), "nodedown a"); }, 5s));
+  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "link_down noconnection"); }, 5s));
   // A new run of node a, under the same name.
   a = std::make_unique<Child>(node_argv("a", nats.url(), "serve"), "a2");
   const int code = b.wait(30s);

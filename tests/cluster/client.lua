@@ -70,19 +70,27 @@ function M.main(count)
   local ev = process.events():receive()
   assert(ev.kind == "exit" and ev.from == child, "expected the child's exit, got " .. tostring(ev.kind))
   say("remote terminate ok", tostring(ev.error))
-  -- A monitor of the server, and of its node.
+  -- A monitor of the server, a link to it (trapped), and a monitor of
+  -- its node.
   assert(process.monitor(server))
+  process.set_options({ trap_links = true })
+  assert(process.link(server))
   assert(process.monitor_node("a"))
   local events = process.events()
   say("monitoring", server)
-  local got_exit, got_down
-  while not (got_exit and got_down) do
+  local got_exit, got_down, got_link
+  while not (got_exit and got_down and got_link) do
     local ev = events:receive()
     if ev.kind == "exit" then
       assert(ev.from == server and ev.error == "noconnection", "exit " .. tostring(ev.error))
       assert(not got_exit, "a second exit")
       got_exit = true
       say("noconnection", ev.from)
+    elseif ev.kind == "link_down" then
+      assert(ev.from == server and ev.error == "noconnection", "link_down " .. tostring(ev.error))
+      assert(not got_link, "a second link_down")
+      got_link = true
+      say("link_down noconnection")
     elseif ev.kind == "nodedown" then
       assert(ev.node == "a")
       got_down = true
