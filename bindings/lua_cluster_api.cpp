@@ -34,8 +34,9 @@ bool string_at(lua_State* L, int idx, int i, std::string& out) {
 // A destination that is not a string: { name, node }, a name registered on
 // a node (this one or another). Anything else is the argument error a
 // string's check raises.
-[[gnu::noinline]] bool Primitives::resolve_not_string(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret,
-                                                     bool for_send) {
+[[gnu::noinline, gnu::cold]] bool Primitives::resolve_not_string(lua_State* L, int idx, Pid& out, int& nret,
+                                                                bool for_send) {
+  LuaProcess& p = of(L);
   std::string name, node;
   if (lua_type(L, idx) != LUA_TTABLE) raise_not_string(L, idx);
   if (!string_at(L, idx, 1, name) || !string_at(L, idx, 2, node)) {

@@ -32,7 +32,7 @@ namespace host::lua {
   // evicted, and that read dominated a send's perf samples (BENCHMARKS.md's source figures).
   const char* s = stack_args::string(L, idx, nullptr);
   // Not a string: a { name, node } table, or a bad argument (raised there).
-  if (!s) return resolve_not_string(L, p, idx, out, nret, for_send);
+  if (!s) return resolve_not_string(L, idx, out, nret, for_send);
   if (p.peers_.find(s, out)) return true;
   std::size_t n;
   s = check_string(L, idx, &n);
@@ -182,7 +182,9 @@ int Primitives::memory(lua_State* L) {
   return 1;
 }
 
-int Primitives::send(lua_State* L) {
+// Flattened: the scheduler's send and send_copy inlined whatever their size (BENCHMARKS.md, issue
+// 55: the cluster's branch on a send that finds no local process made LTO stop inlining them).
+[[gnu::flatten]] int Primitives::send(lua_State* L) {
   return on_target(L, [L](LuaProcess& p, const Pid& to) __attribute__((always_inline)) {
     std::size_t tn;
     const char* topic = check_string(L, 2, &tn);

@@ -155,7 +155,7 @@ struct Primitives {
   static bool resolve_new(lua_State* L, LuaProcess& p, int idx, std::string_view dest, Pid& out, int& nret);
   template <typename F> static int on_target(lua_State* L, F&& fn, bool for_send = false);
   // The cluster's calls (bindings/lua_cluster_api.cpp).
-  static bool resolve_not_string(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret, bool for_send);
+  [[gnu::cold]] static bool resolve_not_string(lua_State* L, int idx, Pid& out, int& nret, bool for_send);
   static int send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node);
   static int node(lua_State* L);
   static int nodes(lua_State* L);

@@ -240,7 +240,7 @@ std::string Scheduler::post_message(const Pid& to, std::string_view topic, Paylo
 
 // Out of line, off the local message's path: post refused it, so the
 // payload was not moved and is read here.
-[[gnu::noinline]] std::string Scheduler::undelivered(const Pid& to, std::string_view topic, std::string_view payload,
+[[gnu::noinline, gnu::cold]] std::string Scheduler::undelivered(const Pid& to, std::string_view topic, std::string_view payload,
                                                      const Pid& from, std::size_t* backlog) {
   if (remote_ && to.node != table_.node()) return remote_->send(to, topic, payload, from, backlog);
   return not_found(to);
