@@ -82,6 +82,22 @@ int Primitives::send_to_node(lua_State* L, LuaProcess& p, std::string_view name,
   return nret;
 }
 
+// A send that found no local process: to another node when `to` is one
+// of its PIDs (its payload was not moved: the scheduler refused it), else
+// the scheduler's not_found.
+[[gnu::noinline, gnu::cold]] int Primitives::send_elsewhere(lua_State* L, LuaProcess& p, const Pid& to,
+                                                           std::string_view topic, std::string_view payload,
+                                                           const std::string& err) {
+  Scheduler& s = p.rt_.scheduler();
+  RemoteNodes* remote = s.remote();
+  if (!remote || to.node == s.node()) return push_fail(L, err);
+  std::size_t backlog = 0;
+  const int nret = ok_or_fail(L, remote->send(to, topic, payload, p.ctx_.self, &backlog));
+  // The session's window is full: let others run before sending more.
+  if (backlog >= config::kSendBacklogYield && p.kernel_.can_yield_to_others(L)) return p.kernel_.yield_to_others(L, nret);
+  return nret;
+}
+
 // process.node(): the --node name, or nil without a cluster.
 int Primitives::node(lua_State* L) {
   if (RemoteNodes* remote = of(L).rt_.scheduler().remote()) {

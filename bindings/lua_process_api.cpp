@@ -182,9 +182,7 @@ int Primitives::memory(lua_State* L) {
   return 1;
 }
 
-// Flattened: the scheduler's send and send_copy inlined whatever their size (BENCHMARKS.md, issue
-// 55: the cluster's branch on a send that finds no local process made LTO stop inlining them).
-[[gnu::flatten]] int Primitives::send(lua_State* L) {
+int Primitives::send(lua_State* L) {
   return on_target(L, [L](LuaProcess& p, const Pid& to) __attribute__((always_inline)) {
     std::size_t tn;
     const char* topic = check_string(L, 2, &tn);
@@ -204,9 +202,14 @@ int Primitives::memory(lua_State* L) {
     std::size_t backlog = 0;  // stays 0 when the send fails
     Scheduler& s = p.rt_.scheduler();
     const std::string_view topic_bytes(topic, tn);
-    const int nret =
-        ok_or_fail(L, bytes.empty() ? s.send_copy(to, topic_bytes, std::string_view(small, small_n), p.ctx_.self, &backlog)
-                                    : s.send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog));
+    const std::string err = bytes.empty()
+                                ? s.send_copy(to, topic_bytes, std::string_view(small, small_n), p.ctx_.self, &backlog)
+                                : s.send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog);
+    // No process here: another node's, or none (out of line, so that the
+    // scheduler's send stays inlined here: BENCHMARKS.md, issue 55).
+    if (!err.empty()) [[unlikely]]
+      return send_elsewhere(L, p, to, topic_bytes, bytes.empty() ? std::string_view(small, small_n) : bytes, err);
+    const int nret = ok_or_fail(L, err);
     // The receiver is far behind: let it (and others) run before this
     // process sends more (config::kSendBacklogYield). Not when it sends
     // to itself: its queue would only move into its own heap.

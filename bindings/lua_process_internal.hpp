@@ -157,6 +157,8 @@ struct Primitives {
   // The cluster's calls (bindings/lua_cluster_api.cpp).
   [[gnu::cold]] static bool resolve_not_string(lua_State* L, int idx, Pid& out, int& nret, bool for_send);
   static int send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node);
+  [[gnu::cold]] static int send_elsewhere(lua_State* L, LuaProcess& p, const Pid& to, std::string_view topic,
+                                          std::string_view payload, const std::string& err);
   static int node(lua_State* L);
   static int nodes(lua_State* L);
   static int monitor_node(lua_State* L);

@@ -235,15 +235,7 @@ std::string Scheduler::post_message(const Pid& to, std::string_view topic, Paylo
     else slot.pending.emplace_back(from, topic, std::forward<Payload>(payload));
     if (backlog) *backlog = slot.pending.size();
   });
-  return alive ? std::string() : undelivered(to, topic, std::string_view(payload), from, backlog);
-}
-
-// Out of line, off the local message's path: post refused it, so the
-// payload was not moved and is read here.
-[[gnu::noinline, gnu::cold]] std::string Scheduler::undelivered(const Pid& to, std::string_view topic, std::string_view payload,
-                                                     const Pid& from, std::size_t* backlog) {
-  if (remote_ && to.node != table_.node()) return remote_->send(to, topic, payload, from, backlog);
-  return not_found(to);
+  return alive ? std::string() : not_found(to);
 }
 
 std::string Scheduler::send(const Pid& to, std::string_view topic, std::string&& payload, const Pid& from,

@@ -257,10 +257,12 @@ class Scheduler {
   // waits for the workers inside the old one, so its owner may go away.
   void set_idle_job(std::function<bool()> job);
 
-  // The cluster (host/remote_nodes.hpp): a send to a PID of another node
-  // goes there. Set once, before processes run; null (the default) without
-  // --cluster. Only a send that finds no local process looks at it, so a
-  // local message pays nothing for it.
+  // The cluster (host/remote_nodes.hpp): events, monitors, links and
+  // terminates for a PID of another node go there (a message's send is
+  // the Lua send's, bindings/lua_cluster_api.cpp, send_elsewhere). Set
+  // once, before processes run; null (the default) without --cluster.
+  // Only a call that finds no local process looks at it, so a local
+  // message pays nothing for it.
   void set_remote(RemoteNodes* remote) { remote_ = remote; }
   RemoteNodes* remote() const { return remote_; }
   // This scheduler's node id: the node part of its PIDs.
@@ -311,10 +313,6 @@ class Scheduler {
   void dispatch(ProcessSlot* slot, StepOutput& out);
   void cancel_yields(ProcessSlot* slot, const StepOutput& out);
   std::string not_found(const Pid& pid) const;
-  // A message that found no local process: to another node's when `to`
-  // names one and a cluster is set, else not_found.
-  std::string undelivered(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
-                          std::size_t* backlog);
   // The calling worker's cache of free PID slots; null on other threads.
   PidTable::LocalFree* local_free_slots();
   // The worker running on this thread if it is one of this scheduler's,
