@@ -73,6 +73,9 @@ std::unique_ptr<NatsNode> NatsNode::connect(NodeOptions options, std::string& er
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
   if (s == NATS_OK) s = natsOptions_SetReconnectBufSize(opts, static_cast<int>(node->options_.session.max_buffered_bytes));
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
+  // Each frame written at once, not left for the client's flusher thread:
+  // with it a round trip took about 2 ms (p50) on loopback.
+  if (s == NATS_OK) s = natsOptions_SetSendAsap(opts, true);
   if (s == NATS_OK) s = natsConnection_Connect(&node->conn_, opts);
   natsOptions_Destroy(opts);
   if (s != NATS_OK) {
