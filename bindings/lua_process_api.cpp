@@ -24,13 +24,16 @@ namespace host::lua {
 // A PID string, or a registered name, to a PID; else nil, err pushed.
 // The common case inline (a send's destination seen before: out of line
 // its call was overhead on every send), the rest out of line.
-[[gnu::always_inline]] inline bool Primitives::resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret) {
+[[gnu::always_inline]] inline bool Primitives::resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret,
+                                                      bool for_send) {
   // A PID string seen before: Lua strings are interned, so the same
   // pointer (kept alive by PeerStrings) is the same text. Found by its
   // address alone: the string's length is read only on a miss, as a
   // process that sends to many others (Big) finds the string's own line
   // evicted, and that read dominated a send's perf samples (BENCHMARKS.md's source figures).
-  const char* s = check_string(L, idx);
+  const char* s = stack_args::string(L, idx, nullptr);
+  // Not a string: a { name, node } table, or a bad argument (raised there).
+  if (!s) return resolve_not_string(L, idx, out, nret, for_send);
   if (p.peers_.find(s, out)) return true;
   std::size_t n;
   s = check_string(L, idx, &n);
@@ -67,11 +70,11 @@ namespace host::lua {
 // fn(process, pid), which returns how many results it pushed; when the
 // target cannot be resolved, returns nil, err instead.
 template <typename F>
-[[gnu::always_inline]] inline int Primitives::on_target(lua_State* L, F&& fn) {
+[[gnu::always_inline]] inline int Primitives::on_target(lua_State* L, F&& fn, bool for_send) {
   auto& p = of(L);
   Pid to;
   int nret;
-  if (!resolve(L, p, 1, to, nret)) return nret;
+  if (!resolve(L, p, 1, to, nret, for_send)) return nret;
   return fn(p, to);
 }
 
@@ -213,16 +216,21 @@ int Primitives::send(lua_State* L) {
     std::size_t backlog = 0;  // stays 0 when the send fails
     Scheduler& s = p.rt_.scheduler();
     const std::string_view topic_bytes(topic, tn);
-    const int nret =
-        ok_or_fail(L, bytes.empty() ? s.send_copy(to, topic_bytes, std::string_view(small, small_n), p.ctx_.self, &backlog)
-                                    : s.send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog));
+    const std::string err = bytes.empty()
+                                ? s.send_copy(to, topic_bytes, std::string_view(small, small_n), p.ctx_.self, &backlog)
+                                : s.send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog);
+    // No process here: another node's, or none (out of line, so that the
+    // scheduler's send stays inlined here: BENCHMARKS.md, issue 55).
+    if (!err.empty()) [[unlikely]]
+      return send_elsewhere(L, p, to, topic_bytes, bytes.empty() ? std::string_view(small, small_n) : bytes, err);
+    const int nret = ok_or_fail(L, err);
     // The receiver is far behind: let it (and others) run before this
     // process sends more (config::kSendBacklogYield). Not when it sends
     // to itself: its queue would only move into its own heap.
     if (backlog >= config::kSendBacklogYield && to != p.ctx_.self && p.kernel_.can_yield_to_others(L))
       return p.kernel_.yield_to_others(L, nret);
     return nret;
-  });
+  }, /*for_send=*/true);
 }
 
 // process.spawn, spawn_linked, spawn_monitored: the mode is upvalue 1.
@@ -416,6 +424,8 @@ int Primitives::process_field(lua_State* L) {
       {"cancel", cancel, -1},   {"terminate", terminate, -1},
       {"memory", memory, -1},  // bytes of Lua heap (an extension)
       {"list", list, -1},       {"info", info, -1},
+      {"node", node, -1},       {"nodes", nodes, -1},
+      {"monitor_node", monitor_node, -1}, {"spawn_on", spawn_on, -1},
   };
   static const luaL_Reg registry[] = {
       {"register", register_name}, {"lookup", lookup}, {"unregister", unregister}, {nullptr, nullptr}};

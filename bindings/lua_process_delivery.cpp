@@ -198,6 +198,10 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         lua_pushlstring(L, ev.payload.data(), ev.payload.size());
         kernel_.event(L, Name::link_down, {Name::from, Name::error});
         break;
+      case EventKind::Node:  // process.monitor_node's
+        lua_pushlstring(L, ev.payload.data(), ev.payload.size());
+        kernel_.event(L, ev.tag ? Name::nodeup : Name::nodedown, {Name::node});
+        break;
     }
   }
 }

@@ -149,9 +149,20 @@ struct Primitives {
   static constexpr const char* kMetatableCalls[] = {"getmetatable", "setmetatable"};
 
   // lua_process_api.cpp: the process API (process.*, log.*).
-  static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret);
+  // for_send: a { name, node } of another node is sent to there and then
+  // (send_to_node's result in nret), as only a send can reach it.
+  static bool resolve(lua_State* L, LuaProcess& p, int idx, Pid& out, int& nret, bool for_send = false);
   static bool resolve_new(lua_State* L, LuaProcess& p, int idx, std::string_view dest, Pid& out, int& nret);
-  template <typename F> static int on_target(lua_State* L, F&& fn);
+  template <typename F> static int on_target(lua_State* L, F&& fn, bool for_send = false);
+  // The cluster's calls (bindings/lua_cluster_api.cpp).
+  [[gnu::cold]] static bool resolve_not_string(lua_State* L, int idx, Pid& out, int& nret, bool for_send);
+  static int send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node);
+  [[gnu::cold]] static int send_elsewhere(lua_State* L, LuaProcess& p, const Pid& to, std::string_view topic,
+                                          std::string_view payload, const std::string& err);
+  static int node(lua_State* L);
+  static int nodes(lua_State* L);
+  static int monitor_node(lua_State* L);
+  static int spawn_on(lua_State* L);
   static int ok_or_fail(lua_State* L, const std::string& err);
   static void push_pids(lua_State* L, const std::vector<Pid>& pids);
   static int list(lua_State* L);

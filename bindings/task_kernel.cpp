@@ -834,7 +834,7 @@ void TaskKernel::complete(lua_State* L) {
 
 void TaskKernel::push_event_names(lua_State* L) {
   if (event_names_ref_ == -2) {
-    lua_createtable(L, static_cast<int>(EventName::reload) + 1, 0);
+    lua_createtable(L, static_cast<int>(EventName::nodedown) + 1, 0);
     lua_pushvalue(L, -1);
     event_names_ref_ = pin(L);
     return;
@@ -843,9 +843,9 @@ void TaskKernel::push_event_names(lua_State* L) {
 }
 
 void TaskKernel::push_event_name(lua_State* L, int names, EventName name) {
-  static const char* const text[] = {"kind",   "from", "result", "error",     "reason",
-                                     "modules", "exit", "cancel", "link_down", "reload"};
-  static_assert(std::size(text) == static_cast<std::size_t>(EventName::reload) + 1, "a text for each EventName");
+  static const char* const text[] = {"kind",   "from", "result", "error",     "reason", "modules", "exit",
+                                     "cancel", "link_down", "reload", "node", "nodeup", "nodedown"};
+  static_assert(std::size(text) == static_cast<std::size_t>(EventName::nodedown) + 1, "a text for each EventName");
   const int i = static_cast<int>(name) + 1;
   lua_rawgeti(L, names, i);
   if (!lua_isnil(L, -1)) [[likely]] return;

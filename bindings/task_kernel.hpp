@@ -124,7 +124,9 @@ class TaskKernel {
   // besides those the scheduler still holds). Not while the process runs.
   std::size_t queued_messages(lua_State* L);
   // The names in an event table: its keys and its kinds.
-  enum class EventName : std::uint8_t { kind, from, result, error, reason, modules, exit, cancel, link_down, reload };
+  enum class EventName : std::uint8_t {
+    kind, from, result, error, reason, modules, exit, cancel, link_down, reload, node, nodeup, nodedown
+  };
   // A lifecycle event: { kind = kind, fields[i] = the values on top of L }
   // (popped) for events(), or for the process.watch channel of watch_ref
   // (an exit's monitor ref). Queued here until kernel_ext.lua loads, so a

@@ -28,6 +28,9 @@ namespace cmd {
 inline constexpr CommandId kSleep = 1;      // arg: nanoseconds; completes with empty payload.
                                             // The scheduler's own handler (a direct one, on the
                                             // timer service: Scheduler::start_sleep).
+inline constexpr CommandId kSpawnOn = 2;   // process.spawn_on: bytes, the node, entry and arguments
+                                            // (host/cluster/nats_node.hpp, SpawnRequest); completes
+                                            // with the new PID's text, codec-encoded.
 inline constexpr CommandId kFirstUser = 64;
 }  // namespace cmd
 

@@ -33,6 +33,7 @@ enum class EventKind : std::uint8_t {
   Exit,           // a monitored process ended: from, payload (its result, or its error when failed)
   LinkDown,       // a linked process failed: from, payload (its error; failed)
   Reload,         // modules it loaded changed on disk: payload is their names, '\n'-separated
+  Node,           // a node it monitors (process.monitor_node) came up (tag 1) or went down (tag 0): payload, its name
 };
 
 // 96 bytes: a flood of messages queues one per message. A failure's text

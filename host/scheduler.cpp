@@ -215,7 +215,10 @@ bool Scheduler::post(const Pid& to, Event* event, UnderLock&& under_lock) {
 }
 
 std::string Scheduler::deliver(const Pid& to, Event&& event) {
-  return post(to, &event, [](ProcessSlot&) {}) ? std::string() : not_found(to);
+  if (post(to, &event, [](ProcessSlot&) {})) return {};
+  // An exit, link_down or cancel for a process of another node.
+  if (remote_ && to.node != table_.node()) return remote_->deliver_event(to, event);
+  return not_found(to);
 }
 
 // send's and send_copy's one body: the message is built in place in the
@@ -256,7 +259,9 @@ std::string Scheduler::cancel(const Pid& to, std::string reason, const Pid& from
 
 std::string Scheduler::terminate(const Pid& to) {
   bool ok = post(to, nullptr, [](ProcessSlot& s) { s.terminate_requested.store(true, std::memory_order_release); });
-  return ok ? std::string() : not_found(to);
+  if (ok) return {};
+  if (remote_ && to.node != table_.node()) return remote_->terminate(to);
+  return not_found(to);
 }
 
 bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error) {
@@ -286,6 +291,16 @@ bool Scheduler::post_completion(const Pid& pid, std::uint64_t tag, std::string r
 
 std::string Scheduler::link(const Pid& a, const Pid& b) {
   if (a == b) return make_error(ErrorKind::Invalid, "a process cannot link to itself");
+  if (remote_ && b.node != table_.node() && a.node == table_.node()) {
+    // This node's half (a's failure reaches b through the cluster), then
+    // the other node's (b's reaches a).
+    if (std::string err = link_half(a, b); !err.empty()) return err;
+    if (std::string err = remote_->link(a, b); !err.empty()) {
+      (void)unlink(a, b);
+      return err;
+    }
+    return {};
+  }
   ProcessSlot* sa = table_.find(a);
   ProcessSlot* sb = table_.find(b);
   if (!sa) return not_found(a);
@@ -306,6 +321,20 @@ std::string Scheduler::unlink(const Pid& a, const Pid& b) {
     ProcessSlot* slot;
     if (auto lock = lock_live(self, slot)) erase_pid(slot->links, other);
   }
+  if (remote_ && b.node != table_.node() && a.node == table_.node()) remote_->unlink(a, b);
+  return {};
+}
+
+void Scheduler::unlink_half(const Pid& local, const Pid& other) {
+  ProcessSlot* slot;
+  if (auto lock = lock_live(local, slot)) erase_pid(slot->links, other);
+}
+
+std::string Scheduler::link_half(const Pid& local, const Pid& other) {
+  ProcessSlot* slot;
+  auto lock = lock_live(local, slot);
+  if (!lock) return not_found(local);
+  if (std::find(slot->links.begin(), slot->links.end(), other) == slot->links.end()) slot->links.push_back(other);
   return {};
 }
 
@@ -318,6 +347,8 @@ std::string Scheduler::monitor(const Pid& watcher, const Pid& target, std::uint6
       return {};
     }
   }
+  // A process of another node: its node keeps the monitor.
+  if (remote_ && target.node != table_.node()) return remote_->monitor(watcher, target, ref);
   // Gone, or never there: the monitor ends at once with "noproc", as
   // Erlang's DOWN does, so that a watcher given any PID learns of its end
   // without a race between the end and the monitor.
@@ -334,7 +365,13 @@ std::string Scheduler::monitor(const Pid& watcher, const Pid& target, std::uint6
 std::string Scheduler::unmonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
   ProcessSlot* slot;
   auto lock = lock_live(target, slot);
-  if (!lock) return not_found(target);
+  if (!lock) {
+    if (remote_ && target.node != table_.node()) {
+      remote_->demonitor(watcher, target, ref);
+      return {};
+    }
+    return not_found(target);
+  }
   std::erase_if(slot->monitors, [&](const Monitor& m) { return m.watcher == watcher && m.ref == ref; });
   return {};
 }
@@ -468,6 +505,9 @@ void Scheduler::finish(ProcessSlot* slot, bool failed, std::string result, std::
   for (const Pid& other : links) {
     ProcessSlot* os;
     if (auto lock = lock_live(other, os)) erase_pid(os->links, pid);
+    // A link to another node's process ends there too (a failure's
+    // link_down below ends it as it arrives).
+    else if (!failed && remote_ && other.node != table_.node()) remote_->unlink(pid, other);
     if (failed) {
       Event ev;
       ev.kind = EventKind::LinkDown;

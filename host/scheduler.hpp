@@ -78,6 +78,7 @@
 #include "host/idle_workers.hpp"
 #include "host/pid_table.hpp"
 #include "host/process.hpp"
+#include "host/remote_nodes.hpp"
 #include "host/timer_service.hpp"
 #include "host/worker.hpp"
 
@@ -180,6 +181,11 @@ class Scheduler {
   std::string link(const Pid& a, const Pid& b);
   std::string unlink(const Pid& a, const Pid& b);
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
+  // One half of a link: `other` (a process of another node, whose node
+  // keeps the other half) joins local's links, so local's failure sends it
+  // a link_down. not_found when local is not alive.
+  std::string link_half(const Pid& local, const Pid& other);
+  void unlink_half(const Pid& local, const Pid& other);
   std::string unmonitor(const Pid& watcher, const Pid& target, std::uint64_t ref);
 
   bool alive(const Pid& pid);
@@ -251,6 +257,17 @@ class Scheduler {
   // waits for the workers inside the old one, so its owner may go away.
   void set_idle_job(std::function<bool()> job);
 
+  // The cluster (host/remote_nodes.hpp): events, monitors, links and
+  // terminates for a PID of another node go there (a message's send is
+  // the Lua send's, bindings/lua_cluster_api.cpp, send_elsewhere). Set
+  // once, before processes run; null (the default) without --cluster.
+  // Only a call that finds no local process looks at it, so a local
+  // message pays nothing for it.
+  void set_remote(RemoteNodes* remote) { remote_ = remote; }
+  RemoteNodes* remote() const { return remote_; }
+  // This scheduler's node id: the node part of its PIDs.
+  std::uint32_t node() const { return table_.node(); }
+
  private:
   // Whether no live process can run again before `deadline`: each waits,
   // with no event queued and no yield outstanding but timers, none of which
@@ -310,6 +327,7 @@ class Scheduler {
   unsigned regular_workers_ = 0;
   TimerService timers_;
   BlockingPool pool_;
+  RemoteNodes* remote_ = nullptr;  // set before processes run (set_remote), then only read
   std::vector<std::function<void(const ExitInfo&)>> exit_hooks_;
   std::function<void(const ExitInfo&)> unwatched_failure_hook_;
   std::unique_ptr<RunawayMonitor> runaway_monitor_;

@@ -1306,3 +1306,36 @@ TEST_CASE("--help lists every flag of the parser's table with its meaning and de
   CHECK(contains(r.out, "stderr"));
   CHECK(contains(r.out, "io.write writes to stdout"));
 }
+
+TEST_CASE("the cluster's flags: --node needs --cluster and the reverse, names and URLs are checked, the timeout's range") {
+  auto parse = [](std::vector<const char*> args) {
+    args.insert(args.begin(), {"host", "run", "d"});
+    return host::cli::parse(static_cast<int>(args.size()), args.data());
+  };
+  auto p = parse({"--node", "a", "--cluster", "nats://127.0.0.1:4222", "--node-timeout", "2.5"});
+  REQUIRE(p.action == host::cli::Parsed::Action::Run);
+  CHECK(p.run.node == "a");
+  CHECK(p.run.cluster == "nats://127.0.0.1:4222");
+  CHECK(p.run.node_timeout == 2.5);
+  CHECK(parse({}).run.node_timeout == 5.0);
+  struct Bad {
+    std::vector<const char*> args;
+    const char* error;
+  };
+  for (const Bad& b : {
+           Bad{{"--node", "a"}, "--node needs --cluster"},
+           Bad{{"--cluster", "nats://127.0.0.1:4222"}, "--cluster needs --node"},
+           Bad{{"--node", "a.b", "--cluster", "nats://h:1"}, "--node needs a name of 1 to 64"},
+           Bad{{"--node", "", "--cluster", "nats://h:1"}, "--node needs a name"},
+           Bad{{"--node", "a", "--cluster", "http://h:1"}, "--cluster needs a NATS server's address"},
+           Bad{{"--node", "a", "--cluster", "nats://h"}, "--cluster needs a NATS server's address"},
+           Bad{{"--node", "a", "--cluster", "nats://h:0"}, "--cluster needs a NATS server's address"},
+           Bad{{"--node-timeout", "0.5"}, "--node-timeout needs a number of seconds from 1"},
+           Bad{{"--node-timeout", "x"}, "--node-timeout needs"},
+       }) {
+    const auto q = parse(b.args);
+    CAPTURE(b.error);
+    CHECK(q.action == host::cli::Parsed::Action::UsageError);
+    CHECK(contains(q.error, b.error));
+  }
+}

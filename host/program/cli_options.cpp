@@ -96,6 +96,50 @@ std::string inspect_flag(RunOptions& o, const std::string& v) {
   return {};
 }
 
+// A name of the cluster (a NATS subject token, and in logs): letters,
+// digits, '_' and '-'; "off" for none (as --inspect's).
+std::string node_flag(RunOptions& o, const std::string& v) {
+  if (v == "off") {
+    o.node.clear();
+    return {};
+  }
+  const bool good = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  if (!good) return "--node needs a name of 1 to 64 letters, digits, '_' or '-'";
+  o.node = v;
+  return {};
+}
+
+// nats://HOST:PORT (the one scheme NATS's client takes without TLS).
+std::string cluster_flag(RunOptions& o, const std::string& v) {
+  if (v == "off") {
+    o.cluster.clear();
+    return {};
+  }
+  const std::string scheme = "nats://";
+  const std::string rest = v.rfind(scheme, 0) == 0 ? v.substr(scheme.size()) : "";
+  const std::size_t colon = rest.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  char* end = nullptr;
+  const long n = std::strtol(port.c_str(), &end, 10);
+  if (rest.empty() || colon == 0 || colon == std::string::npos || port.empty() || *end || n < 1 || n > 65535)
+    return "--cluster needs a NATS server's address like nats://127.0.0.1:4222";
+  o.cluster = v;
+  return {};
+}
+
+std::string node_timeout_flag(RunOptions& o, const std::string& v) {
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  // At least two heartbeats (500 ms apart) fit in it, so one lost
+  // heartbeat never takes a node down.
+  if (v.empty() || *end || !std::isfinite(s) || s < 1 || s > 1e6)
+    return "--node-timeout needs a number of seconds from 1 to 1e6";
+  o.node_timeout = s;
+  return {};
+}
+
 // The defaults shown here are RunOptions' (tests/test_host_cli.cpp parses
 // each one that is a value and compares).
 constexpr Flag kFlags[] = {
@@ -112,6 +156,10 @@ constexpr Flag kFlags[] = {
      "serve a live page of the processes at http://ADDRESS/ and Prometheus metrics at /metrics "
      "(e.g. 127.0.0.1:9090; anyone who reaches it can stop processes: keep it on loopback)",
      inspect_flag},
+    {"--node", "NAME", "off", "this host's name in the cluster (needs --cluster)", node_flag},
+    {"--cluster", "URL", "off", "join the cluster of the NATS server at URL (nats://HOST:PORT; needs --node)",
+     cluster_flag},
+    {"--node-timeout", "SECONDS", "5", "a node of the cluster silent this long is down", node_timeout_flag},
 };
 
 // "usage: host run DIR [--entry MODULE[:METHOD]] ..." from the table,
@@ -244,6 +292,8 @@ Parsed parse(int argc, const char* const* argv) {
     }
   }
   if (!have_dir) return usage_error("missing DIR: the script directory to run");
+  if (!o.node.empty() && o.cluster.empty()) return usage_error("--node needs --cluster nats://HOST:PORT");
+  if (o.node.empty() && !o.cluster.empty()) return usage_error("--cluster needs --node NAME");
   p.action = Parsed::Action::Run;
   return p;
 }

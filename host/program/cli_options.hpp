@@ -23,6 +23,9 @@ struct RunOptions {
   std::size_t max_processes = 1000000;
   unsigned io_threads = 1;  // the I/O threads the sockets spread over
   std::string inspect;      // --inspect's address; empty: no inspector
+  std::string node;         // --node: this host's name in the cluster; empty: no cluster
+  std::string cluster;      // --cluster: the NATS server's nats://HOST:PORT
+  double node_timeout = 5.0;  // --node-timeout: a node silent this long is down
   std::vector<std::string> args;
   bool operator==(const RunOptions&) const = default;
 };

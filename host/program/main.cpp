@@ -20,6 +20,9 @@
 #include "host/log.hpp"
 #include "host/program/reloader.hpp"
 #include "host/scheduler.hpp"
+#ifdef HOST_CLUSTER
+#include "host/cluster/nats_node.hpp"
+#endif
 
 #include <lua.hpp>
 
@@ -94,8 +97,50 @@ int run(const cli::RunOptions& o) {
   // the host, as in servers generally (nginx, Go's runtime).
   std::signal(SIGPIPE, SIG_IGN);
 
-  Scheduler scheduler({.workers = o.workers});
+  // The cluster: connected (and the name checked) before the scheduler
+  // exists, as its PIDs carry this run's node id.
+#ifdef HOST_CLUSTER
+  std::unique_ptr<cluster::NatsNode> node;
+  if (!o.cluster.empty()) {
+    cluster::NodeOptions no;
+    no.name = o.node;
+    no.url = o.cluster;
+    no.timeout = std::chrono::milliseconds(static_cast<long long>(o.node_timeout * 1000));
+    std::string err;
+    bool name_taken = false;
+    node = cluster::NatsNode::connect(no, err, name_taken);
+    if (!node) {
+      if (name_taken) return usage_error(err);
+      std::fprintf(stderr, "host: %s\n", err.c_str());
+      return 1;
+    }
+  }
+  const std::uint32_t node_id = node ? node->id() : 0;
+#else
+  if (!o.cluster.empty())
+    return usage_error("--cluster: this host was built without the cluster (libnats-dev was not found)");
+  const std::uint32_t node_id = 0;
+#endif
+
+  Scheduler scheduler({.workers = o.workers, .node = node_id});
   lua::LuaRuntime runtime(scheduler, lo);
+#ifdef HOST_CLUSTER
+  // Leaves the cluster before the runtime and the scheduler go away: no
+  // frame is delivered into them after this.
+  struct LeaveCluster {
+    cluster::NatsNode* node;
+    ~LeaveCluster() {
+      if (node) node->stop();
+    }
+  } leave{node.get()};
+  if (node) {
+    node->start(
+        scheduler, [&runtime](std::string_view name) { return runtime.names().lookup(std::string(name)); },
+        [&runtime](const std::string& entry, std::string args) { return runtime.spawn(entry, std::move(args)); },
+        nullptr, nullptr);
+    scheduler.set_remote(node.get());
+  }
+#endif
   RootWatch watch;
   // A process that fails with nobody to tell is reported (docs/LUA_API.md, Output and logs),
   // but for the root, whose failure the host reports as it exits.

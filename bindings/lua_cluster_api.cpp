@@ -1,0 +1,179 @@
+// The process API's cluster calls (SPEC section 12): process.node,
+// process.nodes, and a destination { name, node } for process.send and
+// the calls that take a process. Threads: the one running the process.
+// Without --cluster the scheduler has no RemoteNodes and each answers as
+// the SPEC says a lone host does (nil, {}, not_found).
+#include <lua.hpp>
+
+#include "bindings/codec.hpp"
+#include "bindings/lua_process_internal.hpp"
+#include "host/cluster/wire.hpp"
+#include "host/commands.hpp"
+#include "host/config.hpp"
+#include "host/error.hpp"
+
+namespace host::lua {
+
+namespace {
+
+// Field i (1 or 2) of the table at idx, if it is a string.
+bool string_at(lua_State* L, int idx, int i, std::string& out) {
+  lua_rawgeti(L, idx, i);
+  const bool ok = lua_type(L, -1) == LUA_TSTRING;
+  if (ok) {
+    std::size_t n;
+    const char* s = lua_tolstring(L, -1, &n);
+    out.assign(s, n);
+  }
+  lua_pop(L, 1);
+  return ok;
+}
+
+}  // namespace
+
+// A destination that is not a string: { name, node }, a name registered on
+// a node (this one or another). Anything else is the argument error a
+// string's check raises.
+[[gnu::noinline, gnu::cold]] bool Primitives::resolve_not_string(lua_State* L, int idx, Pid& out, int& nret,
+                                                                bool for_send) {
+  LuaProcess& p = of(L);
+  std::string name, node;
+  if (lua_type(L, idx) != LUA_TTABLE) raise_not_string(L, idx);
+  if (!string_at(L, idx, 1, name) || !string_at(L, idx, 2, node)) {
+    nret = push_fail(L, make_error(ErrorKind::Invalid, "a destination table is { name, node }: two strings"));
+    return false;
+  }
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  if (remote && node == remote->node_name()) {  // this node: a local name
+    if (auto pid = p.rt_.names().lookup(name)) {
+      out = *pid;
+      return true;
+    }
+    nret = push_fail(L, make_error(ErrorKind::NotFound, "no process registered as '" + name + "'"));
+    return false;
+  }
+  if (!remote) {
+    nret = push_fail(L, make_error(ErrorKind::NotFound, "node " + node + " is not connected (no --cluster)"));
+    return false;
+  }
+  if (!for_send) {
+    nret = push_fail(L, make_error(ErrorKind::Invalid, "{ name, node } of another node is taken by process.send "
+                                                       "only; use the process's PID"));
+    return false;
+  }
+  nret = send_to_node(L, p, name, node);
+  return false;
+}
+
+// process.send({ name, node }, topic, value) to another node.
+int Primitives::send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node) {
+  std::size_t tn;
+  const char* topic = check_string(L, 2, &tn);
+  std::string bytes;
+  if (!lua_isnoneornil(L, 3)) {
+    std::string err = encode_value(L, 3, bytes);
+    if (!err.empty()) return push_fail(L, err);
+  }
+  std::size_t backlog = 0;
+  const int nret = ok_or_fail(L, p.rt_.scheduler().remote()->send_named(node, name, std::string_view(topic, tn), bytes,
+                                                                        p.ctx_.self, &backlog));
+  // The session's window is full: let others run before sending more.
+  if (backlog >= config::kSendBacklogYield && p.kernel_.can_yield_to_others(L)) return p.kernel_.yield_to_others(L, nret);
+  return nret;
+}
+
+// A send that found no local process: to another node when `to` is one
+// of its PIDs (its payload was not moved: the scheduler refused it), else
+// the scheduler's not_found.
+[[gnu::noinline, gnu::cold]] int Primitives::send_elsewhere(lua_State* L, LuaProcess& p, const Pid& to,
+                                                           std::string_view topic, std::string_view payload,
+                                                           const std::string& err) {
+  Scheduler& s = p.rt_.scheduler();
+  RemoteNodes* remote = s.remote();
+  if (!remote || to.node == s.node()) return push_fail(L, err);
+  std::size_t backlog = 0;
+  const int nret = ok_or_fail(L, remote->send(to, topic, payload, p.ctx_.self, &backlog));
+  // The session's window is full: let others run before sending more.
+  if (backlog >= config::kSendBacklogYield && p.kernel_.can_yield_to_others(L)) return p.kernel_.yield_to_others(L, nret);
+  return nret;
+}
+
+// process.node(): the --node name, or nil without a cluster.
+int Primitives::node(lua_State* L) {
+  if (RemoteNodes* remote = of(L).rt_.scheduler().remote()) {
+    const std::string& name = remote->node_name();
+    lua_pushlstring(L, name.data(), name.size());
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+// process.nodes(): the other connected nodes' names ({} without a cluster).
+int Primitives::nodes(lua_State* L) {
+  std::vector<std::string> names;
+  if (RemoteNodes* remote = of(L).rt_.scheduler().remote()) names = remote->node_names();
+  lua_createtable(L, static_cast<int>(names.size()), 0);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    lua_pushlstring(L, names[i].data(), names[i].size());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+// process.spawn_on(node, entry, ...) -> pid | nil, err: as process.spawn,
+// on the node named. A waiting call (cmd::kSpawnOn) for another node: its
+// node answers with the new PID, or the error (a missing module, say), or
+// the node goes down first (not_found). Not connected: not_found at once.
+int Primitives::spawn_on(lua_State* L) {
+  auto& p = of(L);
+  std::size_t nn;
+  const char* node_chars = check_string(L, 1, &nn);
+  const std::string node(node_chars, nn);
+  std::string entry = check_string(L, 2);
+  const int nargs = lua_gettop(L) - 2;
+  std::string args;
+  if (std::string err = encode_values(L, 3, nargs, args, "arg"); !err.empty()) return push_fail(L, err);
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  if (remote && node == remote->node_name()) {  // this node: a plain spawn
+    SpawnOptions opts;
+    opts.parent = p.ctx_.self;
+    SpawnResult r = p.rt_.spawn(entry, std::move(args), opts);
+    if (!r) return push_fail(L, r.error);
+    push_pid(L, r.pid);
+    return 1;
+  }
+  bool connected = false;
+  if (remote)
+    for (const std::string& n : remote->node_names()) connected |= n == node;
+  if (!connected)
+    return push_fail(L, make_error(ErrorKind::NotFound, "node " + node + " is not connected" + (remote ? "" : " (no --cluster)")));
+  p.kernel_.check_blockable(L);
+  const std::uint64_t tag = TaskKernel::kCallTagMark | ++p.c_timers_;
+  Yield& y = p.step_out_->add_yield(cmd::kSpawnOn, tag);
+  y.bytes = cluster::encode_spawn_request({node, entry, args});
+  return p.kernel_.block_in_call(L, tag);
+}
+
+// process.monitor_node(name) -> true: { kind = "nodedown", node = name }
+// when the node goes away (at once when it is not connected), { kind =
+// "nodeup", node = name } when it connects, in process.events().
+int Primitives::monitor_node(lua_State* L) {
+  auto& p = of(L);
+  std::size_t n;
+  const char* name = check_string(L, 1, &n);
+  if (n == 0) return push_fail(L, make_error(ErrorKind::Invalid, "monitor_node needs a node's name"));
+  if (RemoteNodes* remote = p.rt_.scheduler().remote()) {
+    remote->monitor_node(p.ctx_.self, std::string_view(name, n));
+  } else {
+    // No cluster: no node is connected, so it is down now, and stays so.
+    Event ev;
+    ev.kind = EventKind::Node;
+    ev.payload.assign(name, n);
+    (void)p.rt_.scheduler().deliver(p.ctx_.self, std::move(ev));
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+}  // namespace host::lua

@@ -1,0 +1,52 @@
+// A session's sender and receiver halves (session.hpp).
+#include "host/cluster/session.hpp"
+
+namespace host::cluster {
+
+std::uint64_t Session::stamp(std::string body, Clock::time_point now) {
+  // An empty ring starts the resend clock: an ack is owed from now.
+  if (ring_.empty()) last_progress_ = now;
+  const std::uint64_t seq = next_seq_++;
+  unacked_bytes_ += body.size();
+  ring_.push_back(Outgoing{seq, std::move(body)});
+  return seq;
+}
+
+void Session::acknowledged(std::uint64_t ack, Clock::time_point now) {
+  if (ack >= next_seq_) return;  // acknowledges what was never sent
+  bool progress = false;
+  while (!ring_.empty() && ring_.front().seq <= ack) {
+    unacked_bytes_ -= ring_.front().body.size();
+    ring_.pop_front();
+    progress = true;
+  }
+  if (progress) last_progress_ = now;
+}
+
+Session::Arrival Session::arrive(std::uint64_t seq, std::size_t bytes) {
+  if (seq <= delivered_) {
+    nudge_ = true;  // the sender did not hear our ack: say it again
+    return Arrival::Duplicate;
+  }
+  if (seq != delivered_ + 1) {
+    nudge_ = true;
+    return Arrival::Gap;
+  }
+  delivered_ = seq;
+  ++since_ack_messages_;
+  since_ack_bytes_ += bytes;
+  return Arrival::Deliver;
+}
+
+bool Session::ack_due_now() const {
+  return since_ack_messages_ >= limits_.ack_every_messages || since_ack_bytes_ >= limits_.ack_every_bytes;
+}
+
+void Session::ack_sent() {
+  ack_sent_ = delivered_;
+  since_ack_messages_ = 0;
+  since_ack_bytes_ = 0;
+  nudge_ = false;
+}
+
+}  // namespace host::cluster

@@ -1,0 +1,119 @@
+// A session: the reliable, ordered stream of messages from this node to one
+// peer node (its sender half) and from that peer to this node (its
+// receiver half), over a transport that may drop, duplicate or reorder.
+// Threads: none of its own and no lock; its owner (cluster::NatsNode's Peer)
+// holds one mutex around every call.
+//
+// Why a layer of our own: NATS delivers at most once and drops messages for
+// a slow consumer or across a reconnect, so neither order nor delivery can
+// be left to it (SPEC section 12: in order, at most once, none lost while
+// the nodes stay connected). The scheme is TCP's go-back-N, kept simple:
+// - every message gets the next sequence number (1, 2, ...) and stays in
+//   the resend ring until the peer acknowledges it;
+// - acknowledgements are cumulative (the highest number received in order)
+//   and ride on every frame the peer sends, or in an ack frame of their own;
+// - the receiver takes only the next number: a duplicate (seen already) or
+//   one past a gap is dropped, so order needs no reassembly buffer (NATS
+//   over one connection keeps order; a gap means a loss, and the sender
+//   sends everything unacknowledged again once no ack came for `resend_after`);
+// - the unacknowledged bytes are the window: past `window_bytes` a sender
+//   is told to yield (the Lua send yields as a send to a long mailbox does).
+// Rejected: selective acks and a reorder buffer (losses are rare, a burst
+// resend is cheap over a loopback or LAN, and the buffer would be a second
+// unbounded queue); NATS JetStream (a server-side store the contract does
+// not need, and not in nats-server's default configuration).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+
+namespace host::cluster {
+
+struct SessionLimits {
+  // Unacknowledged bytes past which a sender yields.
+  std::size_t window_bytes = 1u << 20;
+  // Unacknowledged bytes past which, while the transport is down, the peer
+  // is reported down (SPEC: at most 8 MB buffered per peer).
+  std::size_t max_buffered_bytes = 8u << 20;
+  // No acknowledgement for this long: everything unacknowledged goes again.
+  std::chrono::milliseconds resend_after{100};
+  // The receiver acknowledges at once after this many messages or bytes in
+  // order (else on its next tick): the sender's window drains without
+  // waiting for a tick.
+  std::uint64_t ack_every_messages = 64;
+  std::size_t ack_every_bytes = 256u << 10;
+};
+
+class Session {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Session(SessionLimits limits = {}) : limits_(limits) {}
+
+  // --- sender half ---
+  // Keeps body in the resend ring under the next sequence number and
+  // returns that number; the caller transmits it (with cumulative_ack()).
+  std::uint64_t stamp(std::string body, Clock::time_point now);
+  // The number the next stamp gives (a caller encodes its frame first).
+  std::uint64_t next_seq() const { return next_seq_; }
+  // The peer has everything up to `ack`: those leave the ring. An ack
+  // below what was acknowledged already (a late frame) changes nothing;
+  // one above what was sent is ignored (a corrupt or foreign frame).
+  void acknowledged(std::uint64_t ack, Clock::time_point now);
+  // When nothing was acknowledged for resend_after since the last send or
+  // resend, calls emit(seq, body) for every message in the ring, oldest
+  // first, and returns how many; else 0.
+  template <typename Emit>
+  std::size_t resend_if_stalled(Clock::time_point now, Emit&& emit) {
+    if (ring_.empty() || now - last_progress_ < limits_.resend_after) return 0;
+    last_progress_ = now;
+    for (const Outgoing& m : ring_) emit(m.seq, m.body);
+    resends_ += ring_.size();
+    return ring_.size();
+  }
+  std::size_t unacked_bytes() const { return unacked_bytes_; }
+  std::size_t unacked_messages() const { return ring_.size(); }
+  bool window_full() const { return unacked_bytes_ >= limits_.window_bytes; }
+  bool over_buffer_limit() const { return unacked_bytes_ > limits_.max_buffered_bytes; }
+  std::uint64_t resends() const { return resends_; }
+
+  // --- receiver half ---
+  enum class Arrival {
+    Deliver,    // the next in order: deliver it now
+    Duplicate,  // received before: drop it (and acknowledge again)
+    Gap,        // an earlier one is missing: drop it; the sender resends
+  };
+  // Judges a message's sequence number; Deliver advances the cumulative ack.
+  Arrival arrive(std::uint64_t seq, std::size_t bytes);
+  std::uint64_t cumulative_ack() const { return delivered_; }
+  // Whether an ack frame should go now (enough delivered since the last
+  // ack), or at the tick (any delivered since, or a duplicate or gap seen:
+  // the sender may be resending into a lost ack).
+  bool ack_due_now() const;
+  bool ack_due_at_tick() const { return delivered_ != ack_sent_ || nudge_; }
+  // The caller sent cumulative_ack() (in an ack frame or on a data frame).
+  void ack_sent();
+
+ private:
+  struct Outgoing {
+    std::uint64_t seq;
+    std::string body;
+  };
+  SessionLimits limits_;
+  // Sender half.
+  std::uint64_t next_seq_ = 1;
+  std::deque<Outgoing> ring_;  // oldest first; seqs consecutive
+  std::size_t unacked_bytes_ = 0;
+  Clock::time_point last_progress_{};
+  std::uint64_t resends_ = 0;
+  // Receiver half.
+  std::uint64_t delivered_ = 0;  // every seq up to this one delivered
+  std::uint64_t ack_sent_ = 0;
+  std::uint64_t since_ack_messages_ = 0;
+  std::size_t since_ack_bytes_ = 0;
+  bool nudge_ = false;
+};
+
+}  // namespace host::cluster

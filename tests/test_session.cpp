@@ -1,0 +1,359 @@
+// The cluster's session layer (host/cluster/session.hpp) and its frames
+// (wire.hpp): every message arrives once and in order over a transport
+// that drops, duplicates and reorders, and a corrupt frame is refused.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host/cluster/session.hpp"
+#include "host/cluster/wire.hpp"
+#include "tests/watchdog.hpp"
+
+using host::cluster::Session;
+using host::cluster::SessionLimits;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One direction of a lossy link: frames pushed may be dropped, doubled or
+// swapped with the one before (NATS drops; a resend doubles; the test
+// reorders too, which NATS over one connection does not).
+struct LossyLink {
+  struct Frame {
+    bool data = false;
+    std::uint64_t seq = 0;
+    std::uint64_t ack = 0;
+    std::string body;
+  };
+  double drop = 0, dup = 0, swap = 0;
+  std::mutex mu;
+  std::deque<Frame> in_flight;  // guarded by mu
+  std::mt19937_64 rng;          // guarded by mu
+  explicit LossyLink(std::uint64_t seed) : rng(seed) {}
+
+  void push(Frame f) {
+    std::lock_guard lock(mu);
+    std::uniform_real_distribution<double> u(0, 1);
+    if (u(rng) < drop) return;
+    if (u(rng) < dup) in_flight.push_back(f);
+    in_flight.push_back(std::move(f));
+    if (in_flight.size() >= 2 && u(rng) < swap) std::swap(in_flight[in_flight.size() - 1], in_flight[in_flight.size() - 2]);
+  }
+  bool pop(Frame& out) {
+    std::lock_guard lock(mu);
+    if (in_flight.empty()) return false;
+    out = std::move(in_flight.front());
+    in_flight.pop_front();
+    return true;
+  }
+};
+
+std::string body_of(std::uint64_t i) { return "message " + std::to_string(i) + std::string(i % 97, 'x'); }
+
+// A sender's session and a receiver's, on a lossy link each way, run on
+// one thread with a simulated clock: `count` messages, checked in order.
+void run_simulated(std::uint64_t seed, double drop, double dup, double swap, std::uint64_t count) {
+  SessionLimits limits;
+  limits.window_bytes = 64 << 10;
+  limits.resend_after = 30ms;
+  Session sender(limits), receiver(limits);
+  LossyLink forth(seed), back(seed + 1);
+  forth.drop = back.drop = drop;
+  forth.dup = back.dup = dup;
+  forth.swap = back.swap = swap;
+  Session::Clock::time_point now{};
+  std::uint64_t next = 0, got = 0;
+  for (int round = 0; got < count; ++round) {
+    REQUIRE(round < 200000);  // a stuck session fails rather than hangs
+    now += 1ms;
+    // The sender sends while its window has room.
+    for (int i = 0; i < 8 && next < count && !sender.window_full(); ++i, ++next) {
+      std::string body = body_of(next);
+      forth.push({true, sender.next_seq(), sender.cumulative_ack(), body});
+      (void)sender.stamp(std::move(body), now);
+    }
+    sender.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+      forth.push({true, seq, sender.cumulative_ack(), body});
+    });
+    LossyLink::Frame f;
+    while (forth.pop(f)) {
+      if (receiver.arrive(f.seq, f.body.size()) == Session::Arrival::Deliver) {
+        REQUIRE(f.body == body_of(got));  // in order, none lost, none twice
+        ++got;
+      }
+      if (receiver.ack_due_now()) {
+        back.push({false, 0, receiver.cumulative_ack(), {}});
+        receiver.ack_sent();
+      }
+    }
+    if (round % 10 == 0 && receiver.ack_due_at_tick()) {
+      back.push({false, 0, receiver.cumulative_ack(), {}});
+      receiver.ack_sent();
+    }
+    while (back.pop(f)) sender.acknowledged(f.ack, now);
+  }
+  CHECK(got == count);
+  // Everything delivered is acknowledged in the end.
+  for (int round = 0; sender.unacked_messages() > 0 && round < 10000; ++round) {
+    now += 1ms;
+    sender.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+      forth.push({true, seq, 0, body});
+    });
+    LossyLink::Frame f;
+    while (forth.pop(f)) (void)receiver.arrive(f.seq, f.body.size());
+    back.push({false, 0, receiver.cumulative_ack(), {}});
+    while (back.pop(f)) sender.acknowledged(f.ack, now);
+  }
+  CHECK(sender.unacked_messages() == 0);
+  CHECK(sender.unacked_bytes() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a session delivers every message once and in order over a lossless link") {
+  run_simulated(1, 0, 0, 0, 5000);
+}
+
+TEST_CASE("a session delivers every message once and in order when the link drops, doubles and reorders") {
+  // Sweep the faults: each alone, then all at once, over several seeds.
+  struct Faults {
+    double drop, dup, swap;
+  };
+  for (Faults f : {Faults{0.1, 0, 0}, Faults{0, 0.2, 0}, Faults{0, 0, 0.2}, Faults{0.05, 0.05, 0.05},
+                   Faults{0.3, 0.1, 0.1}}) {
+    for (std::uint64_t seed : {7u, 8u, 9u}) {
+      CAPTURE(f.drop);
+      CAPTURE(f.dup);
+      CAPTURE(f.swap);
+      CAPTURE(seed);
+      run_simulated(seed, f.drop, f.dup, f.swap, 3000);
+    }
+  }
+}
+
+TEST_CASE("a session's window fills with unacknowledged bytes and empties with the ack") {
+  SessionLimits limits;
+  limits.window_bytes = 100;
+  Session s(limits);
+  const auto now = Session::Clock::now();
+  CHECK_FALSE(s.window_full());
+  for (int i = 0; i < 10; ++i) (void)s.stamp(std::string(10, 'a'), now);
+  CHECK(s.window_full());
+  CHECK(s.unacked_bytes() == 100);
+  s.acknowledged(4, now);
+  CHECK_FALSE(s.window_full());
+  CHECK(s.unacked_messages() == 6);
+  s.acknowledged(2, now);  // a late, smaller ack changes nothing
+  CHECK(s.unacked_messages() == 6);
+  s.acknowledged(99, now);  // beyond what was sent: a foreign frame, ignored
+  CHECK(s.unacked_messages() == 6);
+  s.acknowledged(10, now);
+  CHECK(s.unacked_messages() == 0);
+}
+
+TEST_CASE("a stalled session resends everything unacknowledged, oldest first, once per resend period") {
+  SessionLimits limits;
+  limits.resend_after = 100ms;
+  Session s(limits);
+  const auto t0 = Session::Clock::now();
+  for (int i = 0; i < 3; ++i) (void)s.stamp("m" + std::to_string(i), t0);
+  std::vector<std::uint64_t> seqs;
+  auto emit = [&](std::uint64_t seq, const std::string&) { seqs.push_back(seq); };
+  CHECK(s.resend_if_stalled(t0 + 50ms, emit) == 0);
+  CHECK(s.resend_if_stalled(t0 + 100ms, emit) == 3);
+  CHECK(seqs == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(s.resend_if_stalled(t0 + 150ms, emit) == 0);  // not again until another period passed
+  s.acknowledged(2, t0 + 160ms);
+  seqs.clear();
+  CHECK(s.resend_if_stalled(t0 + 270ms, emit) == 1);
+  CHECK(seqs == std::vector<std::uint64_t>{3});
+}
+
+TEST_CASE("a receiver takes only the next number: duplicates and gaps are dropped and acknowledged again") {
+  Session r;
+  CHECK(r.arrive(1, 1) == Session::Arrival::Deliver);
+  CHECK(r.arrive(3, 1) == Session::Arrival::Gap);
+  CHECK(r.arrive(1, 1) == Session::Arrival::Duplicate);
+  CHECK(r.cumulative_ack() == 1);
+  CHECK(r.ack_due_at_tick());
+  r.ack_sent();
+  CHECK_FALSE(r.ack_due_at_tick());
+  CHECK(r.arrive(2, 1) == Session::Arrival::Deliver);
+  CHECK(r.arrive(3, 1) == Session::Arrival::Deliver);
+  CHECK(r.cumulative_ack() == 3);
+}
+
+TEST_CASE("sessions under three threads, as the node runs them, lose, double and reorder nothing") {
+  // A sender thread (a worker's send), a receiver thread (the NATS
+  // callback: arrive, deliver, ack) and a ticker (resends, acks), each
+  // holding its session's mutex, as NatsNode does; built for TSan too.
+  host::testing::Watchdog watchdog("threaded session test", 60s);
+  SessionLimits limits;
+  limits.window_bytes = 32 << 10;
+  limits.resend_after = 5ms;
+  limits.ack_every_messages = 16;
+  std::mutex send_mu, recv_mu;
+  Session sender(limits), receiver(limits);
+  LossyLink forth(42), back(43);
+  forth.drop = back.drop = 0.05;
+  forth.dup = back.dup = 0.02;
+  constexpr std::uint64_t kCount = 20000;
+  std::atomic<std::uint64_t> got{0};
+  std::atomic<bool> bad{false}, done{false};
+
+  std::thread send_thread([&] {
+    for (std::uint64_t i = 0; i < kCount;) {
+      std::unique_lock lock(send_mu);
+      if (sender.window_full()) {
+        lock.unlock();
+        std::this_thread::yield();
+        continue;
+      }
+      std::string body = body_of(i);
+      forth.push({true, sender.next_seq(), 0, body});
+      (void)sender.stamp(std::move(body), Session::Clock::now());
+      ++i;
+    }
+  });
+  std::thread recv_thread([&] {
+    std::uint64_t expect = 0;
+    while (!done.load(std::memory_order_acquire)) {
+      LossyLink::Frame f;
+      if (!forth.pop(f)) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::lock_guard lock(recv_mu);
+      if (receiver.arrive(f.seq, f.body.size()) == Session::Arrival::Deliver) {
+        if (f.body != body_of(expect)) bad.store(true);
+        ++expect;
+        got.store(expect, std::memory_order_release);
+      }
+      if (receiver.ack_due_now()) {
+        back.push({false, 0, receiver.cumulative_ack(), {}});
+        receiver.ack_sent();
+      }
+    }
+  });
+  std::thread ticker([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(1ms);
+      {
+        std::lock_guard lock(recv_mu);
+        if (receiver.ack_due_at_tick()) {
+          back.push({false, 0, receiver.cumulative_ack(), {}});
+          receiver.ack_sent();
+        }
+      }
+      LossyLink::Frame f;
+      std::lock_guard lock(send_mu);
+      while (back.pop(f)) sender.acknowledged(f.ack, Session::Clock::now());
+      sender.resend_if_stalled(Session::Clock::now(), [&](std::uint64_t seq, const std::string& body) {
+        forth.push({true, seq, 0, body});
+      });
+      if (got.load(std::memory_order_acquire) == kCount && sender.unacked_messages() == 0) done.store(true);
+    }
+  });
+  send_thread.join();
+  recv_thread.join();
+  ticker.join();
+  CHECK_FALSE(bad.load());
+  CHECK(got.load() == kCount);
+  std::lock_guard lock(send_mu);
+  CHECK(sender.unacked_messages() == 0);
+}
+
+TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes are refused") {
+  using namespace host::cluster;
+  Envelope e;
+  e.op = Envelope::Op::Event;
+  e.to = host::Pid{123456789, 7, 3};
+  e.tag = 1ull << 50;
+  e.event_kind = 3;
+  e.failed = true;
+  e.from = host::Pid{987654321, 1, 1};
+  e.topic = "ping";
+  e.payload = std::string_view("\x01\x02\x00payload", 10);
+  const std::string body = encode_envelope(e);
+  Frame f;
+  f.kind = FrameKind::Data;
+  f.from_node = 987654321;
+  f.to_node = 123456789;
+  f.seq = 1ull << 40;
+  f.ack = 77;
+  f.text = body;
+  const std::string bytes = encode_frame(f);
+  auto g = decode_frame(bytes);
+  REQUIRE(g);
+  CHECK(g->kind == FrameKind::Data);
+  CHECK(g->from_node == f.from_node);
+  CHECK(g->to_node == f.to_node);
+  CHECK(g->seq == f.seq);
+  CHECK(g->ack == f.ack);
+  auto d = decode_envelope(g->text);
+  REQUIRE(d);
+  CHECK(d->to == e.to);
+  CHECK(d->from == e.from);
+  CHECK(d->op == Envelope::Op::Event);
+  CHECK(d->tag == e.tag);
+  CHECK(d->event_kind == 3);
+  CHECK(d->failed);
+  CHECK(d->topic == "ping");
+  CHECK(d->payload == e.payload);
+  // Every cut of a frame with fixed fields is refused, as is a cut
+  // envelope, a wrong magic byte and an unknown kind.
+  Frame hb;
+  hb.kind = FrameKind::Heartbeat;
+  hb.from_node = 5;
+  hb.text = "alpha";
+  const std::string hb_bytes = encode_frame(hb);
+  REQUIRE(decode_frame(hb_bytes));
+  CHECK(decode_frame(hb_bytes)->text == "alpha");
+  for (std::size_t n = 0; n < hb_bytes.size(); ++n) CHECK_FALSE(decode_frame(hb_bytes.substr(0, n)));
+  for (std::size_t n = 0; n < 47; ++n) CHECK_FALSE(decode_envelope(body.substr(0, n)));
+  std::string foreign = bytes;
+  foreign[0] = 'x';
+  CHECK_FALSE(decode_frame(foreign));
+  std::string unknown = bytes;
+  unknown[1] = 99;
+  CHECK_FALSE(decode_frame(unknown));
+}
+
+TEST_CASE("an envelope over 64 KB travels in parts and is reassembled whole, and a bad part drops it") {
+  using namespace host::cluster;
+  for (std::size_t size : {std::size_t{0}, std::size_t{10}, kPartBytes, kPartBytes + 1, 3 * kPartBytes + 17,
+                           std::size_t{3} << 20}) {
+    CAPTURE(size);
+    std::string envelope(size, '\0');
+    for (std::size_t i = 0; i < size; ++i) envelope[i] = static_cast<char>(i * 131 + 7);
+    const auto bodies = split_into_bodies(envelope);
+    CHECK(bodies.size() == (size <= kPartBytes ? 1 : (size + kPartBytes - 1) / kPartBytes));
+    Reassembly r;
+    std::optional<std::string_view> out;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      CHECK(bodies[i].size() <= kPartBytes + 1);
+      out = r.add(bodies[i]);
+      CHECK(out.has_value() == (i + 1 == bodies.size()));
+    }
+    REQUIRE(out);
+    CHECK(*out == envelope);
+    CHECK(r.buffered() == 0);
+  }
+  // A last part without its first, and an empty body, give nothing.
+  const auto bodies = split_into_bodies(std::string(2 * kPartBytes + 1, 'y'));
+  Reassembly r;
+  CHECK_FALSE(r.add(bodies[2]));
+  CHECK_FALSE(r.add(bodies[0]));
+  CHECK_FALSE(r.add(""));
+  CHECK(r.buffered() == 0);
+  auto whole = split_into_bodies("small");
+  CHECK(r.add(whole[0]) == std::optional<std::string_view>("small"));
+}
