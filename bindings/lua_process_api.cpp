@@ -206,8 +206,12 @@ int Primitives::send(lua_State* L) {
         return push_fail(L, err);
       }
       std::size_t backlog = 0;
-      std::string serr = p.rt_.scheduler().send(to, std::string_view(topic, tn), std::move(bytes), p.ctx_.self, &backlog);
-      if (!serr.empty()) socket_moves_undo(L);
+      const std::string_view topic_bytes(topic, tn);
+      std::string serr = p.rt_.scheduler().send(to, topic_bytes, std::move(bytes), p.ctx_.self, &backlog);
+      if (!serr.empty()) [[unlikely]] {  // the bytes are still here: a send that fails takes nothing
+        socket_moves_undo(L);  // a socket never leaves this host
+        return send_elsewhere(L, p, to, topic_bytes, bytes, serr);
+      }
       const int nret = ok_or_fail(L, serr);
       if (backlog >= config::kSendBacklogYield && to != p.ctx_.self && p.kernel_.can_yield_to_others(L))
         return p.kernel_.yield_to_others(L, nret);
