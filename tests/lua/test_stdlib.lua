@@ -346,7 +346,9 @@ return { main = function()
       T.raises_here(function() supervisor.start { children = { { entry = "fixtures.idle", restrat = "temporary" } } } end, "invalid: unknown option 'restrat'")
       T.raises_here(function() supervisor.start { strategy = "all_for_none", children = {} } end, "invalid: unknown supervisor strategy")
       T.raises_here(function() supervisor.start { children = { { id = "x" } } } end, "invalid: child #1 needs an entry string")
-      T.eq(T.count_processes("supervisor:run"), before, "no supervisor started")
+      -- At most as many as before: one an earlier case cancelled may end meanwhile.
+      local after = T.count_processes("supervisor:run")
+      T.ok(after <= before, "no supervisor started: " .. before .. " before, " .. after .. " after")
     end },
   }
 end }
