@@ -26,11 +26,27 @@
 // clears the flag (seq_cst) before it searches, or, finding work first,
 // clears it, fences, and wakes the next one if any queue still holds work
 // (Worker::run).
+//
+// With a poller attached (idle_poller.hpp), one parking worker at a time
+// blocks in the poller instead of the futex (the poll role). A wake then
+// leaves its token as always and, where the role is held, interrupts the
+// poll instead of the futex:
+//   poller:    prepare_park(); recheck; try_claim_poll() [role = held];
+//              fence; take_token() or recheck the queues; else block in
+//              the poller; release_poll(); cancel_park().
+//   submitter: as above; wake_one(): token++; if the role is held, take
+//              it back and interrupt the poll, else wake the futex.
+// The token's add and the role's claim are both sequentially consistent
+// read-modify-writes, each followed by a read of the other: either the
+// poller sees the token and does not block, or the submitter sees the role
+// and interrupts it (both: one poll that returns at once).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+
+#include "host/idle_poller.hpp"
 
 namespace host {
 
@@ -88,17 +104,44 @@ class IdleWorkers {
   // A worker woken from commit_park has begun spinning or found work.
   void end_waking() { waking_.store(false, std::memory_order_seq_cst); }
 
-  // Leaves a wake token and wakes a parked worker; false when none was left
-  // (stopped, or every parker already has one).
+  // Leaves a wake token and wakes a parked worker (the one blocked in the
+  // poller, if one is); false when none was left (stopped, or every parker
+  // already has one).
   bool wake_one() {
     int t = tokens_.load(std::memory_order_relaxed);
     do {
       if (t & kStopped || t >= workers_ + kMaxExtraThreads) return false;
-    } while (!tokens_.compare_exchange_weak(t, t + 1, std::memory_order_release, std::memory_order_relaxed));
+    } while (!tokens_.compare_exchange_weak(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed));
     wakes_.fetch_add(1, std::memory_order_relaxed);
-    tokens_.notify_one();
+    if (!interrupt_poll()) tokens_.notify_one();
     return true;
   }
+
+  // The poll role (see the top). The poller, attached once before the
+  // workers may park in it, outlives them.
+  void set_poller(IdlePoller* poller) { poller_.store(poller, std::memory_order_release); }
+  IdlePoller* poller() const { return poller_.load(std::memory_order_acquire); }
+  // True when the caller now holds the role; it must then check for a
+  // token (take_token) and work before it blocks.
+  [[nodiscard]] bool try_claim_poll() {
+    bool held = false;
+    if (!poll_held_.compare_exchange_strong(held, true, std::memory_order_seq_cst)) return false;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the token's add in wake_one
+    return true;
+  }
+  // The holder gives the role up (a waker may have taken it already).
+  void release_poll() { poll_held_.store(false, std::memory_order_seq_cst); }
+  // Whether some worker blocks (or is about to) in the poller: others
+  // need not poll it too.
+  bool poll_held() const { return poll_held_.load(std::memory_order_relaxed); }
+  // Consumes a wake token if one is left; false when none (or stopped).
+  bool take_token() {
+    int t = tokens_.load(std::memory_order_acquire);
+    while (t > 0 && !(t & kStopped))
+      if (tokens_.compare_exchange_weak(t, t - 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    return false;
+  }
+  bool stopped() const { return (tokens_.load(std::memory_order_acquire) & kStopped) != 0; }
 
   // Wakes every parked worker (helpers that must re-check whether to retire).
   void wake_all() {
@@ -112,8 +155,9 @@ class IdleWorkers {
   }
 
   void stop() {
-    tokens_.fetch_or(kStopped, std::memory_order_release);
+    tokens_.fetch_or(kStopped, std::memory_order_seq_cst);
     tokens_.notify_all();
+    (void)interrupt_poll();
   }
 
   int spinning() const { return spinning_.load(std::memory_order_relaxed); }
@@ -122,6 +166,15 @@ class IdleWorkers {
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
  private:
+  // Takes the role back from a worker blocked in the poller and interrupts
+  // its poll; false when none holds it.
+  bool interrupt_poll() {
+    if (!poll_held_.load(std::memory_order_seq_cst) || !poll_held_.exchange(false, std::memory_order_seq_cst))
+      return false;
+    poller_.load(std::memory_order_acquire)->interrupt();
+    return true;
+  }
+
   const int workers_;
   alignas(64) std::atomic<int> spinning_{0};
   std::atomic<int> parked_{0};  // workers between prepare_park and the end of commit/cancel
@@ -133,6 +186,8 @@ class IdleWorkers {
   static constexpr int kStopped = 1 << 30;
   alignas(64) std::atomic<int> tokens_{0};
   std::atomic<std::uint64_t> wakes_{0};
+  std::atomic<IdlePoller*> poller_{nullptr};
+  alignas(64) std::atomic<bool> poll_held_{false};  // the poll role: a worker blocks in poller_
 };
 
 }  // namespace host

@@ -257,6 +257,16 @@ class Scheduler {
   // waits for the workers inside the old one, so its owner may go away.
   void set_idle_job(std::function<bool()> job);
 
+  // The idle poller (idle_poller.hpp): workers poll it when they look for
+  // work and the last to park blocks in it. One per scheduler: false
+  // when one is attached already (the caller then polls it itself). It
+  // must outlive the workers (the exit hooks' lifetime rule).
+  bool attach_idle_poller(IdlePoller* poller) {
+    if (idle_.poller()) return false;
+    idle_.set_poller(poller);
+    return true;
+  }
+
   // The cluster (host/remote_nodes.hpp): events, monitors, links and
   // terminates for a PID of another node go there (a message's send is
   // the Lua send's, bindings/lua_cluster_api.cpp, send_elsewhere). Set

@@ -151,8 +151,10 @@ void Worker::run(std::uint64_t generation) {
       execute(slot);
       continue;
     }
-    // Nothing to run: first the idle job, a unit at a time with a look for
-    // processes between units; spin and park once it has nothing to do.
+    // Nothing to run: first what the poller has ready, then the idle job, a
+    // unit at a time with a look for processes between units; spin and
+    // park once it has nothing to do.
+    if (rounds == 0 && poll_ready()) continue;
     if (rounds == 0 && !spinning && !helper_ && scheduler_.run_idle_job()) continue;
     if (!spinning && rounds < config::kYieldRounds) {
       if (idle.try_begin_spinning()) spinning = true;
@@ -185,6 +187,11 @@ void Worker::run(std::uint64_t generation) {
       rounds = 0;
       continue;
     }
+    if (!helper_ && park_in_poller()) {
+      rounds = 0;
+      waking = true;
+      continue;
+    }
     bump(parks_);
     if (!idle.commit_park()) break;
     rounds = 0;
@@ -203,6 +210,9 @@ void Worker::run(std::uint64_t generation) {
 ProcessSlot* Worker::find_work() {
   auto& global = scheduler_.global_;
   if (++tick_ % config::kGlobalFairnessTick == 0) {
+    // Readiness is seen while every worker is busy, too: each looks now and
+    // then (what it readies queues behind its own work).
+    (void)poll_ready();
     if (auto g = global.pop_batch(deque_, config::kGlobalBatch)) return *g;
   }
   if (auto local = deque_.pop()) return *local;
@@ -224,6 +234,42 @@ ProcessSlot* Worker::steal_work() {
     }
   }
   return nullptr;
+}
+
+bool Worker::poll_ready() {
+  IdleWorkers& idle = scheduler_.idle_;
+  IdlePoller* poller = idle.poller();
+  // Not while another worker blocks in it (its edges wake that one), nor
+  // with nothing waiting on it (a system call for nothing).
+  if (!poller || idle.poll_held() || !poller->waiting()) return false;
+  IdlePoller::Batch batch;
+  poller->wait(batch, false);
+  if (batch.n == 0) return false;
+  poller->dispatch(batch);
+  return true;
+}
+
+bool Worker::park_in_poller() {
+  IdleWorkers& idle = scheduler_.idle_;
+  IdlePoller* poller = idle.poller();
+  if (!poller || !idle.try_claim_poll()) return false;
+  // The role's claim, then the token and the queues (idle_workers.hpp): a
+  // wake that came before the claim is seen here, one after it interrupts
+  // the wait.
+  IdlePoller::Batch batch;
+  const bool block = !idle.take_token() && !idle.stopped() && !scheduler_.any_work_visible() &&
+                     !scheduler_.stopping_workers_.load(std::memory_order_acquire);
+  if (block) {
+    bump(parks_);
+    poller->wait(batch, true);
+  }
+  // Off the role and the parked count before the completions ready
+  // processes, so that their wakes reach other workers.
+  idle.release_poll();
+  idle.cancel_park();
+  if (block) (void)idle.take_token();  // the wake that interrupted it, if one did
+  if (batch.n > 0) poller->dispatch(batch);
+  return true;
 }
 
 void Worker::wake_for_fed() { scheduler_.idle_.notify_work_available(); }

@@ -146,6 +146,12 @@ class Worker {
   void start_locked();
   ProcessSlot* find_work();
   ProcessSlot* steal_work();
+  // The idle poller (idle_poller.hpp): a look without blocking, true when
+  // it found something (the processes it readied are on this worker's
+  // queue); and the park in it, true when the caller took the poll role
+  // (it is no longer counted parked when this returns).
+  bool poll_ready();
+  bool park_in_poller();
   void execute(ProcessSlot* slot);
   // See config::kStreamBatch. `mark` is the slot's arrivals when its step
   // took its events.

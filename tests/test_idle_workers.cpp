@@ -5,6 +5,10 @@
 // stop() and wake_all() must release every parked thread. Runs under TSan.
 #include <doctest/doctest.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -194,4 +198,172 @@ TEST_CASE("idle workers: one wake in flight at a time, until the woken thread en
   for (auto& t : threads) t.join();
   CHECK(woken.load() == 2);
   CHECK(stopped.load() == kThreads - 2);
+}
+
+namespace {
+
+// A poller for the poll role's test: "I/O" is a count producers add to an
+// eventfd, seen only by polling it; interrupt() writes another eventfd,
+// drained only by a blocking wait (as host/io/netpoll.cpp's). Dispatching
+// makes the I/O work available as the netpoller's completions ready
+// processes.
+struct CountingPoller final : IdlePoller {
+  IdleWorkers& idle;
+  std::atomic<long>& available;
+  int iofd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  int wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  CountingPoller(IdleWorkers& i, std::atomic<long>& a) : idle(i), available(a) {}
+  ~CountingPoller() override {
+    close(iofd);
+    close(wakefd);
+  }
+  void wait(Batch& batch, bool block) override {
+    pollfd fds[2] = {{iofd, POLLIN, 0}, {wakefd, POLLIN, 0}};
+    while (::poll(fds, 2, block ? -1 : 0) < 0) {
+    }
+    std::uint64_t n = 0;
+    if (block && (fds[1].revents & POLLIN)) (void)!read(wakefd, &n, sizeof n);
+    batch.n = 0;
+    if (read(iofd, &n, sizeof n) == sizeof n) {
+      batch.data[0] = n;
+      batch.n = 1;
+    }
+  }
+  void dispatch(const Batch& batch) override {
+    for (int i = 0; i < batch.n; ++i) available.fetch_add(static_cast<long>(batch.data[i]), std::memory_order_seq_cst);
+    idle.notify_work_available();
+  }
+  void interrupt() override { (void)!write(wakefd, &kOne, sizeof kOne); }
+  bool waiting() const override { return true; }
+  void add_io(std::uint64_t n) { (void)!write(iofd, &n, sizeof n); }
+  static constexpr std::uint64_t kOne = 1;
+};
+
+// The worker loop's steps with a poller: a look without blocking before
+// spinning, and the park in the poller (Worker::park_in_poller) before the
+// futex's.
+void consume_polling(IdleWorkers& idle, CountingPoller& poller, std::atomic<long>& available, std::atomic<long>& done) {
+  bool spinning = false, waking = false;
+  for (int rounds = 0;;) {
+    if (take(available)) {
+      if (waking) {
+        waking = false;
+        idle.end_waking();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
+      } else if (spinning) {
+        spinning = false;
+        if (idle.end_spinning() && available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
+      }
+      done.fetch_add(1, std::memory_order_acq_rel);
+      rounds = 0;
+      continue;
+    }
+    if (rounds == 0 && !idle.poll_held()) {
+      IdlePoller::Batch batch;
+      poller.wait(batch, false);
+      if (batch.n > 0) {
+        poller.dispatch(batch);
+        continue;
+      }
+    }
+    if (!spinning && rounds == 0) {
+      spinning = idle.try_begin_spinning();
+      if (waking) {
+        waking = false;
+        idle.end_waking();
+      }
+    }
+    if (spinning && rounds++ < 8) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (spinning) {
+      spinning = false;
+      (void)idle.end_spinning();
+    }
+    idle.prepare_park();
+    if (available.load(std::memory_order_seq_cst) > 0) {
+      idle.cancel_park();
+      rounds = 0;
+      continue;
+    }
+    if (idle.try_claim_poll()) {
+      IdlePoller::Batch batch;
+      const bool block = !idle.take_token() && !idle.stopped() && available.load(std::memory_order_seq_cst) == 0;
+      if (block) poller.wait(batch, true);
+      idle.release_poll();
+      idle.cancel_park();
+      if (block) (void)idle.take_token();
+      if (batch.n > 0) poller.dispatch(batch);
+      if (idle.stopped()) return;
+      rounds = 0;
+      waking = true;
+      continue;
+    }
+    if (!idle.commit_park()) return;
+    rounds = 0;
+    waking = true;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// consumers threads, one of them blocked in the poller at each round's
+// start; with one, every wake must reach it through the poll.
+void race_with_poller(int consumers_n) {
+  constexpr int kRounds = 100;
+  constexpr long kItems = 300;  // per producer and round
+  IdleWorkers idle(consumers_n);
+  std::atomic<long> available{0}, done{0};
+  CountingPoller poller(idle, available);
+  idle.set_poller(&poller);
+  std::vector<std::thread> consumers;
+  for (int i = 0; i < consumers_n; ++i) consumers.emplace_back([&] { consume_polling(idle, poller, available, done); });
+  for (int round = 1; round <= kRounds; ++round) {
+    // Every round starts with one consumer blocked in the poller and the
+    // rest asleep: a notify the poll never hears, or an edge nobody polls,
+    // hangs here.
+    wait_until_parked(idle, consumers_n);
+    REQUIRE(idle.poll_held());
+    std::vector<std::thread> producers;
+    producers.emplace_back([&] {  // messages: a notify each
+      for (long i = 0; i < kItems; ++i) {
+        available.fetch_add(1, std::memory_order_seq_cst);
+        idle.notify_work_available();
+        if (i % 61 == 0) std::this_thread::sleep_for(20us);
+      }
+    });
+    producers.emplace_back([&] {  // readiness: only the poller sees it
+      for (long i = 0; i < kItems; ++i) {
+        poller.add_io(1);
+        if (i % 53 == 0) std::this_thread::sleep_for(20us);
+      }
+    });
+    for (auto& t : producers) t.join();
+    while (done.load(std::memory_order_acquire) < round * (2 * kItems + 1) - 1) std::this_thread::sleep_for(100us);
+    // Then one message alone, with the poller blocked again: its notify
+    // must reach the poll (with one consumer, nothing else would).
+    wait_until_parked(idle, consumers_n);
+    REQUIRE(idle.poll_held());
+    available.fetch_add(1, std::memory_order_seq_cst);
+    idle.notify_work_available();
+    while (done.load(std::memory_order_acquire) < round * (2 * kItems + 1)) std::this_thread::sleep_for(100us);
+  }
+  wait_until_parked(idle, consumers_n);
+  idle.stop();
+  for (auto& t : consumers) t.join();
+  CHECK(done.load() == kRounds * (2 * kItems + 1));
+  CHECK(available.load() == 0);
+  CHECK(idle.parked() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("idle workers with a poller: no wakeup is lost, whether work comes by a notify or by the poller") {
+  Watchdog dog("idle workers with a poller: every item consumed", 60s);
+  SUBCASE("one consumer: every wake goes through the poll") { race_with_poller(1); }
+  SUBCASE("three consumers: the poll and the futex") { race_with_poller(3); }
 }

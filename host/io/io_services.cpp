@@ -14,6 +14,9 @@ NetPoller::Complete IoServices::poll_completion(Scheduler& scheduler) {
 
 std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned io_threads) {
   auto io = std::make_shared<IoServices>(scheduler, io_threads);
+  // The workers poll the netpoller (the exit hook below keeps it alive as
+  // long as they run); a second runtime on one scheduler polls its own.
+  if (!scheduler.attach_idle_poller(&io->netpoll)) io->netpoll.poll_on_own_thread();
   CommandHandler fs;
   fs.name = "fs";
   fs.blocking = true;  // on the blocking pool: a slow disk holds no worker

@@ -26,14 +26,11 @@ NetPoller::NetPoller(Complete complete)
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeData;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
-  thread_ = std::thread([this] { run(); });
 }
 
 NetPoller::~NetPoller() {
   stopping_.store(true, std::memory_order_release);
-  const std::uint64_t one = 1;
-  if (write(wakefd_, &one, sizeof one) < 0) {
-  }
+  interrupt();
   if (thread_.joinable()) thread_.join();
   ::close(epfd_);
   ::close(wakefd_);
@@ -102,7 +99,10 @@ void NetPoller::close(int slot) {
   // kernel drops a closed descriptor's registration); events already read
   // carry the old generation and are ignored.
   for (const Waiter& w : woken)
-    if (w.tag != 0) complete_(w.pid, w.tag);
+    if (w.tag != 0) {
+      armed_.fetch_sub(1, std::memory_order_relaxed);
+      complete_(w.pid, w.tag);
+    }
   open_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(slots_mu_);
   free_.push_back(slot);
@@ -120,6 +120,7 @@ void NetPoller::arm(const Pid& pid, std::uint64_t tag) {
     std::lock_guard lock(d->mu);
     if (d->open && !d->ready[dir]) {
       d->waiter[dir] = Waiter{pid, tag};
+      armed_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     d->ready[dir] = false;
@@ -133,6 +134,7 @@ bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
   std::lock_guard lock(d->mu);
   if (d->waiter[dir].tag != tag || !(d->waiter[dir].pid == pid)) return false;
   d->waiter[dir] = Waiter{};
+  armed_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -154,28 +156,67 @@ void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
     }
   }
   for (const Waiter& w : woken)
-    if (w.tag != 0) complete_(w.pid, w.tag);
+    if (w.tag != 0) {
+      armed_.fetch_sub(1, std::memory_order_relaxed);
+      complete_(w.pid, w.tag);
+    }
 }
 
-void NetPoller::run() {
-  constexpr int kBatch = 256;
+void NetPoller::wait(Batch& batch, bool block) {
   epoll_event events[kBatch];
-  while (!stopping_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(epfd_, events, kBatch, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      log::logger().error("netpoll: epoll_wait failed: {}", std::system_category().message(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const std::uint64_t data = events[i].data.u64;
-      if (data == kWakeData) continue;
-      const std::uint32_t e = events[i].events;
-      const bool broken = (e & (EPOLLERR | EPOLLHUP)) != 0;
-      ready(static_cast<int>(data & 0xffffffffu), static_cast<std::uint32_t>(data >> 32),
-            broken || (e & (EPOLLIN | EPOLLRDHUP)), broken || (e & EPOLLOUT));
-    }
+  batch.n = 0;
+  int n;
+  do {
+    n = epoll_wait(epfd_, events, kBatch, block ? -1 : 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    log::logger().error("netpoll: epoll_wait failed: {}", std::system_category().message(errno));
+    return;
   }
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u64 == kWakeData) {
+      // Level-triggered: the blocking wait drains it (or every wait would
+      // return at once). Only that one: a look without blocking that
+      // drained an interrupt meant for a blocked wait would send that
+      // wait back to sleep (the kernel rechecks a level-triggered
+      // descriptor before it reports it).
+      std::uint64_t count;
+      if (block)
+        while (read(wakefd_, &count, sizeof count) > 0) {
+        }
+      continue;
+    }
+    batch.data[batch.n] = events[i].data.u64;
+    batch.events[batch.n] = events[i].events;
+    ++batch.n;
+  }
+}
+
+void NetPoller::dispatch(const Batch& batch) {
+  for (int i = 0; i < batch.n; ++i) {
+    const std::uint64_t data = batch.data[i];
+    const std::uint32_t e = batch.events[i];
+    const bool broken = (e & (EPOLLERR | EPOLLHUP)) != 0;
+    ready(static_cast<int>(data & 0xffffffffu), static_cast<std::uint32_t>(data >> 32),
+          broken || (e & (EPOLLIN | EPOLLRDHUP)), broken || (e & EPOLLOUT));
+  }
+}
+
+void NetPoller::interrupt() {
+  const std::uint64_t one = 1;
+  if (write(wakefd_, &one, sizeof one) < 0) {
+    // The counter is full (2^64 - 2 writes never read): a wait returns anyway.
+  }
+}
+
+void NetPoller::poll_on_own_thread() {
+  thread_ = std::thread([this] {
+    Batch batch;
+    while (!stopping_.load(std::memory_order_acquire)) {
+      wait(batch, true);
+      dispatch(batch);
+    }
+  });
 }
 
 }  // namespace host::io

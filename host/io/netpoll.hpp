@@ -18,9 +18,14 @@
 // descriptor to use the slot. Wait tags name the slot and direction
 // (tag_for), so that a cancel finds its wait from the tag alone.
 //
-// Threads: open, close, arm and cancel from any thread (workers); the
-// poller's own thread reads epoll and completes waits (complete, from
-// any thread).
+// Who reads epoll: the scheduler's workers (it is their IdlePoller,
+// host/idle_poller.hpp: a look without blocking when they look for work,
+// the last to park blocking in it), so a ready descriptor wakes the worker
+// that runs its task. Where no scheduler takes it (a second runtime on one
+// scheduler, tests), poll_on_own_thread gives it a thread of its own.
+//
+// Threads: open, close, arm and cancel from any thread (workers); wait
+// and dispatch from several at once (complete, from any thread).
 #pragma once
 
 #include <atomic>
@@ -31,12 +36,13 @@
 #include <thread>
 #include <vector>
 
+#include "host/idle_poller.hpp"
 #include "host/pid.hpp"
 #include "host/spin_lock.hpp"
 
 namespace host::io {
 
-class NetPoller {
+class NetPoller final : public IdlePoller {
  public:
   enum Dir : int { kRead = 0, kWrite = 1 };
 
@@ -51,7 +57,7 @@ class NetPoller {
   // with a non-empty payload). Any thread.
   using Complete = std::function<void(const Pid&, std::uint64_t tag)>;
   explicit NetPoller(Complete complete);
-  ~NetPoller();
+  ~NetPoller() override;
   NetPoller(const NetPoller&) = delete;
   NetPoller& operator=(const NetPoller&) = delete;
 
@@ -75,6 +81,16 @@ class NetPoller {
   // Registered descriptors (tests' leak checks).
   std::size_t open_count() const { return open_.load(std::memory_order_relaxed); }
 
+  // IdlePoller: epoll_wait into the batch; the batch's readiness to the
+  // descriptors' waits; the eventfd that ends a blocking wait; armed waits.
+  void wait(Batch& batch, bool block) override;
+  void dispatch(const Batch& batch) override;
+  void interrupt() override;
+  bool waiting() const override { return armed_.load(std::memory_order_relaxed) > 0; }
+  // Polls on a thread of its own (until destroyed), for a poller no
+  // scheduler polls. Call once.
+  void poll_on_own_thread();
+
  private:
   struct Waiter {
     Pid pid;
@@ -96,7 +112,6 @@ class NetPoller {
   }
   static int slot_of(std::uint64_t tag) { return static_cast<int>((tag >> (kSeqBits + 1)) & ((1u << kSlotBits) - 1)); }
   static Dir dir_of(std::uint64_t tag) { return static_cast<Dir>((tag >> kSeqBits) & 1); }
-  void run();
   void ready(int slot, std::uint32_t gen, bool read, bool write);
 
   Complete complete_;
@@ -107,6 +122,7 @@ class NetPoller {
   int used_ = 0;               // slots handed out so far (guarded by slots_mu_)
   std::unique_ptr<std::unique_ptr<Desc[]>[]> chunks_;
   std::atomic<std::size_t> open_{0};
+  std::atomic<int> armed_{0};  // waiters set in descriptors (waiting())
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
