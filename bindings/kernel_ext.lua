@@ -602,7 +602,8 @@ end
 -- A PID or name, or a { name, node } table (checked by the C half).
 local function check_target(v, n, fname)
   if type(v) ~= "string" and type(v) ~= "table" then
-    error("bad argument #" .. n .. " to '" .. fname .. "' (PID, name or { name, node } expected, got " .. type(v) .. ")", 3)
+    error("bad argument #" .. n .. " to '" .. fname .. "' (PID, name or { name, node } expected, got "
+      .. type(v) .. ")", 3)
   end
 end
 

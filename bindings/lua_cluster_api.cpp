@@ -77,7 +77,8 @@ int Primitives::monitor_named(lua_State* L) {
   auto& p = of(L);
   std::string name, node;
   if (!string_at(L, 1, 1, name) || !string_at(L, 1, 2, node) || name.empty())
-    return push_fail(L, make_error(ErrorKind::Invalid, "a destination table is { name, node }: two strings, the name not empty"));
+    return push_fail(L, make_error(ErrorKind::Invalid,
+                                   "a destination table is { name, node }: two strings, the name not empty"));
   const std::uint64_t ref = ++p.next_monitor_ref_;
   RemoteNodes* remote = p.rt_.scheduler().remote();
   if (!remote || node == remote->node_name()) {
