@@ -131,6 +131,8 @@ end
 -- learns of a node's end from its nodedown event, of its return from its
 -- nodeup): a join reaches a new node within this plus a round trip.
 local POLL_NODES = 0.25
+-- The topic of the keepers' messages to each other.
+local PEER = "$pg.peer"
 
 -- The groups' process. Its calls beside pg's own (join, leave, members)
 -- are the cluster layer's: "remote" { node =, events = } applies another
@@ -139,11 +141,12 @@ local POLL_NODES = 0.25
 -- node's events as a message on "$pg.event" (until the caller ends).
 --
 -- In a cluster (process.node() set) it also bridges the keepers, each
--- registered as "$pg" on its node: "$pg.sync" { node =, events =, ask = }
--- is a node's whole part (replacing what this keeper held of it; ask: send
--- yours back), sent when a keeper first sees a node; "$pg.ev" { node =, ev
--- = } one event of its part, sent to every node seen. A node's nodedown
--- drops its part, after what its keeper sent before it went away.
+-- registered as "$pg" on its node, on one topic, "$pg.peer", which it
+-- listens to apart from its calls: { sync = true, node =, events =, ask =
+-- } is a node's whole part (replacing what this keeper held of it; ask:
+-- send yours back), sent when a keeper first sees a node; { node =, ev = }
+-- one event of its part, sent to every node seen. A node's nodedown drops
+-- its part, after what its keeper sent before it went away.
 function M.run()
   local own = {}           -- this node's part: group -> { pid -> true }
   local remote = {}        -- node -> its part, as its keeper's events built it
@@ -153,16 +156,18 @@ function M.run()
   local inbox = process.inbox()
   local me = process.node()  -- nil without a cluster: no bridge, no polling
   local peers = {}           -- node -> true: the connected nodes whose keepers get own's events
-  local deferred = {}        -- node events met while answering a call, for the loop
+  -- The other keepers' messages, in the order sent: apart from the calls,
+  -- so that a nodedown can take in all that came before it at once.
+  local from_peers = me and process.listen(PEER)
 
   local function change(ev)
     apply(own, ev)
     for pid in pairs(subscribers) do process.send(pid, "$pg.event", ev) end
-    for node in pairs(peers) do process.send({ NAME, node }, "$pg.ev", { node = me, ev = ev }) end
+    for node in pairs(peers) do process.send({ NAME, node }, PEER, { node = me, ev = ev }) end
   end
 
   local function sync_with(node, ask)
-    process.send({ NAME, node }, "$pg.sync", { node = me, events = snapshot(own), ask = ask })
+    process.send({ NAME, node }, PEER, { sync = true, node = me, events = snapshot(own), ask = ask })
   end
 
   -- A node seen connected: it gets this part (and is asked for its own)
@@ -187,15 +192,11 @@ function M.run()
   -- malformed one (not a keeper of this host's kind) is logged and dropped.
   local function from_peer(msg)
     local v = msg.payload
-    if type(v) ~= "table" or type(v.node) ~= "string" or v.node == me then
-      log.warn("pg: dropped a malformed %s from %s", msg.topic, tostring(msg.from))
+    if type(v) ~= "table" or type(v.node) ~= "string" or v.node == me or (v.sync and type(v.events) ~= "table") then
+      log.warn("pg: dropped a message on %s from %s that is not a keeper's", PEER, tostring(msg.from))
       return
     end
-    if msg.topic == "$pg.sync" then
-      if type(v.events) ~= "table" then
-        log.warn("pg: dropped a malformed %s from %s", msg.topic, tostring(msg.from))
-        return
-      end
+    if v.sync then
       local part = {}
       for _, ev in ipairs(v.events) do
         if is_event(ev) then apply(part, ev) end
@@ -241,16 +242,36 @@ function M.run()
     for group in pairs(mine) do change { kind = "leave", group = group, pid = pid } end
   end
 
+  local function node_event(ev)
+    if ev.kind == "nodedown" then
+      -- What its keeper sent before it went away is in from_peers already
+      -- (a node's messages come before its nodedown): applied first, so
+      -- none of it outlives the part.
+      while true do
+        local r = channel.select { from_peers:case_receive(), default = true }
+        if r.default then break end
+        from_peer(r.value)
+      end
+      peers[ev.node] = nil
+      remote[ev.node] = nil
+    else
+      node_seen(ev.node)
+    end
+  end
+
+  local function on_event(ev)
+    if ev.kind == "exit" then
+      ended(ev.from)
+    elseif (ev.kind == "nodedown" or ev.kind == "nodeup") and me then
+      node_event(ev)
+    end
+  end
+
   local function take_events()
     while true do
       local r = channel.select { events:case_receive(), default = true }
       if r.default then return end
-      local kind = r.value.kind
-      if kind == "exit" then
-        ended(r.value.from)
-      elseif kind == "nodedown" or kind == "nodeup" then
-        deferred[#deferred + 1] = r.value
-      end
+      on_event(r.value)
     end
   end
 
@@ -269,34 +290,8 @@ function M.run()
     return list
   end
 
-  local handle
-
-  -- Handles what the inbox holds now.
-  local function drain_inbox()
-    while true do
-      local r = channel.select { inbox:case_receive(), default = true }
-      if r.default then return end
-      handle(r.value)
-    end
-  end
-
-  local function node_event(ev)
-    if ev.kind == "nodedown" then
-      -- What its keeper sent before it went away is in the inbox already
-      -- (a node's messages come before its nodedown): applied first, so
-      -- none of it outlives the part.
-      drain_inbox()
-      peers[ev.node] = nil
-      remote[ev.node] = nil
-    else
-      node_seen(ev.node)
-    end
-  end
-
-  handle = function(msg)
-    if msg.topic == "$pg.sync" or msg.topic == "$pg.ev" then
-      if me then from_peer(msg) end
-    elseif request.is_call(msg) then
+  local function handle(msg)
+    if request.is_call(msg) then
       take_events()
       local op, v = msg.topic, msg.payload.value
       if op == "join" then
@@ -333,9 +328,11 @@ function M.run()
 
   local cases = { inbox:case_receive(), events:case_receive() }
   local polled = -math.huge
-  if me then cases.timeout = POLL_NODES end
+  if me then
+    cases[3] = from_peers:case_receive()
+    cases.timeout = POLL_NODES
+  end
   while true do
-    while #deferred > 0 do node_event(table.remove(deferred, 1)) end
     if me and time.now() - polled >= POLL_NODES then
       polled = time.now()
       poll_nodes()
@@ -343,15 +340,12 @@ function M.run()
     local r = channel.select(cases)  -- a timeout: the poll above, next time round
     local msg = r.value
     if r.channel == events then
-      if msg.kind == "exit" then
-        ended(msg.from)
-      elseif msg.kind == "nodedown" or msg.kind == "nodeup" then
-        node_event(msg)
-      elseif msg.kind == "cancel" then
-        return "canceled"  -- the host's shutdown: nothing to hand on
-      end
-    elseif not r.timeout then
+      if msg.kind == "cancel" then return "canceled" end  -- the host's shutdown: nothing to hand on
+      on_event(msg)
+    elseif r.channel == inbox then
       handle(msg)
+    elseif r.channel == from_peers then
+      from_peer(msg)
     end
   end
 end
