@@ -265,12 +265,15 @@ function M.cast(dest, msg)
 end
 
 -- Stops the server: terminate(reason) runs (default "normal") and it ends.
--- Returns true once it ended, or nil, err.
+-- Returns true once it ended, or nil, err. dest as call's.
 function M.stop(dest, reason, timeout)
-  check_dest(dest, "stop")
+  check_dest(dest, "stop", true)
   local pid = dest
-  if dest:sub(1, 1) ~= "<" then
-    local found, err = process.registry.lookup(dest)
+  if type(dest) == "table" and dest[2] == process.node() then pid = dest[1] end  -- this node: a local name
+  -- Another node's name is watched and called as it is (its node finds
+  -- the process); a local name is looked up here.
+  if type(pid) == "string" and pid:sub(1, 1) ~= "<" then
+    local found, err = process.registry.lookup(pid)
     if not found then return nil, err end
     pid = found
   end

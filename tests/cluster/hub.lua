@@ -1,5 +1,5 @@
--- Node a's side of tests/test_cluster.cpp's names case: a server
--- registered as "counter", and two members of pg group "g" (this process,
+-- Node a's side of tests/test_cluster.cpp's names case: servers
+-- registered as "counter" and "spare" (which node b stops), and two members of pg group "g" (this process,
 -- registered as "hub", and one it spawns), all joined before node b
 -- connects. A member answers "hi" with "got" and its node; "members"
 -- answers pg.members of the group named, as this node sees it; "watchers"
@@ -27,6 +27,7 @@ end
 function M.main()
   assert(process.registry.register("hub"))
   assert(server.start("counter_server", 0, { name = "counter" }))
+  assert(server.start("counter_server", 0, { name = "spare" }))
   assert(pg.join("g"))
   assert(pg.join("g", assert(process.spawn("hub:member"))))
   io.stdout:write("hub ready ", process.pid(), "\n")

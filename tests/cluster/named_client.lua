@@ -92,6 +92,15 @@ function M.main()
   assert(time.now() - t0 < 2, "a missing name waited for the timeout")
   v, cerr = server.call({ "counter", "a" }, "slow", 0.3)
   assert(v == nil and cerr == "timeout", tostring(cerr))
+  -- This node's own name: a local server.
+  assert(server.start("counter_server", 10, { name = "local_counter" }))
+  assert(server.call({ "local_counter", "b" }, { add = 1 }) == 11)
+  assert(server.stop({ "local_counter", "b" }) == true)
+  assert(process.registry.lookup("local_counter") == nil, "the local server outlived its stop")
+  -- server.stop by { name, node }: true once it ended there.
+  assert(server.stop({ "spare", "a" }) == true)
+  v, cerr = server.call({ "spare", "a" }, { add = 1 })
+  assert(v == nil and tostring(cerr):match("^not_found"), tostring(cerr))
   -- Each call by name watches the server for itself alone and drops the
   -- watch after: three callers that end (a PID counts once however many
   -- monitors it holds) leave none, and only this process's kept watch of
