@@ -599,6 +599,14 @@ local function check_string(v, n, fname)
   end
 end
 
+-- A PID or name, or a { name, node } table (checked by the C half).
+local function check_target(v, n, fname)
+  if type(v) ~= "string" and type(v) ~= "table" then
+    error("bad argument #" .. n .. " to '" .. fname .. "' (PID, name or { name, node } expected, got "
+      .. type(v) .. ")", 3)
+  end
+end
+
 local function build_time()
   local time = {}
   function time.after(d)
@@ -667,9 +675,10 @@ E.process = {
   events = function() open_events() return events end,
   listen = listen,
   -- An extension: a private monitor whose exit event goes to the returned
-  -- channel instead of events(); unwatch(pid, ch) drops it.
+  -- channel instead of events(); unwatch(pid, ch) drops it. pid may be a
+  -- { name, node }, as process.monitor's.
   watch = function(pid)
-    check_string(pid, 1, "watch")
+    check_target(pid, 1, "watch")
     local ok, ref = H.watch_monitor(pid)
     if not ok then return nil, ref end
     local ch = watch_channel(ref)
@@ -677,7 +686,7 @@ E.process = {
     return ch
   end,
   unwatch = function(pid, ch)
-    check_string(pid, 1, "unwatch")
+    check_target(pid, 1, "unwatch")
     if getmetatable(ch) ~= Channel or not ch.ref then error("bad argument #2 to 'unwatch' (watch channel expected)", 2) end
     exit_watchers[ch.ref] = nil
     return H.demonitor(pid, ch.ref)

@@ -3,6 +3,10 @@
 // the calls that take a process. Threads: the one running the process.
 // Without --cluster the scheduler has no RemoteNodes and each answers as
 // the SPEC says a lone host does (nil, {}, not_found).
+#include <algorithm>
+#include <mutex>
+#include <optional>
+
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
@@ -58,11 +62,91 @@ bool string_at(lua_State* L, int idx, int i, std::string& out) {
   }
   if (!for_send) {
     nret = push_fail(L, make_error(ErrorKind::Invalid, "{ name, node } of another node is taken by process.send "
-                                                       "only; use the process's PID"));
+                                                       "and process.monitor only; use the process's PID"));
     return false;
   }
   nret = send_to_node(L, p, name, node);
   return false;
+}
+
+// process.monitor({ name, node }) (and process.watch's): of this node (or
+// without a cluster), as process.monitor(name); of another, a monitor of
+// whatever that node finds registered as name when the request arrives
+// (RemoteNodes::monitor_named), kept under the node's key until its exit.
+int Primitives::monitor_named(lua_State* L) {
+  auto& p = of(L);
+  std::string name, node;
+  if (!string_at(L, 1, 1, name) || !string_at(L, 1, 2, node) || name.empty())
+    return push_fail(L, make_error(ErrorKind::Invalid,
+                                   "a destination table is { name, node }: two strings, the name not empty"));
+  const std::uint64_t ref = ++p.next_monitor_ref_;
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  if (!remote || node == remote->node_name()) {
+    Pid to;
+    int nret;
+    if (!resolve_not_string(L, 1, to, nret, /*for_send=*/false)) return nret;
+    if (std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref); !err.empty()) return push_fail(L, err);
+    return monitored(L, p, to, ref);
+  }
+  return monitored(L, p, remote->monitor_named(p.ctx_.self, node, name, ref), ref);
+}
+
+// process.unmonitor({ name, node }): of this node, as unmonitor(name); of
+// another, refused: which monitors it would end is not plain (a name may
+// have named several processes), and process.watch's channel ends one.
+int Primitives::unmonitor_named(lua_State* L) {
+  auto& p = of(L);
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  std::string node;
+  if (remote && string_at(L, 1, 2, node) && node != remote->node_name())
+    return push_fail(L, make_error(ErrorKind::Invalid, "unmonitor takes a PID or a name of this node; a monitor by "
+                                                       "{ name, node } of another node ends with its exit or, made by "
+                                                       "process.watch, with process.unwatch"));
+  Pid to;
+  int nret;
+  if (!resolve_not_string(L, 1, to, nret, /*for_send=*/false)) return nret;
+  push_pid(L, to);
+  lua_replace(L, 1);
+  return unmonitor(L);
+}
+
+// H.demonitor({ name, node }, ref) (process.unwatch): the monitor is found
+// by its ref, unique in this process, whatever its key.
+int Primitives::demonitor_named(lua_State* L) {
+  auto& p = of(L);
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  std::string node;
+  if (remote && string_at(L, 1, 2, node) && node != remote->node_name()) {
+    const auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
+    std::optional<Pid> key;
+    {
+      std::lock_guard lock(p.monitors_lock());
+      if (p.monitors_)
+        for (auto it = p.monitors_->begin(); it != p.monitors_->end(); ++it)
+          if (!it->first.valid() && std::erase(it->second, ref) != 0) {
+            key = it->first;
+            if (it->second.empty()) p.monitors_->erase(it);
+            break;
+          }
+    }
+    if (key) (void)p.rt_.scheduler().unmonitor(p.ctx_.self, *key, ref);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  Pid to;
+  int nret;
+  if (!resolve_not_string(L, 1, to, nret, /*for_send=*/false)) return nret;
+  push_pid(L, to);
+  lua_replace(L, 1);
+  return demonitor(L);
+}
+
+// process.link and unlink of a table: a link binds two processes' fates,
+// so it takes a PID, never a name that may come to name another process.
+int Primitives::refuse_named(lua_State* L, const char* fname) {
+  return push_fail(L, make_error(ErrorKind::Invalid, std::string("process.") + fname +
+                                                         " takes a PID (or a name of this node), not a "
+                                                         "{ name, node } table"));
 }
 
 // process.send({ name, node }, topic, value) to another node.

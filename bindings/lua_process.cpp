@@ -531,7 +531,8 @@ void LuaProcess::Describe(ProcessFacts& facts) const {
   {
     std::lock_guard lock(monitors_lock());
     if (monitors_)
-      for (const auto& [target, refs] : *monitors_) facts.monitors.push_back(target);
+      for (const auto& [target, refs] : *monitors_)
+        if (target.valid()) facts.monitors.push_back(target);  // not a monitor by name's key
   }
   // Its inbox is in its Lua state: read only while it does not run.
   if (facts.quiet && L_) facts.inbox = const_cast<TaskKernel&>(kernel_).queued_messages(L_);

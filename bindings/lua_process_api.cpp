@@ -268,12 +268,14 @@ int Primitives::spawn(lua_State* L) {
 }
 
 int Primitives::link(lua_State* L) {
+  if (lua_type(L, 1) == LUA_TTABLE) [[unlikely]] return refuse_named(L, "link");
   return on_target(L, [L](LuaProcess& p, const Pid& to) {
     return ok_or_fail(L, p.rt_.scheduler().link(p.ctx_.self, to));
   });
 }
 
 int Primitives::unlink(lua_State* L) {
+  if (lua_type(L, 1) == LUA_TTABLE) [[unlikely]] return refuse_named(L, "unlink");
   return on_target(L, [L](LuaProcess& p, const Pid& to) {
     return ok_or_fail(L, p.rt_.scheduler().unlink(p.ctx_.self, to));
   });
@@ -282,21 +284,30 @@ int Primitives::unlink(lua_State* L) {
 // process.monitor(pid) -> true; with a true upvalue 1 (H.watch_monitor,
 // for process.watch) -> true, ref.
 int Primitives::monitor(lua_State* L) {
+  // { name, node }: bindings/lua_cluster_api.cpp.
+  if (lua_type(L, 1) == LUA_TTABLE) [[unlikely]] return monitor_named(L);
   return on_target(L, [L](LuaProcess& p, const Pid& to) {
     std::uint64_t ref = ++p.next_monitor_ref_;
     std::string err = p.rt_.scheduler().monitor(p.ctx_.self, to, ref);
     if (!err.empty()) return push_fail(L, err);
-    p.add_monitor(to, ref);
-    lua_pushboolean(L, 1);
-    if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
-    p.kernel_.note_watch();
-    lua_pushnumber(L, static_cast<lua_Number>(ref));
-    return 2;
+    return monitored(L, p, to, ref);
   });
+}
+
+// process.monitor's results once the scheduler took the monitor (key: the
+// target's PID, or a monitor by name's key).
+int Primitives::monitored(lua_State* L, LuaProcess& p, const Pid& key, std::uint64_t ref) {
+  p.add_monitor(key, ref);
+  lua_pushboolean(L, 1);
+  if (!lua_toboolean(L, lua_upvalueindex(1))) return 1;
+  p.kernel_.note_watch();
+  lua_pushnumber(L, static_cast<lua_Number>(ref));
+  return 2;
 }
 
 // H.demonitor(pid, ref): drops one monitor.
 int Primitives::demonitor(lua_State* L) {
+  if (lua_type(L, 1) == LUA_TTABLE) [[unlikely]] return demonitor_named(L);
   return on_target(L, [L](LuaProcess& p, const Pid& to) {
     auto ref = static_cast<std::uint64_t>(luaL_checknumber(L, 2));
     p.forget_monitor(to, ref);
@@ -307,6 +318,7 @@ int Primitives::demonitor(lua_State* L) {
 }
 
 int Primitives::unmonitor(lua_State* L) {
+  if (lua_type(L, 1) == LUA_TTABLE) [[unlikely]] return unmonitor_named(L);
   return on_target(L, [L](LuaProcess& p, const Pid& to) {
     std::vector<std::uint64_t> refs;
     {

@@ -155,8 +155,14 @@ void LuaProcess::deliver_events(lua_State* L, std::span<Event> events) {
         // An exit ends its monitor. One already on its way when unmonitor or
         // unwatch dropped the monitor is dropped too: as with Erlang's
         // demonitor, none comes after.
-        if (!forget_monitor(ev.from, ev.tag)) break;
-        push_pid(L, ev.from);
+        // A monitor by { name, node } is kept under its node's key (no
+        // PID): the exit of the process the name found carries that
+        // process's PID, which the second look finds under the key.
+        if (!forget_monitor(ev.from, ev.tag) && !forget_monitor(Pid{ev.from.node, 0, 0}, ev.tag)) break;
+        // A noproc or noconnection exit of a monitor by name names no
+        // process: no `from`.
+        if (ev.from.valid()) push_pid(L, ev.from);
+        else lua_pushnil(L);
         const bool failed = ev.failed;
         if (failed) {
           lua_pushlstring(L, ev.payload.data(), ev.payload.size());

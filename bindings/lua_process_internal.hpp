@@ -162,6 +162,13 @@ struct Primitives {
   static int node(lua_State* L);
   static int nodes(lua_State* L);
   static int monitor_node(lua_State* L);
+  // process.monitor, unmonitor and watch's demonitor of { name, node };
+  // link and unlink's refusal of a table.
+  [[gnu::cold]] static int monitor_named(lua_State* L);
+  [[gnu::cold]] static int unmonitor_named(lua_State* L);
+  [[gnu::cold]] static int demonitor_named(lua_State* L);
+  [[gnu::cold]] static int refuse_named(lua_State* L, const char* fname);
+  static int monitored(lua_State* L, LuaProcess& p, const Pid& key, std::uint64_t ref);
   static int spawn_on(lua_State* L);
   static int ok_or_fail(lua_State* L, const std::string& err);
   static void push_pids(lua_State* L, const std::vector<Pid>& pids);

@@ -44,6 +44,16 @@ class RemoteNodes {
   // connected gets that exit at once; a link to one is not_found.
   virtual std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) = 0;
   virtual void demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) = 0;
+  // A monitor of the process registered as `name` on node `node`
+  // (process.monitor({ name, node })), as Erlang's monitor of {Name,
+  // Node}: that node looks the name up when the request arrives and
+  // monitors the process it names, or answers noproc; the node going away
+  // fires noconnection (at once when it is not connected). Returns the key
+  // the watcher keeps the monitor under: the node's id with index and
+  // generation 0, no process's PID. The exit of the process found carries
+  // its PID; a noproc or noconnection exit carries the key. demonitor
+  // takes the key.
+  virtual Pid monitor_named(const Pid& watcher, std::string_view node, std::string_view name, std::uint64_t ref) = 0;
   virtual std::string link(const Pid& local, const Pid& remote) = 0;
   virtual void unlink(const Pid& local, const Pid& remote) = 0;
   virtual std::string terminate(const Pid& target) = 0;

@@ -16,7 +16,10 @@
 --
 -- It keeps a member set for each node and group, changed by join and leave
 -- events that a cluster layer can pass between hosts (M.run, below;
--- docs/ARCHITECTURE.md, "Process groups, shaped for a cluster").
+-- docs/ARCHITECTURE.md, "Process groups, shaped for a cluster"). With
+-- --cluster the host starts it at once and it is that layer itself: it
+-- sends its own events to the keeper of every connected node and its whole
+-- part to a node that connects ("Process groups across the cluster").
 local request = require("request")
 
 local M = {}
@@ -124,11 +127,26 @@ local function snapshot(part)
   return evs
 end
 
+-- How often a keeper in a cluster looks for nodes that connected (it
+-- learns of a node's end from its nodedown event, of its return from its
+-- nodeup): a join reaches a new node within this plus a round trip.
+local POLL_NODES = 0.25
+-- The topic of the keepers' messages to each other.
+local PEER = "$pg.peer"
+
 -- The groups' process. Its calls beside pg's own (join, leave, members)
 -- are the cluster layer's: "remote" { node =, events = } applies another
 -- node's events to its part, "nodedown" drops a node's part, "subscribe"
 -- answers this node's snapshot and then sends the caller each of this
 -- node's events as a message on "$pg.event" (until the caller ends).
+--
+-- In a cluster (process.node() set) it also bridges the keepers, each
+-- registered as "$pg" on its node, on one topic, "$pg.peer", which it
+-- listens to apart from its calls: { sync = true, node =, events =, ask =
+-- } is a node's whole part (replacing what this keeper held of it; ask:
+-- send yours back), sent when a keeper first sees a node; { node =, ev = }
+-- one event of its part, sent to every node seen. A node's nodedown drops
+-- its part, after what its keeper sent before it went away.
 function M.run()
   local own = {}           -- this node's part: group -> { pid -> true }
   local remote = {}        -- node -> its part, as its keeper's events built it
@@ -136,10 +154,64 @@ function M.run()
   local subscribers = {}   -- pid -> true: who gets own's events
   local events = process.events()
   local inbox = process.inbox()
+  local me = process.node()  -- nil without a cluster: no bridge, no polling
+  local peers = {}           -- node -> true: the connected nodes whose keepers get own's events
+  -- The other keepers' messages, in the order sent: apart from the calls,
+  -- so that a nodedown can take in all that came before it at once.
+  local from_peers = me and process.listen(PEER)
 
   local function change(ev)
     apply(own, ev)
     for pid in pairs(subscribers) do process.send(pid, "$pg.event", ev) end
+    for node in pairs(peers) do process.send({ NAME, node }, PEER, { node = me, ev = ev }) end
+  end
+
+  local function sync_with(node, ask)
+    process.send({ NAME, node }, PEER, { sync = true, node = me, events = snapshot(own), ask = ask })
+  end
+
+  -- A node seen connected: it gets this part (and is asked for its own)
+  -- and, from now on, each event; its end and return come as events.
+  local function node_seen(node)
+    if peers[node] then return end
+    peers[node] = true
+    process.monitor_node(node)
+    sync_with(node, true)
+  end
+
+  local function poll_nodes()
+    for _, node in ipairs(process.nodes()) do node_seen(node) end
+  end
+
+  local function is_event(ev)
+    return type(ev) == "table" and (ev.kind == "join" or ev.kind == "leave") and type(ev.pid) == "string"
+      and (type(ev.group) == "string" or type(ev.group) == "number")
+  end
+
+  -- Another keeper's message: its whole part, or one event of it. A
+  -- malformed one (not a keeper of this host's kind) is logged and dropped.
+  local function from_peer(msg)
+    local v = msg.payload
+    if type(v) ~= "table" or type(v.node) ~= "string" or v.node == me or (v.sync and type(v.events) ~= "table") then
+      log.warn("pg: dropped a message on %s from %s that is not a keeper's", PEER, tostring(msg.from))
+      return
+    end
+    if v.sync then
+      local part = {}
+      for _, ev in ipairs(v.events) do
+        if is_event(ev) then apply(part, ev) end
+      end
+      remote[v.node] = part
+      if not peers[v.node] then
+        node_seen(v.node)  -- its sync, which asks, carries this part
+      elseif v.ask then
+        sync_with(v.node, false)
+      end
+    elseif is_event(v.ev) then
+      local part = remote[v.node] or {}
+      remote[v.node] = part
+      apply(part, v.ev)
+    end
   end
 
   local function join(group, pid)
@@ -170,11 +242,36 @@ function M.run()
     for group in pairs(mine) do change { kind = "leave", group = group, pid = pid } end
   end
 
+  local function node_event(ev)
+    if ev.kind == "nodedown" then
+      -- What its keeper sent before it went away is in from_peers already
+      -- (a node's messages come before its nodedown): applied first, so
+      -- none of it outlives the part.
+      while true do
+        local r = channel.select { from_peers:case_receive(), default = true }
+        if r.default then break end
+        from_peer(r.value)
+      end
+      peers[ev.node] = nil
+      remote[ev.node] = nil
+    else
+      node_seen(ev.node)
+    end
+  end
+
+  local function on_event(ev)
+    if ev.kind == "exit" then
+      ended(ev.from)
+    elseif (ev.kind == "nodedown" or ev.kind == "nodeup") and me then
+      node_event(ev)
+    end
+  end
+
   local function take_events()
     while true do
       local r = channel.select { events:case_receive(), default = true }
       if r.default then return end
-      if r.value.kind == "exit" then ended(r.value.from) end
+      on_event(r.value)
     end
   end
 
@@ -193,12 +290,8 @@ function M.run()
     return list
   end
 
-  while true do
-    local r = channel.select { inbox:case_receive(), events:case_receive() }
-    local msg = r.value
-    if r.channel == events then
-      if msg.kind == "exit" then ended(msg.from) end
-    elseif request.is_call(msg) then
+  local function handle(msg)
+    if request.is_call(msg) then
       take_events()
       local op, v = msg.topic, msg.payload.value
       if op == "join" then
@@ -230,6 +323,29 @@ function M.run()
       else
         request.fail(msg, "invalid: pg has no operation '" .. tostring(op) .. "'")
       end
+    end
+  end
+
+  local cases = { inbox:case_receive(), events:case_receive() }
+  local polled = -math.huge
+  if me then
+    cases[3] = from_peers:case_receive()
+    cases.timeout = POLL_NODES
+  end
+  while true do
+    if me and time.now() - polled >= POLL_NODES then
+      polled = time.now()
+      poll_nodes()
+    end
+    local r = channel.select(cases)  -- a timeout: the poll above, next time round
+    local msg = r.value
+    if r.channel == events then
+      if msg.kind == "cancel" then return "canceled" end  -- the host's shutdown: nothing to hand on
+      on_event(msg)
+    elseif r.channel == inbox then
+      handle(msg)
+    elseif r.channel == from_peers then
+      from_peer(msg)
     end
   end
 end

@@ -88,15 +88,26 @@ local function route_queued()
   end
 end
 
+-- A { name, node } destination as words, for an error.
+function M.describe(dest)
+  if type(dest) == "table" then return "'" .. tostring(dest[1]) .. "' on node " .. tostring(dest[2]) end
+  return tostring(dest)
+end
+
 -- request.call's work, for it and for server.call, which words the
 -- outcomes its own way: true, the reply's value; or false, err (no such
 -- process, a failed send, "timeout", or request.fail's error); or false,
 -- nil, EXIT, PID when the callee PID ended before it replied (EXIT its
--- exit event). `level` is where argument errors point (the caller of the
--- public function).
+-- exit event; PID the destination as given). `level` is where argument
+-- errors point (the caller of the public function). dest may be { name,
+-- node }: a name registered on that node (SPEC's cluster).
 function M.call_raw(dest, topic, value, timeout, level)
   level = (level or 2) + 1
-  if type(dest) ~= "string" then
+  local named = type(dest) == "table"
+  if named and (type(dest[1]) ~= "string" or type(dest[2]) ~= "string") then
+    error("bad argument #1 to 'call' ({ name, node } of two strings expected)", level)
+  end
+  if not named and type(dest) ~= "string" then
     error("bad argument #1 to 'call' (PID or registered name expected, got " .. type(dest) .. ")", level)
   end
   if type(topic) ~= "string" then error("bad argument #2 to 'call' (topic string expected)", level) end
@@ -114,21 +125,38 @@ function M.call_raw(dest, topic, value, timeout, level)
   if not replies then replies = process.listen(REPLY_TOPIC) end
   -- Watch the callee, so a call to a process that dies fails at once.
   local pid = dest
-  if dest:sub(1, 1) ~= "<" then
-    local found, err = process.registry.lookup(dest)
+  if named and dest[2] == process.node() then pid, named = dest[1], false end  -- this node: a local name
+  if not named and pid:sub(1, 1) ~= "<" then
+    local found, err = process.registry.lookup(pid)
     if not found then return false, err end
     pid = found
   end
-  local w, werr = watch_of(pid)
+  local w, werr
+  if named then
+    -- A name on another node: watched for this call alone (that node
+    -- finds the process the name names when the watch arrives, just
+    -- before the call, which travels behind it; a kept watch could watch
+    -- a process the name no longer names). Its exit answers a missing
+    -- name (noproc) and the node's end (noconnection) at once.
+    local ch
+    ch, werr = process.watch(dest)
+    if not ch then return false, werr end
+    w = { ch = ch, case = ch:case_receive(), used = 0, busy = 0, once = true }
+  else
+    w, werr = watch_of(pid)
+  end
   if not w then return false, werr end
   local watch = w.ch
+  local function unwatch()
+    if w.once then process.unwatch(dest, watch) else unwatch_kept(pid) end
+  end
   next_ref = next_ref + 1
   local ref = next_ref
   local body = { call = 0, value = false }  -- keys in place: see reply_to
   body.call, body.value = ref, value
   local ok, err = process.send(pid, topic, body)
   if not ok then
-    unwatch_kept(pid)
+    unwatch()
     return false, err
   end
   local cases = boxes[task]
@@ -157,12 +185,13 @@ function M.call_raw(dest, topic, value, timeout, level)
     end
   until r.channel ~= replies
   w.busy = w.busy - 1
+  if w.once and r.channel ~= watch then unwatch() end
   if reply then
     waiting[ref] = nil
   elseif r.channel == box then
     reply = r.value
   else
-    if r.channel == watch then
+    if r.channel == watch and not w.once then
       watch:send(r.value)  -- for the other calls waiting on it (the channel holds one)
       forget_watch(pid)
     end
@@ -192,7 +221,7 @@ function M.call(dest, topic, value, timeout)
   local ok, v, exit, pid = M.call_raw(dest, topic, value, timeout, 2)
   if ok then return v end
   if v ~= nil then return nil, v end
-  return nil, "not_found: " .. pid .. " exited before replying" ..
+  return nil, "not_found: " .. M.describe(pid) .. " exited before replying" ..
     (exit.error and (": " .. exit.error:match("^[^\n]*")) or "")
 end
 

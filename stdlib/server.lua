@@ -41,7 +41,15 @@ local function check_options(opts, allowed, fname)
   return opts
 end
 
-local function check_dest(dest, fname)
+-- A PID, a registered name, or (call and cast) { name, node }: a name
+-- registered on that node of the cluster.
+local function check_dest(dest, fname, named_ok)
+  if named_ok and type(dest) == "table" then
+    if type(dest[1]) ~= "string" or type(dest[2]) ~= "string" then
+      error("bad argument #1 to '" .. fname .. "' ({ name, node } of two strings expected)", 3)
+    end
+    return
+  end
   if type(dest) ~= "string" then
     error("bad argument #1 to '" .. fname .. "' (PID or registered name expected, got " .. type(dest) .. ")", 3)
   end
@@ -234,15 +242,17 @@ end
 -- and server.stop answer it.
 local function call_failed(dest, err, exit)
   if err ~= nil then return nil, err end
-  if exit.error == "noproc" then return nil, "not_found: " .. dest end
+  if exit.error == "noproc" then return nil, "not_found: " .. request.describe(dest) end
   return nil, "exit: " .. first_line(exit.error or exit.result or "normal")
 end
 
 -- Calls the server and waits up to `timeout` (default 5 s) for its reply.
 -- Returns the reply, or nil and "timeout", "not_found: ..." (no such
--- server) or "exit: REASON" (it ended before answering).
+-- server) or "exit: REASON" (it ended before answering; "exit:
+-- noconnection" when its node went away). dest: a PID, a name, or {
+-- name, node }.
 function M.call(dest, req, timeout)
-  check_dest(dest, "call")
+  check_dest(dest, "call", true)
   local ok, value, exit = request.call_raw(dest, CALL, req, timeout, 2)
   if ok then return value end
   return call_failed(dest, value, exit)
@@ -250,17 +260,20 @@ end
 
 -- Sends `msg` to the server's handle_cast; returns true, or nil, err.
 function M.cast(dest, msg)
-  check_dest(dest, "cast")
+  check_dest(dest, "cast", true)
   return process.send(dest, CAST, msg)
 end
 
 -- Stops the server: terminate(reason) runs (default "normal") and it ends.
--- Returns true once it ended, or nil, err.
+-- Returns true once it ended, or nil, err. dest as call's.
 function M.stop(dest, reason, timeout)
-  check_dest(dest, "stop")
+  check_dest(dest, "stop", true)
   local pid = dest
-  if dest:sub(1, 1) ~= "<" then
-    local found, err = process.registry.lookup(dest)
+  if type(dest) == "table" and dest[2] == process.node() then pid = dest[1] end  -- this node: a local name
+  -- Another node's name is watched and called as it is (its node finds
+  -- the process); a local name is looked up here.
+  if type(pid) == "string" and pid:sub(1, 1) ~= "<" then
+    local found, err = process.registry.lookup(pid)
     if not found then return nil, err end
     pid = found
   end

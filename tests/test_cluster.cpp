@@ -187,6 +187,40 @@ TEST_CASE("two nodes send both ways in order; a monitor and a link of a killed n
   CHECK(a->wait(10s) == 0);
 }
 
+TEST_CASE("{ name, node } across nodes: monitor (noproc, noconnection), server.call and cast, a call in flight when "
+          "the node is killed; pg groups synced at nodeup, joins seen within 1 s, a down node's members gone") {
+  if (!have_nats_server()) {
+    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");
+    return;
+  }
+  NatsServer nats;
+  Child a(node_argv("a", nats.url(), "hub"), "a");
+  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "hub ready"); }, 10s));
+  Child b(node_argv("b", nats.url(), "named_client"), "b");
+  const bool ready = wait_until([&] { return contains(b.stdout_text(), "ready for kill"); }, 30s);
+  INFO("b's stdout: " << b.stdout_text());
+  INFO("b's stderr: " << b.stderr_text());
+  INFO("a's stderr: " << a.stderr_text());
+  REQUIRE(ready);
+  CHECK(contains(b.stdout_text(), "monitor noproc ok"));
+  CHECK(contains(b.stdout_text(), "local monitor by name ok"));
+  CHECK(contains(b.stdout_text(), "server.call ok"));
+  CHECK(contains(b.stdout_text(), "pg sync ok"));
+  CHECK(contains(b.stdout_text(), "pg send ok"));
+  CHECK(contains(b.stdout_text(), "pg join seen in"));
+  const auto killed = Clock::now();
+  a.kill9();
+  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "call noconnection exit: noconnection"); }, 10s));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
+  MESSAGE("the call in flight failed " << took.count()
+                                       << " ms after kill -9 (node timeout 2000 ms, call timeout 30 s)");
+  CHECK(took <= 3000ms);
+  CHECK(b.wait(15s) == 0);
+  CHECK(contains(b.stdout_text(), "monitor by name noconnection"));
+  CHECK(contains(b.stdout_text(), "pg nodedown ok"));
+  CHECK(contains(b.stdout_text(), "done"));
+}
+
 TEST_CASE("a node whose name is live in the cluster refuses to start, naming it") {
   if (!have_nats_server()) {
     MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");

@@ -263,6 +263,8 @@ std::string NatsNode::send_named(std::string_view node, std::string_view name, s
 }
 
 std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
+  // The exit ends a monitor by name made for `to` here, if it was one.
+  if (event.kind == EventKind::Exit) (void)take_named_monitor(to, event.tag);
   Envelope e;
   e.op = Envelope::Op::Event;
   e.to = to;
@@ -314,12 +316,65 @@ std::string NatsNode::monitor(const Pid& watcher, const Pid& target, std::uint64
 
 void NatsNode::demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
   if (!remove_watch(target.node, Watch{false, watcher, target, ref})) return;
+  // A monitor by name (target is its node's key): that node finds the
+  // process the name named from the ref (monitor_by_name).
   Envelope e;
   e.op = Envelope::Op::Demonitor;
   e.to = target;
   e.from = watcher;
   e.tag = ref;
   (void)send_envelope(e);
+}
+
+Pid NatsNode::monitor_named(const Pid& watcher, std::string_view node, std::string_view name, std::uint64_t ref) {
+  auto peer = find(node);
+  const Pid key{peer ? peer->id : 0, 0, 0};
+  if (peer) {
+    const Watch w{false, watcher, key, ref};
+    add_watch(peer->id, w);
+    Envelope e;
+    e.op = Envelope::Op::Monitor;
+    e.to = key;
+    e.from = watcher;
+    e.tag = ref;
+    e.name = name;
+    // Gone meanwhile: as monitor, whoever removes the watch fires it.
+    if (send_to_peer(peer, encode_envelope(e), nullptr).empty() || !remove_watch(peer->id, w)) return key;
+  }
+  (void)scheduler_->deliver(watcher, exit_event(key, ref, "noconnection"));
+  return key;
+}
+
+// A peer's process monitors the process registered here as e.name: found,
+// a plain monitor of it (its exit goes back as any remote monitor's),
+// remembered for the demonitor; not found, noproc at once, from the key.
+void NatsNode::monitor_by_name(const Envelope& e) {
+  auto pid = lookup_name_ ? lookup_name_(e.name) : std::nullopt;
+  if (!pid) {
+    (void)deliver_event(e.from, exit_event(e.to, e.tag, "noproc"));
+    return;
+  }
+  {
+    std::lock_guard lock(watch_mu_);
+    named_monitors_[e.from].push_back(NamedMonitor{e.tag, *pid});
+  }
+  (void)scheduler_->monitor(e.from, *pid, e.tag);
+}
+
+std::optional<Pid> NatsNode::take_named_monitor(const Pid& watcher, std::uint64_t ref) {
+  std::lock_guard lock(watch_mu_);
+  if (named_monitors_.empty()) return std::nullopt;
+  auto it = named_monitors_.find(watcher);
+  if (it == named_monitors_.end()) return std::nullopt;
+  auto& list = it->second;
+  for (auto i = list.begin(); i != list.end(); ++i)
+    if (i->ref == ref) {
+      const Pid target = i->target;
+      list.erase(i);
+      if (list.empty()) named_monitors_.erase(it);
+      return target;
+    }
+  return std::nullopt;
 }
 
 std::string NatsNode::link(const Pid& local, const Pid& remote) {
@@ -445,7 +500,9 @@ bool NatsNode::remove_watch(std::uint32_t node, const Watch& w) {
   if (it == watches_.end()) return false;
   auto& list = it->second;
   for (auto i = list.begin(); i != list.end(); ++i) {
-    if (i->link == w.link && i->local == w.local && i->remote == w.remote && (w.link || i->ref == w.ref)) {
+    const bool same_remote =
+        i->remote == w.remote || (!w.link && !i->remote.valid() && i->remote.node == w.remote.node);
+    if (i->link == w.link && i->local == w.local && same_remote && (w.link || i->ref == w.ref)) {
       list.erase(i);
       return true;
     }
@@ -584,11 +641,21 @@ void NatsNode::deliver(Peer& peer, std::string_view bytes) {
       break;
     }
     case Envelope::Op::Monitor:
+      if (!e->name.empty()) {  // process.monitor({ name, node })
+        monitor_by_name(*e);
+        break;
+      }
       // A watcher there: the exit goes back through the session (or, for
       // a target gone, noproc at once).
       (void)s.monitor(e->from, e->to, e->tag);
       break;
-    case Envelope::Op::Demonitor: (void)s.unmonitor(e->from, e->to, e->tag); break;
+    case Envelope::Op::Demonitor:
+      if (!e->to.valid()) {  // a monitor by name: the process it found
+        if (auto target = take_named_monitor(e->from, e->tag)) (void)s.unmonitor(e->from, *target, e->tag);
+        break;
+      }
+      (void)s.unmonitor(e->from, e->to, e->tag);
+      break;
     case Envelope::Op::Link:
       if (s.link_half(e->to, e->from).empty()) {
         add_watch(peer.id, Watch{true, e->to, e->from, 0});
@@ -679,6 +746,9 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
   std::vector<PendingSpawn> spawns;
   {
     std::lock_guard lock(watch_mu_);
+    // Its processes' monitors by name here end with it (the scheduler's
+    // monitors of them send their exits nowhere).
+    std::erase_if(named_monitors_, [&](const auto& kv) { return kv.first.node == peer->id; });
     if (auto it = spawns_.find(peer->id); it != spawns_.end()) {
       spawns = std::move(it->second);
       spawns_.erase(it);

@@ -102,6 +102,7 @@ class NatsNode final : public RemoteNodes {
   std::string deliver_event(const Pid& to, const Event& event) override;
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
   void demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
+  Pid monitor_named(const Pid& watcher, std::string_view node, std::string_view name, std::uint64_t ref) override;
   std::string link(const Pid& local, const Pid& remote) override;
   void unlink(const Pid& local, const Pid& remote) override;
   std::string terminate(const Pid& target) override;
@@ -149,7 +150,8 @@ class NatsNode final : public RemoteNodes {
   std::string send_envelope(const Envelope& e, std::size_t* backlog = nullptr);
   void add_watch(std::uint32_t node, const Watch& w);
   // Removes the watch that matches w (link, local, remote, and ref for a
-  // monitor); true when there was one.
+  // monitor; a monitor by name, kept under its node's key, matches any
+  // remote PID of that node); true when there was one.
   bool remove_watch(std::uint32_t node, const Watch& w);
   // The node events to the processes that monitor `name`.
   void tell_node_watchers(const std::string& name, bool up);
@@ -180,9 +182,21 @@ class NatsNode final : public RemoteNodes {
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
 
-  std::mutex watch_mu_;  // guards watches_, node_watchers_ and spawns_
+  std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_
   std::unordered_map<std::uint32_t, std::vector<Watch>> watches_;          // by the peer's id
   std::unordered_map<std::string, std::vector<Pid>> node_watchers_;        // by node name
+  // The monitors by name a peer's process made here (monitor_named): the
+  // ref and the local process the name named, by the remote watcher, so
+  // that its demonitor (which names only the node's key) reaches the right
+  // monitor. Dropped at the monitor's exit and at the peer's end.
+  struct NamedMonitor {
+    std::uint64_t ref;
+    Pid target;
+  };
+  std::unordered_map<Pid, std::vector<NamedMonitor>> named_monitors_;
+  void monitor_by_name(const Envelope& e);
+  // Removes the named monitor (watcher, ref); its target, if there was one.
+  std::optional<Pid> take_named_monitor(const Pid& watcher, std::uint64_t ref);
   struct PendingSpawn {
     Pid asker;
     std::uint64_t tag;

@@ -139,6 +139,14 @@ int run(const cli::RunOptions& o) {
         [&runtime](const std::string& entry, std::string args) { return runtime.spawn(entry, std::move(args)); },
         nullptr, nullptr);
     scheduler.set_remote(node.get());
+    // pg's keeper runs from the start in a cluster: it bridges the nodes'
+    // groups (stdlib/pg.lua), so a node's joins reach the others whether
+    // or not this node's processes ever call pg.
+    if (SpawnResult pg = runtime.spawn("pg:run", lua::encode_strings({})); !pg) {
+      log::logger().error("cluster: cannot start pg's process: {}", pg.error);
+    } else if (std::string err = runtime.names().register_name("$pg", pg.pid); !err.empty()) {
+      log::logger().error("cluster: cannot register pg's process: {}", err);
+    }
   }
 #endif
   RootWatch watch;
