@@ -17,6 +17,8 @@
 // Threads: one at a time (the owning process's).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -92,6 +94,11 @@ class ByteStream {
   // bytes came, kAgain, kEnd.
   Io fill(std::size_t want);
   Io fill_tls(std::size_t want);
+  // One recv's result, whichever buffer it read into: kDone (counted),
+  // kAgain (wait to read), kEnd (the peer closed, or an error).
+  Io after_recv(ssize_t n, int err);
+  // Reads ciphertext once and feeds it to the TLS session.
+  Io recv_ciphertext();
   // Writes the TLS ciphertext waiting; kDone once none waits.
   Io flush_tls();
   Io end(std::string why);
