@@ -631,6 +631,15 @@ int m_respond(lua_State* L) {
   return run(L, c, Conn::kWrite);
 }
 
+// What conn:chunk and conn:finish return when no streamed response is
+// open (2), or 0 where one is.
+int no_stream_open(lua_State* L, Conn* c) {
+  if (c->in_flight && c->head_written) return 0;
+  lua_pushnil(L);
+  lua_pushliteral(L, "invalid: no streamed response is open on this connection");
+  return 2;
+}
+
 // conn:chunk(data): true once written (it waits while the client does
 // not read), or nil, "closed".
 int m_chunk(lua_State* L) {
@@ -638,11 +647,7 @@ int m_chunk(lua_State* L) {
   if (int n = busy(L, c)) return n;
   std::size_t n;
   const char* data = luaL_checklstring(L, 2, &n);
-  if (!c->in_flight || !c->head_written) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
-    return 2;
-  }
+  if (int r = no_stream_open(L, c)) return r;
   if (!c->no_body && n > 0 && c->raw_stream) {
     c->out.append(data, n);
   } else if (!c->no_body && n > 0) {
@@ -659,11 +664,7 @@ int m_chunk(lua_State* L) {
 int m_finish(lua_State* L) {
   Conn* c = check_conn(L);
   if (int n = busy(L, c)) return n;
-  if (!c->in_flight || !c->head_written) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
-    return 2;
-  }
+  if (int r = no_stream_open(L, c)) return r;
   if (!c->no_body && !c->raw_stream) c->out += "0\r\n\r\n";
   answered(c);
   return run(L, c, Conn::kWrite);
