@@ -151,6 +151,13 @@ ByteStream::Io ByteStream::fill_tls(std::size_t want) {
   }
 }
 
+ByteStream::Io ByteStream::read_ahead() {
+  if (fd_ < 0) return end("closed");
+  if (ended_reading()) return Io::kEnd;
+  if (buffered() >= kReadChunk) return Io::kDone;
+  return fill(kReadChunk);
+}
+
 ByteStream::Io ByteStream::line(std::string& out, std::size_t limit) {
   for (;;) {
     const char* base = rbuf_.data() + rpos_;

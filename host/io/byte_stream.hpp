@@ -64,6 +64,13 @@ class ByteStream {
   // Bytes waiting in the buffer: LuaSocket's dirty().
   bool dirty() const { return buffered() > 0 || (tls_ && tls_->readable()); }
 
+  // Reads what has come though no receive asks, while less than
+  // kReadChunk is buffered (kDone at once past that): how a server notices
+  // that its client left while it answers (bindings/http_conn.cpp).
+  // kDone: bytes came (or the buffer is full); kAgain; kEnd: the peer
+  // closed or the connection failed.
+  Io read_ahead();
+
   // Writes data from offset *done on; *done grows by what went.
   Io write(std::string_view data, std::size_t* done);
   // shutdown(2) of one or both halves: "receive", "send", "both".
