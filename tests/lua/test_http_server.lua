@@ -64,7 +64,10 @@ local function closed(c)
   return (data ~= nil or err == "closed"), (data or partial)
 end
 
--- This host's open descriptors.
+-- This host's resident memory, in MB, and its open descriptors.
+local function rss_mb()
+  return tonumber(assert(fs.read("/proc/self/status")):match("VmRSS:%s*(%d+) kB")) / 1024
+end
 local function fds()
   local n = 0
   for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
@@ -648,6 +651,22 @@ return { main = function(host)
       c:close()
       T.eq(srv:close(), true, "its owner closes it")
       T.eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
+    end },
+    { "a client that pipelines 400 requests for 1 MB and never reads does not grow the host; others are served", function()
+      local srv, port = serve()
+      local c = connect(port)
+      T.eq(get(c, "/big"), 200, "one read in full")  -- the handler loaded, its 1 MB made
+      local before = rss_mb()
+      assert(c:send(string.rep("GET /big HTTP/1.1\r\nHost: t\r\n\r\n", 400)))
+      time.sleep(1.5)  -- the server writes what the kernel takes, then waits
+      local grown = rss_mb() - before
+      T.ok(grown < 64, string.format("the host grew by %.1f MB", grown))
+      print(string.format("400 pipelined 1 MB requests never read: the host grew by %.1f MB", grown))
+      local other = connect(port)
+      T.eq(get(other, "/echo"), 200, "another client is served meanwhile")
+      other:close()
+      c:close()  -- unread data: a reset, which ends the writer
+      srv:close()
     end },
     { "200 clients that leave while their handlers wait are noticed: processes and descriptors come back", function()
       local srv, port = serve()
