@@ -13,6 +13,15 @@
 // is wanted: a client that pipelines and never reads what it is sent
 // stops being read, and TCP makes it wait.
 //
+// A client that leaves is noticed: while a handler answers a request
+// (its body in hand), the connection is watched for reading (io_watch, a
+// wait no task blocks on). When the descriptor turns readable the stream
+// reads what came, no more than its usual bound; an end or a reset with
+// nothing else sent means the client left: the process is cancelled (the
+// handler's cancel event, or its end) and req:closed() answers true.
+// Bytes that came instead (pipelined requests) end the watch: that
+// client's leaving is seen at its next write, as before.
+//
 // The acceptor (stdlib/http/server.lua) keeps, for each connection, a
 // duplicate of its descriptor (track, a handle whose __gc lets it go):
 // when the connection's process ends in the middle of a request, the
@@ -114,6 +123,8 @@ struct Conn {
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
   bool internal = false; // of a server of the host's own (counted)
+  bool gone = false;     // the client left while its request was served
+  std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
   double linger_until = 0;
 };
 
@@ -122,6 +133,7 @@ Conn* check_conn(lua_State* L) { return static_cast<Conn*>(luaL_checkudata(L, 1,
 void close_now(lua_State* L, Conn* c) {
   if (c->dead) return;
   c->dead = true;
+  c->watch_tag = 0;
   io_forget(L, c);
   if (c->sock) c->sock->close();
   c->out.clear();
@@ -222,6 +234,48 @@ void note_began(Conn* c) {
   if (!c->in_flight && c->parser->ready.empty()) c->request_since = now();
 }
 
+// Reads what the client sent while its request is served (read_ahead's
+// bound) to learn whether it left: a read that ends with nothing else
+// sent, not caused by the server's own drain. True where the watch should
+// go on (nothing came).
+bool probe(lua_State* L, Conn* c) {
+  io::ByteStream* st = c->sock->stream();
+  const Io r = st->read_ahead();
+  if (r == Io::kAgain) return st->wants() == io::ByteStream::Want::kRead;
+  if (r == Io::kDone) return false;
+  const io::HttpRequestParser& p = *c->parser;
+  const bool drained = c->tracked && c->tracked->draining.load(std::memory_order_relaxed);
+  // Requests sent before an end are a client that finished sending (a
+  // half close): they are answered, not abandoned.
+  if (drained || st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
+  c->gone = true;
+  cancel_self(L, "client gone");
+  return false;
+}
+
+void watch_fired(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+void watch(lua_State* L, Conn* c) {
+  if (c->watch_tag != 0 || c->dead || c->gone || !c->in_flight || c->flight_streamed) return;
+  IoWaitCall call{io::io_cmd::kPollWait, c->sock->poller().tag_for(c->sock->slot(), io::NetPoller::kRead)};
+  c->watch_tag = call.tag;
+  io_watch(L, std::move(call), c, watch_fired);
+}
+
+void unwatch(lua_State* L, Conn* c) {
+  if (c->watch_tag == 0) return;
+  io_unwatch(L, c->watch_tag);
+  c->watch_tag = 0;
+}
+
+void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* c = static_cast<Conn*>(owner);
+  if (c->watch_tag != tag) return;
+  c->watch_tag = 0;
+  if (c->dead || c->gone || !c->in_flight) return;
+  if (probe(L, c)) watch(L, c);
+}
+
 // The next request (1: its table), or the connection's end (1: nil; 2:
 // nil, "idle" where it waits idle past hibernate_after: the caller may
 // give the socket up), or -1 (wait; *dir, c->deadline).
@@ -291,6 +345,7 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       ++c->served;
       if (c->tracked) c->tracked->in_flight.store(true, std::memory_order_relaxed);
       push_request(L, c, r);
+      watch(L, c);
       return 1;
     }
     if ((p.no_more && !p.in_message) || c->eof) {
@@ -562,7 +617,8 @@ bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std:
 }
 
 // The request in flight is answered.
-void answered(Conn* c) {
+void answered(lua_State* L, Conn* c) {
+  unwatch(L, c);
   c->in_flight = false;
   c->head_written = false;
   c->parser->answering = false;
@@ -627,8 +683,17 @@ int m_respond(lua_State* L) {
   c->out += head;
   if (!c->no_body && body) c->out.append(body, blen);
   if (stream_body) c->head_written = true;
-  else answered(c);
+  else answered(L, c);
   return run(L, c, Conn::kWrite);
+}
+
+// What conn:chunk and conn:finish return when no streamed response is
+// open (2), or 0 where one is.
+int no_stream_open(lua_State* L, Conn* c) {
+  if (c->in_flight && c->head_written) return 0;
+  lua_pushnil(L);
+  lua_pushliteral(L, "invalid: no streamed response is open on this connection");
+  return 2;
 }
 
 // conn:chunk(data): true once written (it waits while the client does
@@ -638,11 +703,7 @@ int m_chunk(lua_State* L) {
   if (int n = busy(L, c)) return n;
   std::size_t n;
   const char* data = luaL_checklstring(L, 2, &n);
-  if (!c->in_flight || !c->head_written) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
-    return 2;
-  }
+  if (int r = no_stream_open(L, c)) return r;
   if (!c->no_body && n > 0 && c->raw_stream) {
     c->out.append(data, n);
   } else if (!c->no_body && n > 0) {
@@ -659,13 +720,9 @@ int m_chunk(lua_State* L) {
 int m_finish(lua_State* L) {
   Conn* c = check_conn(L);
   if (int n = busy(L, c)) return n;
-  if (!c->in_flight || !c->head_written) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "invalid: no streamed response is open on this connection");
-    return 2;
-  }
+  if (int r = no_stream_open(L, c)) return r;
   if (!c->no_body && !c->raw_stream) c->out += "0\r\n\r\n";
-  answered(c);
+  answered(L, c);
   return run(L, c, Conn::kWrite);
 }
 
@@ -695,6 +752,15 @@ int m_park(lua_State* L) {
   c->dead = true;
   io_forget(L, c);
   tcp_push(L, std::move(c->sock), kClient);
+  return 1;
+}
+
+// conn:gone(): whether the client left while its request is served (the
+// watch's finding, or a look now for a handler that has not waited since).
+int m_gone(lua_State* L) {
+  Conn* c = check_conn(L);
+  if (!c->gone && !c->dead && c->in_flight && !c->flight_streamed && c->op == Conn::kNone) (void)probe(L, c);
+  lua_pushboolean(L, c->gone || c->dead);
   return 1;
 }
 
@@ -924,9 +990,10 @@ int open_http_conn(lua_State* L) {
   if (luaL_newmetatable(L, kConnMeta)) {
     static const luaL_Reg methods[] = {
         {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
-        {"body", m_body},   {"park", m_park},       {"close", m_close}, {nullptr, nullptr},
+        {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
+        {nullptr, nullptr},
     };
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 9);
     luaL_register(L, nullptr, methods);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, m_gc);

@@ -265,6 +265,7 @@ class LuaProcess final : public Process, private KernelHost {
     IoContinuation cont;
     CommandId command;
     bool timer;  // a sleep of the same tag bounds it
+    bool watch;  // no task waits (io_watch): its continuation gets no task
   };
   std::unique_ptr<std::vector<IoWait>> io_waits_;
   bool io_wait_completed(lua_State* L, const Event& ev);
@@ -319,6 +320,15 @@ int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
 void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont);
 void io_resume(lua_State* L, lua_State* co, int n);
 void io_forget(lua_State* L, void* owner);
+// A wait no task blocks on (the HTTP server's watch on a client while its
+// handler runs): its completion calls cont with co null, in the step that
+// receives it, once. io_unwatch drops it before then (its yield cancelled;
+// a completion already on its way is ignored). Both within a step.
+void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
+void io_unwatch(lua_State* L, std::uint64_t tag);
+// Cancels this process the way process.cancel does: its cancel event
+// where it opened its events, else its end (reason "canceled: REASON").
+void cancel_self(lua_State* L, std::string reason);
 // What the process may still allocate under its memory limit, in bytes.
 std::size_t memory_room(lua_State* L);
 io::IoServices& io_services(lua_State* L);

@@ -238,12 +238,15 @@ struct Primitives {
   static void give_socket(lua_State* L, std::uint64_t id);
   static void drop_socket(lua_State* L, std::uint64_t id);
   // lua_process_io_waits.cpp: waits a C continuation takes (lua_process.hpp's io_wait).
-  static void io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont);
+  static void io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont, bool watch = false);
   static std::uint64_t io_call_tag(lua_State* L);
   static int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
   static void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoContinuation cont);
   static void io_resume(lua_State* L, lua_State* co, int n);
   static void io_forget(lua_State* L, void* owner);
+  static void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
+  static void io_unwatch(lua_State* L, std::uint64_t tag);
+  static void cancel_self(lua_State* L, std::string reason);
   static std::size_t memory_room(lua_State* L);
   static io::IoServices& io_services(lua_State* L);
   static Pid self_pid(lua_State* L);

@@ -10,7 +10,7 @@
 namespace host::lua {
 
 // Adds the wait's yields to the step's output and records it.
-void Primitives::io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont) {
+void Primitives::io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContinuation cont, bool watch) {
   StepOutput& out = *p.step_out_;
   Yield& y = out.add_yield(call.command, call.tag);
   y.arg = call.arg;
@@ -18,7 +18,7 @@ void Primitives::io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContin
   const bool timer = call.timeout >= 0;
   if (timer) out.add_yield(cmd::kSleep, call.tag).arg = static_cast<std::int64_t>(std::min(call.timeout * 1e9, 9e18));
   if (!p.io_waits_) p.io_waits_ = std::make_unique<std::vector<LuaProcess::IoWait>>();
-  p.io_waits_->push_back(LuaProcess::IoWait{call.tag, owner, cont, call.command, timer});
+  p.io_waits_->push_back(LuaProcess::IoWait{call.tag, owner, cont, call.command, timer, watch});
 }
 
 std::uint64_t Primitives::io_call_tag(lua_State* L) { return TaskKernel::kCallTagMark | ++of(L).c_timers_; }
@@ -47,6 +47,26 @@ void Primitives::io_forget(lua_State* L, void* owner) {
   w.erase(std::remove_if(w.begin(), w.end(), [owner](const LuaProcess::IoWait& e) { return e.owner == owner; }), w.end());
 }
 
+void Primitives::io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
+  io_start(of(L), call, owner, cont, /*watch=*/true);
+}
+
+void Primitives::io_unwatch(lua_State* L, std::uint64_t tag) {
+  LuaProcess& p = of(L);
+  if (!p.io_waits_) return;
+  auto& w = *p.io_waits_;
+  auto it = std::find_if(w.begin(), w.end(), [tag](const LuaProcess::IoWait& e) { return e.tag == tag; });
+  if (it == w.end()) return;
+  if (!p.step_out_->drop_yield(it->command, tag)) p.step_out_->cancel_yield(it->command, tag);
+  if (it->timer && !p.step_out_->drop_yield(cmd::kSleep, tag)) p.step_out_->cancel_yield(cmd::kSleep, tag);
+  w.erase(it);
+}
+
+void Primitives::cancel_self(lua_State* L, std::string reason) {
+  LuaProcess& p = of(L);
+  (void)p.rt_.scheduler().cancel(p.ctx_.self, std::move(reason), p.ctx_.self);
+}
+
 std::size_t Primitives::memory_room(lua_State* L) {
   LuaProcess& p = of(L);
   const std::size_t limit = p.rt_.options().mem_limit;
@@ -67,6 +87,11 @@ void io_rewait(lua_State* L, lua_State* co, IoWaitCall call, void* owner, IoCont
 }
 void io_resume(lua_State* L, lua_State* co, int n) { Primitives::io_resume(L, co, n); }
 void io_forget(lua_State* L, void* owner) { Primitives::io_forget(L, owner); }
+void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
+  Primitives::io_watch(L, std::move(call), owner, cont);
+}
+void io_unwatch(lua_State* L, std::uint64_t tag) { Primitives::io_unwatch(L, tag); }
+void cancel_self(lua_State* L, std::string reason) { Primitives::cancel_self(L, std::move(reason)); }
 std::size_t memory_room(lua_State* L) { return Primitives::memory_room(L); }
 io::IoServices& io_services(lua_State* L) { return Primitives::io_services(L); }
 Pid self_pid(lua_State* L) { return Primitives::self_pid(L); }
@@ -80,13 +105,13 @@ bool LuaProcess::io_wait_completed(lua_State* L, const Event& ev) {
   if (it == w.end()) return false;
   const IoWait wait = *it;
   w.erase(it);
-  lua_State* co = kernel_.take_call(L, ev.tag);
+  lua_State* co = wait.watch ? nullptr : kernel_.take_call(L, ev.tag);
   // The sleep's completion has an empty payload; the call's never does
   // (a failure carries its error).
   const bool timed_out = !ev.failed && ev.payload.empty();
   if (wait.timer && !timed_out) step_out_->cancel_yield(cmd::kSleep, ev.tag);
   if (timed_out) step_out_->cancel_yield(wait.command, ev.tag);
-  if (!co) return true;  // its task is gone
+  if (!co && !wait.watch) return true;  // its task is gone
   wait.cont(L, co, wait.owner, ev.tag, ev.failed, ev.payload);
   return true;
 }

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "host/config.hpp"
@@ -116,6 +117,19 @@ class StepOutput {
     std::uint64_t tag;
   };
   std::span<const CancelRequest> cancels() const { return cancels_; }
+  // Takes back a yield this step added (not started yet): true where it
+  // was there. A wait given up in the step that made it (the HTTP server's
+  // watch on a client whose handler answered at once) then costs no
+  // command and no cancel. The others keep their order.
+  bool drop_yield(CommandId command, std::uint64_t tag) {
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (yield_at(i).command != command || yield_at(i).tag != tag) continue;
+      for (std::size_t j = i; j + 1 < count_; ++j) std::swap(yield_at(j), yield_at(j + 1));
+      --count_;
+      return true;
+    }
+    return false;
+  }
   // Whether the step left anything for Scheduler::dispatch: most steps
   // wait on messages only, and a call into dispatch for nothing (its
   // prologue and epilogue, a large function's register saves) was paid

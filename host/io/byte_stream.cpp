@@ -86,6 +86,29 @@ void ByteStream::compact() {
   }
 }
 
+ByteStream::Io ByteStream::after_recv(ssize_t n, int err) {
+  if (n > 0) {
+    bytes_in_ += static_cast<double>(n);
+    return Io::kDone;
+  }
+  if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
+    want_ = Want::kRead;
+    return Io::kAgain;
+  }
+  // The peer closed or the connection failed: a TLS session can go no
+  // further either.
+  if (n == 0) eof_ = true;
+  if (tls_) tls_->abort("closed");
+  return n == 0 ? end("closed") : end_errno(err);
+}
+
+ByteStream::Io ByteStream::recv_ciphertext() {
+  const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
+  const int err = errno;
+  if (n > 0) tls_->feed(std::string_view(tls_chunk, static_cast<std::size_t>(n)));
+  return after_recv(n, err);
+}
+
 ByteStream::Io ByteStream::fill(std::size_t want) {
   if (fd_ < 0) return end("closed");
   if (ended_reading()) return Io::kEnd;
@@ -96,36 +119,14 @@ ByteStream::Io ByteStream::fill(std::size_t want) {
     const std::size_t old = rbuf_.size();
     rbuf_.resize(old + want);
     const ssize_t n = ::recv(fd_, rbuf_.data() + old, want, 0);
+    const int err = errno;
     rbuf_.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-    if (n > 0) {
-      bytes_in_ += static_cast<double>(n);
-      return Io::kDone;
-    }
-    if (n == 0) {
-      eof_ = true;
-      return end("closed");
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      want_ = Want::kRead;
-      return Io::kAgain;
-    }
-    return end_errno(errno);
+    return after_recv(n, err);
   }
   const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
-  if (n > 0) {
-    rbuf_.append(tls_chunk, static_cast<std::size_t>(n));
-    bytes_in_ += static_cast<double>(n);
-    return Io::kDone;
-  }
-  if (n == 0) {
-    eof_ = true;
-    return end("closed");
-  }
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-    want_ = Want::kRead;
-    return Io::kAgain;
-  }
-  return end_errno(errno);
+  const int err = errno;
+  if (n > 0) rbuf_.append(tls_chunk, static_cast<std::size_t>(n));
+  return after_recv(n, err);
 }
 
 ByteStream::Io ByteStream::fill_tls(std::size_t want) {
@@ -145,23 +146,16 @@ ByteStream::Io ByteStream::fill_tls(std::size_t want) {
       return end("closed");
     }
     if (tls_->state() == TlsSession::State::Failed) return end(tls_->error());
-    const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
-    if (n > 0) {
-      bytes_in_ += static_cast<double>(n);
-      tls_->feed(std::string_view(tls_chunk, static_cast<std::size_t>(n)));
-      continue;
-    }
-    if (n == 0) {
-      eof_ = true;
-      tls_->abort("closed");
-      return end("closed");
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      want_ = Want::kRead;
-      return Io::kAgain;
-    }
-    return end_errno(errno);
+    const Io r = recv_ciphertext();
+    if (r != Io::kDone) return r;
   }
+}
+
+ByteStream::Io ByteStream::read_ahead() {
+  if (fd_ < 0) return end("closed");
+  if (ended_reading()) return Io::kEnd;
+  if (buffered() >= kReadChunk) return Io::kDone;
+  return fill(kReadChunk);
 }
 
 ByteStream::Io ByteStream::line(std::string& out, std::size_t limit) {
@@ -342,23 +336,8 @@ ByteStream::Io ByteStream::handshake() {
     }
     if (st == TlsSession::State::Failed) return end(tls_->error());
     if (st != TlsSession::State::Handshaking) return Io::kDone;
-    const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
-    if (n > 0) {
-      bytes_in_ += static_cast<double>(n);
-      tls_->feed(std::string_view(tls_chunk, static_cast<std::size_t>(n)));
-      continue;
-    }
-    if (n == 0) {
-      tls_->abort("closed");
-      eof_ = true;
-      return end("closed");
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      want_ = Want::kRead;
-      return Io::kAgain;
-    }
-    tls_->abort("closed");
-    return end_errno(errno);
+    const Io r = recv_ciphertext();
+    if (r != Io::kDone) return r;
   }
 }
 

@@ -17,6 +17,8 @@
 // Threads: one at a time (the owning process's).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +64,13 @@ class ByteStream {
   // Bytes waiting in the buffer: LuaSocket's dirty().
   bool dirty() const { return buffered() > 0 || (tls_ && tls_->readable()); }
 
+  // Reads what has come though no receive asks, while less than
+  // kReadChunk is buffered (kDone at once past that): how a server notices
+  // that its client left while it answers (bindings/http_conn.cpp).
+  // kDone: bytes came (or the buffer is full); kAgain; kEnd: the peer
+  // closed or the connection failed.
+  Io read_ahead();
+
   // Writes data from offset *done on; *done grows by what went.
   Io write(std::string_view data, std::size_t* done);
   // shutdown(2) of one or both halves: "receive", "send", "both".
@@ -92,6 +101,11 @@ class ByteStream {
   // bytes came, kAgain, kEnd.
   Io fill(std::size_t want);
   Io fill_tls(std::size_t want);
+  // One recv's result, whichever buffer it read into: kDone (counted),
+  // kAgain (wait to read), kEnd (the peer closed, or an error).
+  Io after_recv(ssize_t n, int err);
+  // Reads ciphertext once and feeds it to the TLS session.
+  Io recv_ciphertext();
   // Writes the TLS ciphertext waiting; kDone once none waits.
   Io flush_tls();
   Io end(std::string why);

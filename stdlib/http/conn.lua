@@ -29,6 +29,13 @@ function Request.__index.read_body(req)
   return current_conn:body()
 end
 
+-- req:closed(): true once the client has left (closed or reset its
+-- connection) while its request is served; the process is then cancelled
+-- too (bindings/http_conn.cpp watches the connection while a handler runs).
+function Request.__index.closed(req)
+  return current_conn:gone()
+end
+
 local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
 
 -- The handler's error with its traceback, as one value.

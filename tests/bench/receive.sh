@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
 done
 host_bin=${HOST_BIN:-build/host}
 port=17170
-median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+source tests/bench/run_one.sh  # median
 printf '| receive | host ns | python ns | host/python |\n|---|---|---|---|\n'
 for pattern in '*l' 8; do
   port=$((port + 1))

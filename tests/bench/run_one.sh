@@ -45,4 +45,5 @@ describe_machine() {
   echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
 }
 
-median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# The median of the numbers in FILE, one a line, or of those on stdin.
+median() { sort -g "$@" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

@@ -64,6 +64,16 @@ local function closed(c)
   return (data ~= nil or err == "closed"), (data or partial)
 end
 
+-- This host's resident memory, in MB, and its open descriptors.
+local function rss_mb()
+  return tonumber(assert(fs.read("/proc/self/status")):match("VmRSS:%s*(%d+) kB")) / 1024
+end
+local function fds()
+  local n = 0
+  for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
+  return n
+end
+
 local function curl(args)
   local argv = { "curl", "-sS", "--max-time", "10" }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
@@ -641,6 +651,62 @@ return { main = function(host)
       c:close()
       T.eq(srv:close(), true, "its owner closes it")
       T.eventually(function() return socket.connect("127.0.0.1", port) == nil end, 5, "the port closed")
+    end },
+    { "a client that pipelines 400 requests for 1 MB and never reads does not grow the host; others are served", function()
+      local srv, port = serve()
+      local c = connect(port)
+      T.eq(get(c, "/big"), 200, "one read in full")  -- the handler loaded, its 1 MB made
+      local before = rss_mb()
+      assert(c:send(string.rep("GET /big HTTP/1.1\r\nHost: t\r\n\r\n", 400)))
+      time.sleep(1.5)  -- the server writes what the kernel takes, then waits
+      local grown = rss_mb() - before
+      T.ok(grown < 64, string.format("the host grew by %.1f MB", grown))
+      print(string.format("400 pipelined 1 MB requests never read: the host grew by %.1f MB", grown))
+      local other = connect(port)
+      T.eq(get(other, "/echo"), 200, "another client is served meanwhile")
+      other:close()
+      c:close()  -- unread data: a reset, which ends the writer
+      srv:close()
+    end },
+    { "200 clients that leave while their handlers wait are noticed: processes and descriptors come back", function()
+      local srv, port = serve()
+      local base_fds = fds()
+      local n = 200
+      local cs = {}
+      for i = 1, n do
+        cs[i] = connect(port)
+        assert(cs[i]:send("GET /slow?secs=60 HTTP/1.1\r\nHost: t\r\n\r\n"))
+      end
+      T.eventually(function() return T.count_processes("http.conn:serve") == n end, 10, n .. " handlers waiting")
+      for i = 1, n do cs[i]:close() end
+      local t0 = time.now()
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 and fds() <= base_fds end, 10,
+        "the processes ended and the descriptors closed")
+      local took = time.now() - t0
+      T.ok(took < 2, string.format("noticed in %.2f s", took))
+      print(string.format("%d clients left: their processes and descriptors gone in %.2f s", n, took))
+      local c = connect(port)
+      T.eq(get(c, "/echo"), 200, "the server goes on")
+      c:close()
+      srv:close()
+    end },
+    { "a handler whose client left gets its cancel event, and req:closed() says so", function()
+      local srv, port = serve()
+      local name = "http_left_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      local c = connect(port)
+      assert(c:send("GET /left?to=" .. name .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "waiting")
+      c:close()
+      m = assert(process.receive(5))
+      T.eq(m.topic, "left")
+      T.eq(m.payload.kind, "cancel")
+      T.eq(m.payload.reason, "client gone")
+      T.eq(m.payload.before, false, "req:closed() while the client was there")
+      T.eq(m.payload.after, true, "req:closed() once it left")
+      process.registry.unregister(name)
+      srv:close()
     end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
