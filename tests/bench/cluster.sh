@@ -54,7 +54,9 @@ for ((i = 0; i < 100; i++)); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null &
 wait_for() {
   local i
   for ((i = 0; i < ${3:-30} * 100; i++)); do grep -qa "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done
-  echo "cluster: no '$2' in $1:" >&2; tail -5 "$1" >&2; exit 1
+  echo "cluster: no '$2' in $1:" >&2; tail -12 "$1" >&2
+  [ ! -f "$out/a.out" ] || { echo "node a said:" >&2; tail -5 "$out/a.out" >&2; }
+  exit 1
 }
 
 # figure OUTPUT NAME KEY: the value of OUTPUT's "FIGURE NAME KEY VALUE"
