@@ -79,7 +79,10 @@ node() { $(node_args "$@") 2>&1 || true; }  # in the foreground, its output
 node_bg() {
   local file="$1"
   shift
-  $(node_args "$@") >"$file" 2>&1 &
+  # Emptied here, not by the background job's own redirection: a wait_for
+  # right after must not find an earlier run's lines in it.
+  : >"$file"
+  $(node_args "$@") >>"$file" 2>&1 &
 }
 
 run_host() {
