@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
 #include "tests/watchdog.hpp"
@@ -334,12 +335,12 @@ TEST_CASE("an envelope over 64 KB travels in parts and is reassembled whole, and
     CAPTURE(size);
     std::string envelope(size, '\0');
     for (std::size_t i = 0; i < size; ++i) envelope[i] = static_cast<char>(i * 131 + 7);
-    const auto bodies = split_into_bodies(envelope);
+    const auto bodies = split_into_bodies(envelope, 42);
     CHECK(bodies.size() == (size <= kPartBytes ? 1 : (size + kPartBytes - 1) / kPartBytes));
     Reassembly r;
     std::optional<std::string_view> out;
     for (std::size_t i = 0; i < bodies.size(); ++i) {
-      CHECK(bodies[i].size() <= kPartBytes + 1);
+      CHECK(bodies[i].size() <= kPartBytes + kPartHeaderBytes);
       out = r.add(bodies[i]);
       CHECK(out.has_value() == (i + 1 == bodies.size()));
     }
@@ -347,13 +348,63 @@ TEST_CASE("an envelope over 64 KB travels in parts and is reassembled whole, and
     CHECK(*out == envelope);
     CHECK(r.buffered() == 0);
   }
-  // A last part without its first, and an empty body, give nothing.
-  const auto bodies = split_into_bodies(std::string(2 * kPartBytes + 1, 'y'));
+  // A last part without its first, an empty body, a cut part header and
+  // an unknown kind give nothing.
+  const auto bodies = split_into_bodies(std::string(2 * kPartBytes + 1, 'y'), 9);
   Reassembly r;
   CHECK_FALSE(r.add(bodies[2]));
-  CHECK_FALSE(r.add(bodies[0]));
   CHECK_FALSE(r.add(""));
+  CHECK_FALSE(r.add(bodies[0].substr(0, kPartHeaderBytes - 1)));
+  CHECK_FALSE(r.add(std::string(1, '\x07') + "junk"));
   CHECK(r.buffered() == 0);
   auto whole = split_into_bodies("small");
   CHECK(r.add(whole[0]) == std::optional<std::string_view>("small"));
+}
+
+TEST_CASE("parts of two large envelopes and whole ones interleaved are each reassembled, in their own order") {
+  using namespace host::cluster;
+  const std::string one(3 * kPartBytes + 5, 'a'), two(2 * kPartBytes + 9, 'b');
+  const auto b1 = split_into_bodies(one, 1), b2 = split_into_bodies(two, 2);
+  const auto small = split_into_bodies("ping");
+  Reassembly r;
+  std::vector<std::string> out;
+  auto add = [&](const std::string& body) {
+    if (auto e = r.add(body)) out.emplace_back(*e);
+  };
+  add(b1[0]);
+  add(b2[0]);
+  add(small[0]);  // a whole one amid parts is delivered at once
+  CHECK(r.transfers() == 2);
+  CHECK(r.buffered() == 2 * kPartBytes);
+  add(b2[1]);
+  add(b1[1]);
+  add(b2[2]);  // two ends first
+  add(b1[2]);
+  add(b1[3]);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0] == "ping");
+  CHECK(out[1] == two);
+  CHECK(out[2] == one);
+  CHECK(r.transfers() == 0);
+  CHECK(r.buffered() == 0);
+}
+
+TEST_CASE("the outbox keeps each pair's order and takes the pairs in turn") {
+  using namespace host::cluster;
+  const PairKey p{host::Pid{1, 1, 1}, host::Pid{2, 1, 1}}, q{host::Pid{1, 2, 1}, host::Pid{2, 1, 1}};
+  Outbox box;
+  CHECK(box.empty());
+  CHECK_FALSE(box.next());
+  box.push(p, {"p1", "p2", "p3"});
+  box.push(q, {"q1"});
+  box.push(p, {"p4"});  // after p's waiting ones
+  CHECK(box.holds(p));
+  CHECK(box.holds(q));
+  CHECK(box.bytes() == 10);
+  std::vector<std::string> got;
+  while (auto b = box.next()) got.push_back(*b);
+  CHECK(got == std::vector<std::string>{"p1", "q1", "p2", "p3", "p4"});
+  CHECK(box.empty());
+  CHECK(box.bytes() == 0);
+  CHECK_FALSE(box.holds(p));
 }

@@ -209,33 +209,60 @@ std::vector<std::string> NatsNode::node_names() const {
 
 // --- sending ---
 
-std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, std::string envelope, std::size_t* backlog) {
-  std::vector<std::string> bodies = split_into_bodies(envelope);
-  std::lock_guard lock(peer->mu);
-  if (peer->down) return make_error(ErrorKind::NotFound, "node " + peer->name + " is not connected");
-  const Clock::time_point now = Clock::now();
-  // A large envelope's parts go one after another, under the peer's lock:
-  // frames leave in sequence order.
-  for (std::string& body : bodies) {
-    Frame f;
-    f.kind = FrameKind::Data;
-    f.from_node = id_;
-    f.to_node = peer->id;
-    f.seq = peer->session.next_seq();
-    f.ack = peer->session.cumulative_ack();
-    f.text = body;
-    publish(peer->subject, encode_frame(f));
-    peer->session.ack_sent();
-    (void)peer->session.stamp(std::move(body), now);
+void NatsNode::send_body(Peer& peer, std::string body, Clock::time_point now) {
+  Frame f;
+  f.kind = FrameKind::Data;
+  f.from_node = id_;
+  f.to_node = peer.id;
+  f.seq = peer.session.next_seq();
+  f.ack = peer.session.cumulative_ack();
+  f.text = body;
+  publish(peer.subject, encode_frame(f));
+  peer.session.ack_sent();
+  (void)peer.session.stamp(std::move(body), now);
+}
+
+void NatsNode::pump(Peer& peer, Clock::time_point now) {
+  while (!peer.outbox.empty() && peer.session.unacked_bytes() < options_.session.parts_in_flight_bytes)
+    send_body(peer, *peer.outbox.next(), now);
+}
+
+std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, std::string envelope,
+                                   std::size_t* backlog) {
+  bool over_bound = false;
+  // Cut outside the lock: copying 8 MB into parts holds up no other sender.
+  const bool small = envelope.size() <= kPartBytes;
+  std::vector<std::string> bodies =
+      split_into_bodies(envelope, small ? 0 : peer->next_transfer.fetch_add(1, std::memory_order_relaxed));
+  {
+    std::lock_guard lock(peer->mu);
+    if (peer->down) return make_error(ErrorKind::NotFound, "node " + peer->name + " is not connected");
+    // While the connection is lost nothing drains: past the bound the peer
+    // is reported down now, not at the next tick, so that no burst of
+    // sends holds more than the bound (SPEC: at most 8 MB per peer).
+    over_bound = buffered_bytes(*peer) + envelope.size() > options_.session.max_buffered_bytes && !transport_connected();
+    if (!over_bound) {
+      const Clock::time_point now = Clock::now();
+      if (small && !peer->outbox.holds(pair)) {
+        // Nothing of its pair waits: past the large ones, at once.
+        send_body(*peer, std::move(bodies.front()), now);
+      } else {
+        peer->outbox.push(pair, std::move(bodies));
+        pump(*peer, now);
+      }
+      if (backlog && (peer->session.window_full() || !peer->outbox.empty())) *backlog = config::kSendBacklogYield;
+    }
   }
-  if (backlog && peer->session.window_full()) *backlog = config::kSendBacklogYield;
-  return {};
+  if (!over_bound) return {};
+  take_down(peer, "more than 8 MB waiting while the cluster connection is down", /*reset=*/true);
+  return make_error(ErrorKind::NotFound, "node " + peer->name +
+                                             " is down: more than 8 MB waiting while the cluster connection is down");
 }
 
 std::string NatsNode::send_envelope(const Envelope& e, std::size_t* backlog) {
   auto peer = find(e.to.node);
   if (!peer) return make_error(ErrorKind::NotFound, "no process " + e.to.to_string() + " (no connected node has its id)");
-  return send_to_peer(peer, encode_envelope(e), backlog);
+  return send_to_peer(peer, PairKey{e.from, e.to}, encode_envelope(e), backlog);
 }
 
 std::string NatsNode::send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
@@ -259,7 +286,9 @@ std::string NatsNode::send_named(std::string_view node, std::string_view name, s
   e.from = from;
   e.topic = topic;
   e.payload = payload;
-  return send_to_peer(peer, encode_envelope(e), backlog);
+  // Every name on the node as one receiver: a pair's order holds whatever
+  // process holds the name when each arrives.
+  return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, encode_envelope(e), backlog);
 }
 
 std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
@@ -436,7 +465,7 @@ void NatsNode::start_spawn_on(CommandRequest&& req) {
   e.tag = req.tag;
   e.name = r->entry;
   e.payload = r->args;
-  if (std::string err = send_to_peer(peer, encode_envelope(e), nullptr); !err.empty()) {
+  if (std::string err = send_to_peer(peer, PairKey{e.from, e.to}, encode_envelope(e), nullptr); !err.empty()) {
     // Gone meanwhile: its take_down may have run before the record was
     // made; whoever removes the record answers.
     bool mine = false;
@@ -584,6 +613,7 @@ void NatsNode::received(std::string_view bytes) {
     const Clock::time_point now = Clock::now();
     peer->last_heard = now;
     peer->session.acknowledged(f->ack, now);
+    pump(*peer, now);  // the window has room again
     if (f->kind == FrameKind::Data) {
       deliver_it = peer->session.arrive(f->seq, f->text.size()) == Session::Arrival::Deliver;
       if (peer->session.ack_due_now()) {
@@ -600,10 +630,17 @@ void NatsNode::received(std::string_view bytes) {
   // Outside the peer's lock; this subscription's callbacks run one at a
   // time, so messages reach the scheduler in sequence order.
   if (deliver_it)
-    if (auto envelope = peer->parts.add(f->text)) deliver(*peer, *envelope);
+    if (auto envelope = peer->parts.add(f->text)) {
+      if (envelope->data() == f->text.data() + 1) {
+        deliver(*peer, *envelope);  // whole in its frame
+      } else {
+        std::string owned = peer->parts.take_done();
+        deliver(*peer, owned, &owned);
+      }
+    }
 }
 
-void NatsNode::deliver(Peer& peer, std::string_view bytes) {
+void NatsNode::deliver(Peer& peer, std::string_view bytes, std::string* owned) {
   auto e = decode_envelope(bytes);
   if (!e) return;
   Scheduler& s = *scheduler_;
@@ -621,7 +658,19 @@ void NatsNode::deliver(Peer& peer, std::string_view bytes) {
       // path's send and send_copy each have one caller (the Lua send), so
       // that LTO inlines them into it whatever their size (BENCHMARKS.md,
       // issue 55).
-      (void)s.deliver(e->to, Event(e->from, e->topic, std::string(e->payload)));
+      if (owned) {
+        // The payload is the envelope's tail: shift it to the front of the
+        // buffer already there (a move within memory already touched)
+        // rather than copy it into a new one on NATS's thread, which the
+        // next frames from the peer wait for.
+        const std::size_t head = static_cast<std::size_t>(e->payload.data() - owned->data());
+        const std::string topic(e->topic);
+        const Pid from = e->from, to = e->to;
+        owned->erase(0, head);
+        (void)s.deliver(to, Event(from, topic, std::move(*owned)));
+      } else {
+        (void)s.deliver(e->to, Event(e->from, e->topic, std::string(e->payload)));
+      }
       break;
     case Envelope::Op::Event: {
       Event ev;
@@ -782,7 +831,7 @@ void NatsNode::tick_loop() {
         std::lock_guard lock(peer->mu);
         if (now - peer->last_heard > options_.timeout) {
           why = "silent for the node timeout";
-        } else if (!connected && peer->session.over_buffer_limit()) {
+        } else if (!connected && buffered_bytes(*peer) > options_.session.max_buffered_bytes) {
           why = "more than 8 MB waiting while the cluster connection is down";
         } else {
           if (peer->session.ack_due_at_tick()) {
@@ -794,7 +843,10 @@ void NatsNode::tick_loop() {
             publish(peer->subject, encode_frame(a));
             peer->session.ack_sent();
           }
-          peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+          // Not while disconnected: what was published then waits in NATS's
+          // reconnect buffer, and resending it would fill that buffer with
+          // copies; once connected again, a stall resends what was lost.
+          if (connected) peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
             Frame f;
             f.kind = FrameKind::Data;
             f.from_node = id_;
@@ -804,6 +856,7 @@ void NatsNode::tick_loop() {
             f.text = body;
             publish(peer->subject, encode_frame(f));
           });
+          pump(*peer, now);
         }
       }
       if (why) take_down(peer, why, /*reset=*/true);

@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
 #include "host/commands.hpp"
@@ -119,6 +120,10 @@ class NatsNode final : public RemoteNodes {
     const std::string subject;  // host.node.<id>
     std::mutex mu;              // guards the rest
     Session session;
+    // What waits to enter the session (large envelopes' parts, and what
+    // their pairs send after them): see outbox.hpp.
+    Outbox outbox;
+    std::atomic<std::uint64_t> next_transfer{1};  // the next large envelope's number (wire.hpp)
     Session::Clock::time_point last_heard;
     bool down = false;  // taken down: nothing more goes out or comes in
     // Held while a frame from the peer is handled (its delivery included)
@@ -145,7 +150,9 @@ class NatsNode final : public RemoteNodes {
   static void on_name_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
   void heard_heartbeat(std::uint32_t id, std::string_view name);
   void received(std::string_view bytes);
-  void deliver(Peer& peer, std::string_view envelope);
+  // `owned`, when given, holds the envelope's bytes (a large one put
+  // together from parts): a message's payload is taken from it, not copied.
+  void deliver(Peer& peer, std::string_view envelope, std::string* owned = nullptr);
   // Sends an envelope to the node of e.to.
   std::string send_envelope(const Envelope& e, std::size_t* backlog = nullptr);
   void add_watch(std::uint32_t node, const Watch& w);
@@ -155,8 +162,18 @@ class NatsNode final : public RemoteNodes {
   bool remove_watch(std::uint32_t node, const Watch& w);
   // The node events to the processes that monitor `name`.
   void tell_node_watchers(const std::string& name, bool up);
-  // Sends one message into peer's session (the send calls' common part).
-  std::string send_to_peer(const std::shared_ptr<Peer>& peer, std::string envelope, std::size_t* backlog);
+  // Sends one message into peer's session (the send calls' common part);
+  // `pair` is its sender and receiver, whose order the outbox keeps.
+  std::string send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, std::string envelope,
+                           std::size_t* backlog);
+  // Under peer.mu: stamps one body with the next sequence number and
+  // publishes it.
+  void send_body(Peer& peer, std::string body, Clock::time_point now);
+  // Under peer.mu: moves bodies from the outbox into the session while its
+  // unacknowledged bytes are under SessionLimits::parts_in_flight_bytes.
+  void pump(Peer& peer, Clock::time_point now);
+  // Bytes held for the peer: unacknowledged plus waiting in the outbox.
+  static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
   void publish(const std::string& subject, const std::string& bytes);
   void publish_heartbeat(bool bye = false);
   // Removes the peer (if still there) and runs the down hook; `reset`:

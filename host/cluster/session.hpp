@@ -35,8 +35,15 @@ namespace host::cluster {
 struct SessionLimits {
   // Unacknowledged bytes past which a sender yields.
   std::size_t window_bytes = 1u << 20;
-  // Unacknowledged bytes past which, while the transport is down, the peer
-  // is reported down (SPEC: at most 8 MB buffered per peer).
+  // Unacknowledged bytes past which a large message's parts wait in the
+  // outbox (NatsNode, outbox.hpp): what a small message may find ahead of
+  // it in the connection. Below the window, so that parts alone never
+  // make a sender yield; above ack_every_bytes, so that the parts in
+  // flight are acknowledged before they stop.
+  std::size_t parts_in_flight_bytes = 512u << 10;
+  // Bytes held for a peer (unacknowledged, plus waiting in its outbox)
+  // past which, while the transport is down, the peer is reported down
+  // (SPEC: at most 8 MB buffered per peer). NatsNode checks it.
   std::size_t max_buffered_bytes = 8u << 20;
   // No acknowledgement for this long: everything unacknowledged goes again.
   std::chrono::milliseconds resend_after{100};
@@ -44,7 +51,7 @@ struct SessionLimits {
   // order (else on its next tick): the sender's window drains without
   // waiting for a tick.
   std::uint64_t ack_every_messages = 64;
-  std::size_t ack_every_bytes = 256u << 10;
+  std::size_t ack_every_bytes = 128u << 10;
 };
 
 class Session {
@@ -76,7 +83,6 @@ class Session {
   std::size_t unacked_bytes() const { return unacked_bytes_; }
   std::size_t unacked_messages() const { return ring_.size(); }
   bool window_full() const { return unacked_bytes_ >= limits_.window_bytes; }
-  bool over_buffer_limit() const { return unacked_bytes_ > limits_.max_buffered_bytes; }
   std::uint64_t resends() const { return resends_; }
 
   // --- receiver half ---

@@ -166,41 +166,67 @@ std::optional<SpawnRequest> decode_spawn_request(std::string_view bytes) {
 
 namespace {
 constexpr char kWhole = 0, kMore = 1, kLast = 2;
+// The most a first part makes room for at once (a larger envelope grows).
+constexpr std::uint64_t kMaxReservedBytes = 1ull << 30;
 }  // namespace
 
-std::vector<std::string> split_into_bodies(std::string_view envelope) {
+namespace {
+
+void put_u64_le(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::uint64_t get_u64_le(std::string_view in) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> split_into_bodies(std::string_view envelope, std::uint64_t transfer) {
   std::vector<std::string> bodies;
   if (envelope.size() <= kPartBytes) {
     bodies.emplace_back(1, kWhole).append(envelope);
     return bodies;
   }
+  bodies.reserve((envelope.size() + kPartBytes - 1) / kPartBytes);
   for (std::size_t at = 0; at < envelope.size(); at += kPartBytes) {
     const std::string_view part = envelope.substr(at, kPartBytes);
-    bodies.emplace_back(1, at + part.size() < envelope.size() ? kMore : kLast).append(part);
+    std::string& body = bodies.emplace_back();
+    body.reserve(kPartHeaderBytes + part.size());
+    body.push_back(at + part.size() < envelope.size() ? kMore : kLast);
+    put_u64_le(body, transfer);
+    put_u64_le(body, envelope.size());
+    body.append(part);
   }
   return bodies;
 }
 
 std::optional<std::string_view> Reassembly::add(std::string_view body) {
-  if (body.empty()) {
-    partial_.clear();
-    return std::nullopt;
-  }
+  if (body.empty()) return std::nullopt;
   const char kind = body.front();
-  body.remove_prefix(1);
-  if (kind == kWhole && partial_.empty()) return body;
+  if (kind == kWhole) return body.substr(1);
+  if ((kind != kMore && kind != kLast) || body.size() < kPartHeaderBytes) return std::nullopt;
+  const std::uint64_t transfer = get_u64_le(body.substr(1));
+  const std::uint64_t total = get_u64_le(body.substr(9));
+  body.remove_prefix(kPartHeaderBytes);
   if (kind == kMore) {
-    partial_.append(body);
+    auto [it, fresh] = partial_.try_emplace(transfer);
+    // Room for the whole at its first part (a size past what the
+    // sender's parts could make in a day is not believed).
+    if (fresh && total <= kMaxReservedBytes) it->second.reserve(total);
+    it->second.append(body);
+    buffered_ += body.size();
     return std::nullopt;
   }
-  if (kind == kLast && !partial_.empty()) {
-    partial_.append(body);
-    done_.swap(partial_);
-    partial_.clear();
-    return std::string_view(done_);
-  }
-  partial_.clear();  // a whole one amid parts, a last without a first, an unknown kind
-  return std::nullopt;
+  auto it = partial_.find(transfer);
+  if (it == partial_.end()) return std::nullopt;  // a last part without its first
+  buffered_ -= it->second.size();
+  done_ = std::move(it->second);
+  partial_.erase(it);
+  done_.append(body);
+  return std::string_view(done_);
 }
 
 }  // namespace host::cluster

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "host/pid.hpp"
@@ -82,23 +83,39 @@ std::string encode_spawn_request(const SpawnRequest& r);
 std::optional<SpawnRequest> decode_spawn_request(std::string_view bytes);
 
 // A session message's body: an envelope whole, or one part of an envelope
-// over kPartBytes. Parts are consecutive session messages (the session
-// keeps them in order), each its own frame: NATS refuses a payload over
-// its max_payload (1 MB by default), and a part's loss resends that part's
-// window, not the whole message. Each body starts with a byte saying which.
+// over kPartBytes. Each part is its own session message and frame: NATS
+// refuses a payload over its max_payload (1 MB by default), and a part's
+// loss resends that part's window, not the whole message. Each body starts
+// with a byte saying which; a part then names its transfer (a number the
+// sender gives each large envelope), because the parts of one envelope
+// need not be consecutive: the sender interleaves them with other
+// messages (outbox.hpp), so that a small message is not stuck behind 8 MB.
 inline constexpr std::size_t kPartBytes = 64u << 10;
-std::vector<std::string> split_into_bodies(std::string_view envelope);
+// A part body's bytes before its slice of the envelope: the kind, the
+// transfer's number and the whole envelope's size (the receiver makes room
+// for it at once rather than growing, and copying, as parts come).
+inline constexpr std::size_t kPartHeaderBytes = 17;
+std::vector<std::string> split_into_bodies(std::string_view envelope, std::uint64_t transfer = 0);
 // The receiver's side: bodies in session order in, whole envelopes out.
+// Parts of different transfers may interleave; each transfer's own parts
+// arrive in order (the session keeps order).
 class Reassembly {
  public:
   // The envelope `body` completes (a view into body, or into this
   // object's buffer until the next add), or nullopt: a part that is not
-  // the last, or a bad body (which drops any partial envelope).
+  // the last, or a bad body (dropped, and with it its transfer's parts).
   std::optional<std::string_view> add(std::string_view body);
-  std::size_t buffered() const { return partial_.size(); }
+  // The envelope the last add completed from parts, moved out (the
+  // view add returned then points into it): its bytes become the
+  // delivered message's without another copy of a large one.
+  std::string take_done() { return std::move(done_); }
+  // Bytes of envelopes begun and not finished.
+  std::size_t buffered() const { return buffered_; }
+  std::size_t transfers() const { return partial_.size(); }
 
  private:
-  std::string partial_;
+  std::unordered_map<std::uint64_t, std::string> partial_;
+  std::size_t buffered_ = 0;
   std::string done_;
 };
 
