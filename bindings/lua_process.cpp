@@ -303,7 +303,6 @@ std::string LuaProcess::Init(const ProcessContext& ctx, const std::string& entry
   rt_.processes_.fetch_add(1, std::memory_order_acq_rel);
   counted_ = true;
   ctx_ = ctx;
-  self_ = ctx.self.to_string();
   started_ = monotonic_seconds();
   entry_ = entry;
   if (!L_ && !Prepare()) return make_error(ErrorKind::Limit, "memory: cannot create a Lua state");

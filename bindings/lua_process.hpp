@@ -61,7 +61,7 @@ class LuaProcess final : public Process, private KernelHost {
   // for Init to use if its entry is that version. Nothing when it fails.
   void Preload(const std::string& module);
   // Whether Preload loaded `module` (some version of it).
-  bool preloaded(const std::string& module) const { return preloaded_ && preloaded_->name == module; }
+  bool preloaded(std::string_view module) const { return preloaded_ && preloaded_->name == module; }
   std::string Init(const ProcessContext& ctx, const std::string& entry, std::string input) override;
   void Step(std::span<Event> events, StepOutput& out) override;
   void Close() override;
@@ -237,7 +237,7 @@ class LuaProcess final : public Process, private KernelHost {
   void* global_state_ = nullptr;  // LuaJIT's, in the arena for the state's life (allocate)
   void* globals_scratch_ = nullptr;  // where lua_newstate's globals hash part went (small_globals.hpp)
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
-  std::string self_;    // this PID as a string
+  std::string self_;    // this PID as a string, made by the first process.pid()
   std::string entry_;   // "module:method" it runs
   std::vector<std::string> script_modules_;  // loaded from the script dir or stdlib, for upgrade
   // Monitor references are unique within the process (32 bits: four

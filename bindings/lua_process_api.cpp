@@ -174,6 +174,8 @@ int Primitives::host_stats(lua_State* L) {
 
 int Primitives::pid(lua_State* L) {
   auto& p = of(L);
+  // Formatted on first use: most processes never ask, and a spawn paid for it.
+  if (p.self_.empty()) p.self_ = p.ctx_.self.to_string();
   lua_pushlstring(L, p.self_.data(), p.self_.size());
   return 1;
 }

@@ -145,7 +145,9 @@ SpawnResult LuaRuntime::spawn(const std::string& entry, std::string encoded_args
   struct Unnest {
     ~Unnest() { --nesting; }
   } unnest;
-  std::unique_ptr<LuaProcess> process = spares_.take(split_entry(entry).first);
+  // The module's name, up to the entry's method (split_entry's first half,
+  // without the two strings it makes on every spawn).
+  std::unique_ptr<LuaProcess> process = spares_.take(std::string_view(entry).substr(0, entry.find(':')));
   if (!process) process = std::make_unique<LuaProcess>(*this);
   return scheduler_.spawn(std::move(process), entry, std::move(encoded_args), options);
 }

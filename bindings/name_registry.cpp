@@ -45,6 +45,7 @@ std::vector<std::string> NameRegistry::names_of(const Pid& pid) {
 }
 
 void NameRegistry::release_all(const Pid& pid) {
+  if (holders_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(mu_);
   auto it = by_pid_.find(pid);
   if (it == by_pid_.end()) return;
@@ -54,6 +55,7 @@ void NameRegistry::release_all(const Pid& pid) {
 }
 
 void NameRegistry::changed() {
+  holders_.store(by_pid_.size(), std::memory_order_release);
   std::uint32_t next = version_.load(std::memory_order_relaxed) + 1;
   if (next == 0) next = 1;  // 0 is PeerStrings's "not a name"
   version_.store(next, std::memory_order_release);

@@ -28,7 +28,8 @@ class NameRegistry {
   std::string unregister(const std::string& name);
   // The names pid holds (process.info).
   std::vector<std::string> names_of(const Pid& pid);
-  // Releases every name of a process that exited.
+  // Releases every name of a process that exited. Every exit comes here, and
+  // most processes never hold a name: while none does, it takes no lock.
   void release_all(const Pid& pid);
   // Read before a lookup, it is older than what the lookup saw: a PID kept
   // with it is looked up again at the next change.
@@ -39,6 +40,13 @@ class NameRegistry {
   void changed();
 
   std::atomic<std::uint32_t> version_{1};
+  // by_pid_.size(), stored under mu_ after each change and read without it
+  // by release_all. A name registered for a process that is still alive is
+  // seen by its exit: the registrar's alive check (lua_process_api.cpp,
+  // register_name) and the exit's end of life (Scheduler::finish) take the
+  // same slot lock, so the exit comes after the store; one that came before
+  // is released by the registrar itself.
+  std::atomic<std::size_t> holders_{0};
   std::mutex mu_;
   std::unordered_map<std::string, Pid> by_name_;              // guarded by mu_
   std::unordered_map<Pid, std::vector<std::string>> by_pid_;  // guarded by mu_

@@ -11,7 +11,7 @@ SpareProcesses::SpareProcesses(LuaRuntime& runtime) : rt_(runtime) {}
 
 SpareProcesses::~SpareProcesses() = default;
 
-std::unique_ptr<LuaProcess> SpareProcesses::take(const std::string& module) {
+std::unique_ptr<LuaProcess> SpareProcesses::take(std::string_view module) {
   std::lock_guard lock(mu_);
   if (module_ != module) module_ = module;
   if (spares_.empty()) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace host::lua {
@@ -39,7 +40,7 @@ class SpareProcesses {
   // A prepared process, or null when there is none (which raises the
   // number kept): one that loaded `module` when there is one. `module` (the
   // entry's) is what the next spares load.
-  std::unique_ptr<LuaProcess> take(const std::string& module);
+  std::unique_ptr<LuaProcess> take(std::string_view module);
   // Makes one spare if fewer than the target exist or are being made. False
   // when there were enough (or memory ran out): the idle job's contract.
   bool make_one();

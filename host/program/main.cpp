@@ -4,6 +4,7 @@
 #include <csignal>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -61,6 +62,10 @@ struct RootWatch {
   std::mutex mu;
   std::condition_variable cv;
   Pid root;
+  // Set once root is (under mu): from then on the exit hook reads root
+  // without the lock and passes every other process's exit by, so that
+  // exits on different workers do not queue on mu.
+  std::atomic<bool> root_known{false};
   std::optional<ExitInfo> exit;
 };
 
@@ -161,6 +166,7 @@ int run(const cli::RunOptions& o) {
     if (crash_report::wanted(info, root)) log::crash_report(info.pid, info.entry, info.error);
   });
   scheduler.add_exit_hook([&watch](const ExitInfo& info) {
+    if (watch.root_known.load(std::memory_order_acquire) && !(info.pid == watch.root)) return;
     std::lock_guard lock(watch.mu);
     if (info.pid == watch.root) {
       watch.exit = info;
@@ -197,6 +203,7 @@ int run(const cli::RunOptions& o) {
     std::lock_guard lock(watch.mu);  // the hook cannot see the root exit before we know its PID
     root = runtime.spawn(o.entry, lua::encode_strings(o.args));
     watch.root = root.pid;
+    watch.root_known.store(true, std::memory_order_release);
   }
   if (!root) {
     if (o.log_format == "json")  // one JSON object a line, this one too
