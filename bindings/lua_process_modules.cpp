@@ -158,12 +158,19 @@ int Primitives::searcher(lua_State* L) {
     lua_pushcclosure(L, load_api, 1);
     return 1;
   }
-  if (p.rt_.modules().locate(name).empty()) {
+  std::string err;
+  bool absent = false;
+  auto mod = p.rt_.modules().find(name, &absent, &err);
+  if (absent) {
+    // A C module on package.cpath: its opener, found and loaded once per
+    // runtime (c_modules.hpp); else LuaJIT's searchers go on.
+    if (lua_CFunction opener = p.rt_.c_modules().find(L, name.c_str())) {
+      lua_pushcfunction(L, opener);
+      return 1;
+    }
     lua_pushfstring(L, "\n\tno module '%s' in the script directory or stdlib", name.c_str());
     return 1;
   }
-  std::string err;
-  auto mod = p.rt_.modules().get(name, &err);
   if (!mod) return luaL_error(L, "error loading module '%s': %s", name.c_str(), err.c_str());
   if (luaL_loadbuffer(L, mod->bytecode.data(), mod->bytecode.size(), name.c_str()) != 0) return lua_error(L);
   p.rt_.note_module_use(p.ctx_.self, name);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "host/io/io_services.hpp"
+#include "bindings/c_modules.hpp"
 #include "bindings/module_cache.hpp"
 #include "bindings/module_registry.hpp"
 #include "bindings/name_registry.hpp"
@@ -65,6 +66,7 @@ class LuaRuntime {
 
   Scheduler& scheduler() { return scheduler_; }
   ModuleCache& modules() { return modules_; }
+  CModules& c_modules() { return c_modules_; }
   NameRegistry& names() { return names_; }
   const LuaOptions& options() const { return options_; }
   const std::string& kernel_ext_bytecode() const { return kernel_ext_bytecode_; }
@@ -94,6 +96,7 @@ class LuaRuntime {
   Scheduler& scheduler_;
   const LuaOptions options_;
   ModuleCache modules_;
+  CModules c_modules_;
   NameRegistry names_;
   // Lua processes that exist, for --max-processes. A LuaProcess is destroyed
   // before its exit reaches its monitors (the scheduler's live count drops

@@ -134,6 +134,25 @@ std::shared_ptr<const Module> ModuleCache::get(const std::string& name, std::str
   return it->second;
 }
 
+std::shared_ptr<const Module> ModuleCache::find(const std::string& name, bool* absent, std::string* error) {
+  *absent = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = modules_.find(name); it != modules_.end()) return it->second;
+    if (absent_.contains(name)) {
+      *absent = true;
+      return nullptr;
+    }
+  }
+  if (locate(name).empty()) {
+    std::lock_guard lock(mu_);
+    if (absent_.size() < kMaxAbsent) absent_.insert(name);
+    *absent = true;
+    return nullptr;
+  }
+  return get(name, error);
+}
+
 std::shared_ptr<const Module> ModuleCache::compile_latest(const std::string& name, std::string* error) {
   return load(name, error);
 }
@@ -143,11 +162,13 @@ void ModuleCache::install(std::shared_ptr<const Module> mod) {
   auto m = std::const_pointer_cast<Module>(std::move(mod));
   m->version = next_version_++;
   modules_[m->name] = std::move(m);
+  absent_.clear();
 }
 
 void ModuleCache::forget(const std::string& name) {
   std::lock_guard lock(mu_);
   modules_.erase(name);
+  absent_.clear();
 }
 
 }  // namespace host::lua

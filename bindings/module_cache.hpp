@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace host::lua {
@@ -29,6 +30,13 @@ class ModuleCache {
   // failure returns null and sets *error: "not_found: module 'x' (no file
   // DIR/x.lua)" or "invalid: DIR/x.lua:3: '=' expected near 'y'".
   std::shared_ptr<const Module> get(const std::string& name, std::string* error);
+
+  // What a require of `name` finds: the module (as get), or null with
+  // *absent set where no root holds it, or null with *error set. A name
+  // found in no root is remembered as such until the next install or
+  // forget (a file a reload adds), so that a process's require of a C
+  // module or another path's costs no file lookups in the roots.
+  std::shared_ptr<const Module> find(const std::string& name, bool* absent, std::string* error);
 
   // `name` compiled afresh from disk, not yet in use (install makes it
   // so); null with *error set as get's when it is missing or does not
@@ -59,6 +67,8 @@ class ModuleCache {
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const Module>> modules_;  // guarded by mu_
   std::uint64_t next_version_ = 1;                                           // guarded by mu_
+  std::unordered_set<std::string> absent_;  // guarded by mu_: names no root holds
+  static constexpr std::size_t kMaxAbsent = 4096;
 };
 
 // True for names like "a", "a.b_c": letters, digits, '_', '-' and dots.

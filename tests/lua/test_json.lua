@@ -163,6 +163,30 @@ return { main = function()
       T.eq(ev.result.b.n, json.null)
     end },
 
+    { "cjson, a C module, in many processes: each gets its own, and searches the same as LuaJIT's", function()
+      for i = 1, 20 do
+        local pid = assert(process.spawn_monitored("fixtures.c_module_user:encode", { n = i }))
+        local ev = T.next_event("exit")
+        T.eq(ev.from, pid)
+        T.eq(ev.error, nil)
+        T.eq(ev.result.text, '{"n":' .. i .. '}')
+        T.eq(ev.result.loaded, true, "package.loaded holds it")
+        T.eq(ev.result.again, true, "a second require gives the same table")
+      end
+      -- A name no searcher finds fails as before, the second time too,
+      -- with LuaJIT's list of the files it tried.
+      for _ = 1, 2 do
+        assert(process.spawn_monitored("fixtures.c_module_user:missing", "no_such_module_q7"))
+        local r = T.next_event("exit").result
+        T.eq(r.ok, false)
+        T.match(r.err, "no module 'no_such_module_q7' in the script directory or stdlib")
+        T.match(r.err, "no file '[^']*no_such_module_q7%.so'")
+      end
+      -- A preload entry wins over the library on package.cpath.
+      assert(process.spawn_monitored("fixtures.c_module_user:preloaded"))
+      T.eq(T.next_event("exit").result, "the preload's")
+    end },
+
     { "json.null alone and as a table key crosses as itself", function()
       local echo = assert(process.spawn("fixtures.echo"))
       process.send(echo, "n", json.null)
