@@ -5,7 +5,10 @@
 # OpenResty's content_by_lua_block), side by side in one run, each server
 # given the same cores. wrk drives each: keep-alive, CONNS connections,
 # hello world and a small JSON endpoint; requests per second and the
-# latency percentiles. Then memory: each server's RSS growth per idle
+# latency percentiles, and the requests served per CPU-second of the
+# server (its own time, the load generator's left out: the figure that
+# holds on a busy machine). A third row per server makes a new connection
+# per request (Connection: close). Then memory: each server's RSS growth per idle
 # keep-alive connection (one request made on it; its process, goroutine
 # or nginx's connection included), over IDLE connections.
 #   scripts/dev http [--quick] [--workers N] [--seconds S] [--conns N]
@@ -50,25 +53,33 @@ start_server() {  # start_server NAME
   started "$1" "$port"
 }
 
-printf '%-10s %-7s %12s %9s %9s %9s\n' server path "requests/s" "p50" "p90" "p99"
-for path in hello json; do
+printf '%-10s %-7s %12s %9s %9s %9s %12s\n' server path "requests/s" "p50" "p90" "p99" "req/CPU-s"
+tick=$(getconf CLK_TCK)
+for path in hello json close; do
+  url=$path header=()
+  if [ "$path" = close ]; then url=hello header=(-H "Connection: close"); fi
   for peer in "${peers[@]}"; do
     start_server "$peer"
-    wrk -t2 -c"$conns" -d1s "http://127.0.0.1:$port/$path" >/dev/null 2>&1 || true  # warm up (JIT, pools)
-    wrk -t2 -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$port/$path" >"$out/wrk" 2>&1
+    wrk -t2 -c"$conns" -d1s "${header[@]}" "http://127.0.0.1:$port/$url" >/dev/null 2>&1 || true  # warm up (JIT, pools)
+    cpu0=$(cpu_ticks "$server_pid")
+    wrk -t2 -c"$conns" -d"${secs}s" "${header[@]}" --latency "http://127.0.0.1:$port/$url" >"$out/wrk" 2>&1
+    cpu1=$(cpu_ticks "$server_pid")
     stop_server
     rate=$(awk '/^Requests\/sec/ { print $2 }' "$out/wrk")
     p50=$(awk '$1 == "50%" { print $2 }' "$out/wrk")
     p90=$(awk '$1 == "90%" { print $2 }' "$out/wrk")
     p99=$(awk '$1 == "99%" { print $2 }' "$out/wrk")
     if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then grep "Non-2xx\|Socket errors" "$out/wrk" >&2; fi
-    printf '%-10s %-7s %12s %9s %9s %9s\n' "$peer" "/$path" "$rate" "$p50" "$p90" "$p99"
-    echo "$rate" >"$out/$peer.$path"
+    per_cpu=$(awk -v r="$rate" -v s="$secs" -v t=$((cpu1 - cpu0)) -v k="$tick" 'BEGIN { printf "%.0f", (t > 0 ? r * s / (t / k) : 0) }')
+    printf '%-10s %-7s %12s %9s %9s %9s %12s\n' "$peer" "/$path" "$rate" "$p50" "$p90" "$p99" "$per_cpu"
+    echo "$rate $per_cpu" >"$out/$peer.$path"
   done
   for peer in go nginx-lua; do
     [ -f "$out/$peer.$path" ] || continue
-    awk -v h="$(cat "$out/host.$path")" -v g="$(cat "$out/$peer.$path")" -v p="$peer" \
-      'BEGIN { printf "           host / %s: %.2fx\n", p, h / g }'
+    read -r hr hc <"$out/host.$path"
+    read -r pr pc <"$out/$peer.$path"
+    awk -v hr="$hr" -v hc="$hc" -v pr="$pr" -v pc="$pc" -v p="$peer" \
+      'BEGIN { printf "           host / %s: %.2fx requests/s, %.2fx per CPU-second\n", p, hr / pr, (pc > 0 ? hc / pc : 0) }'
   done
 done
 

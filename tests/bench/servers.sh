@@ -45,3 +45,13 @@ rss_kb() {
   done
   echo "$total"
 }
+
+# The CPU time a process and its children (nginx's workers) have used so
+# far, in clock ticks (utime + stime).
+cpu_ticks() {
+  local total=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
+  done
+  echo "$total"
+}
