@@ -30,6 +30,20 @@ bool take(std::atomic<long>& available) {
   return false;
 }
 
+// A consumer that took an item: it ends the wake in flight (it was woken)
+// or its spinning, and wakes the next if more is there (Worker::run).
+void found_work(IdleWorkers& idle, std::atomic<long>& available, bool& spinning, bool& waking) {
+  if (waking) {
+    waking = false;
+    idle.end_waking();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
+  } else if (spinning) {
+    spinning = false;
+    if (idle.end_spinning() && available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
+  }
+}
+
 // A consumer that runs the worker loop's idle protocol until stop(),
 // waking included (a woken consumer ends the wake in flight when it finds
 // work, then wakes the next if more is there, or when it starts spinning).
@@ -37,15 +51,7 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
   bool spinning = false, waking = false;
   for (int rounds = 0;;) {
     if (take(available)) {
-      if (waking) {
-        waking = false;
-        idle.end_waking();
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
-      } else if (spinning) {
-        spinning = false;
-        if (idle.end_spinning() && available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
-      }
+      found_work(idle, available, spinning, waking);
       done.fetch_add(1, std::memory_order_acq_rel);
       rounds = 0;
       continue;
@@ -246,15 +252,7 @@ void consume_polling(IdleWorkers& idle, CountingPoller& poller, std::atomic<long
   bool spinning = false, waking = false;
   for (int rounds = 0;;) {
     if (take(available)) {
-      if (waking) {
-        waking = false;
-        idle.end_waking();
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
-      } else if (spinning) {
-        spinning = false;
-        if (idle.end_spinning() && available.load(std::memory_order_seq_cst) > 0) idle.notify_work_available();
-      }
+      found_work(idle, available, spinning, waking);
       done.fetch_add(1, std::memory_order_acq_rel);
       rounds = 0;
       continue;

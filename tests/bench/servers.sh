@@ -37,21 +37,19 @@ stop_server() {
   server_pid=""
 }
 
-# The resident memory of a process and its children (nginx's workers), KB.
-rss_kb() {
+# sum_over_tree PID AWK FILE: the sum of what the awk program prints for
+# /proc/P/FILE of the process and of each of its children (nginx's workers).
+sum_over_tree() {
   local total=0 p
   for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    total=$((total + $(awk '/VmRSS/ { print $2 }' "/proc/$p/status")))
+    total=$((total + $(awk "$2" "/proc/$p/$3")))
   done
   echo "$total"
 }
 
-# The CPU time a process and its children (nginx's workers) have used so
-# far, in clock ticks (utime + stime).
-cpu_ticks() {
-  local total=0 p
-  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
-  done
-  echo "$total"
-}
+# The resident memory of a process and its children, KB.
+rss_kb() { sum_over_tree "$1" '/VmRSS/ { print $2 }' status; }
+
+# The CPU time a process and its children have used so far, in clock
+# ticks (utime + stime).
+cpu_ticks() { sum_over_tree "$1" '{ print $14 + $15 }' stat; }
