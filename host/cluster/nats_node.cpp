@@ -368,7 +368,11 @@ Pid NatsNode::monitor_named(const Pid& watcher, std::string_view node, std::stri
     e.tag = ref;
     e.name = name;
     // Gone meanwhile: as monitor, whoever removes the watch fires it.
-    if (send_to_peer(peer, encode_envelope(e), nullptr).empty() || !remove_watch(peer->id, w)) return key;
+    // In the pair of the watcher's sends by name to that node (send_named's
+    // key): it stays in order with them.
+    if (send_to_peer(peer, PairKey{watcher, Pid{peer->id, 0, 0}}, encode_envelope(e), nullptr).empty() ||
+        !remove_watch(peer->id, w))
+      return key;
   }
   (void)scheduler_->deliver(watcher, exit_event(key, ref, "noconnection"));
   return key;
