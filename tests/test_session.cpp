@@ -192,6 +192,175 @@ TEST_CASE("a receiver takes only the next number: duplicates and gaps are droppe
   CHECK(r.cumulative_ack() == 3);
 }
 
+namespace {
+
+// One end of a node pair as NatsNode runs it (received, send_body, the
+// tick), over encoded frames: a frame is judged by its epochs first; a
+// stale one is dropped, a reset or a newer session of the peer marks this
+// end reset.
+struct PairEnd {
+  using Frame = host::cluster::Frame;
+  using FrameKind = host::cluster::FrameKind;
+  PairEnd(std::uint32_t node_, std::uint32_t peer_, std::uint32_t epoch, std::uint32_t floor)
+      : node(node_), peer(peer_), s(SessionLimits{}, epoch, floor) {}
+  std::uint32_t node, peer;
+  Session s;
+  std::vector<std::string> got;
+  bool reset = false;
+  std::deque<std::string> out;  // frames to the other end, in order
+
+  Frame frame(FrameKind kind) const {
+    Frame f;
+    f.kind = kind;
+    f.from_node = node;
+    f.to_node = peer;
+    f.from_epoch = s.epoch();
+    f.to_epoch = s.peer_epoch();
+    return f;
+  }
+  void send(const std::string& body, Session::Clock::time_point now) {
+    Frame f = frame(FrameKind::Data);
+    f.seq = s.next_seq();
+    f.ack = s.cumulative_ack();
+    f.text = body;
+    out.push_back(encode_frame(f));
+    s.ack_sent();
+    (void)s.stamp(body, now);
+  }
+  void ack() {
+    Frame f = frame(FrameKind::Ack);
+    f.ack = s.cumulative_ack();
+    out.push_back(encode_frame(f));
+    s.ack_sent();
+  }
+  std::string reset_frame() const { return encode_frame(frame(FrameKind::Bye)); }
+  void tick(Session::Clock::time_point now) {
+    if (s.ack_due_at_tick() || !s.peer_knows_epoch()) ack();
+    s.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+      Frame f = frame(FrameKind::Data);
+      f.seq = seq;
+      f.ack = s.cumulative_ack();
+      f.text = body;
+      out.push_back(encode_frame(f));
+    });
+  }
+  void receive(const std::string& bytes, Session::Clock::time_point now) {
+    auto f = host::cluster::decode_frame(bytes);
+    REQUIRE(f);
+    REQUIRE(f->to_node == node);
+    const Session::Verdict v = s.judge(f->from_epoch, f->to_epoch);
+    if (v == Session::Verdict::Stale) return;
+    if (v == Session::Verdict::Newer || f->kind == FrameKind::Bye) {
+      reset = true;
+      return;
+    }
+    s.acknowledged(f->ack, now);
+    if (f->kind == FrameKind::Data && s.arrive(f->seq, f->text.size()) == Session::Arrival::Deliver)
+      got.emplace_back(f->text);
+  }
+};
+
+// Everything each end has queued, to the other (dropped when `lose`).
+void exchange(PairEnd& a, PairEnd& b, Session::Clock::time_point now, bool lose = false) {
+  while (!a.out.empty() || !b.out.empty()) {
+    for (; !a.out.empty(); a.out.pop_front())
+      if (!lose) b.receive(a.out.front(), now);
+    for (; !b.out.empty(); b.out.pop_front())
+      if (!lose) a.receive(b.out.front(), now);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("frames of an earlier session of the pair (reset, ack, data) leave the new session untouched") {
+  using host::cluster::Frame;
+  using host::cluster::FrameKind;
+  Session::Clock::time_point now{};
+  // The old sessions: each end epoch 1; both ends learn the other's.
+  PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+  for (int i = 0; i < 2; ++i) a_old.send("old " + std::to_string(i), now);
+  b_old.send("b old 0", now);
+  exchange(a_old, b_old, now);
+  a_old.tick(now);
+  b_old.tick(now);
+  exchange(a_old, b_old, now);
+  REQUIRE(a_old.s.peer_epoch() == 1);
+  REQUIRE(b_old.s.peer_epoch() == 1);
+  REQUIRE(b_old.got.size() == 2);
+  // What B's old session still has in flight to A when the pair goes down
+  // (a partition): an ack, data, the reset B sends as it takes A down, and
+  // data sent before it heard from A at all (no epoch of A's named).
+  b_old.ack();
+  const std::string stale_ack = b_old.out.back();
+  b_old.send("b stale 1", now);
+  const std::string stale_data = b_old.out.back();
+  const std::string stale_reset = b_old.reset_frame();
+  Frame blind = b_old.frame(FrameKind::Data);
+  blind.to_epoch = 0;
+  blind.seq = 1;
+  blind.text = "b stale 0";
+  const std::string stale_blind = encode_frame(blind);
+  // And from A's old session to B: an ack of what B's old session sent.
+  a_old.ack();
+  const std::string stale_ack_to_b = a_old.out.back();
+
+  // The new sessions, as NatsNode makes them after the partition heals:
+  // the next epoch of each end, the peer's old epoch as the floor.
+  PairEnd a(10, 20, 2, a_old.s.peer_epoch()), b(20, 10, 2, b_old.s.peer_epoch());
+  a.tick(now);
+  b.tick(now);
+  exchange(a, b, now);
+  // A's first three messages are lost in flight; then the stale frames
+  // arrive (an ack of 2 would take two of them out of the resend ring).
+  for (int i = 0; i < 3; ++i) a.send("new " + std::to_string(i), now);
+  exchange(a, b, now, /*lose=*/true);
+  for (const std::string* f : {&stale_blind, &stale_ack, &stale_data, &stale_reset}) a.receive(*f, now);
+  b.receive(stale_ack_to_b, now);
+  CHECK_FALSE(a.reset);
+  CHECK_FALSE(b.reset);
+  CHECK(a.got.empty());
+  CHECK(a.s.unacked_messages() == 3);
+  CHECK(a.s.peer_epoch() == 2);
+  // The new sessions go on: A resends, both send more, nothing is lost,
+  // doubled or reordered.
+  for (int i = 3; i < 5; ++i) a.send("new " + std::to_string(i), now);
+  for (int i = 0; i < 2; ++i) b.send("b new " + std::to_string(i), now);
+  for (int round = 0; (a.s.unacked_messages() || b.s.unacked_messages()) && round < 100; ++round) {
+    now += 200ms;
+    a.tick(now);
+    b.tick(now);
+    exchange(a, b, now);
+  }
+  CHECK(b.got == std::vector<std::string>{"new 0", "new 1", "new 2", "new 3", "new 4"});
+  CHECK(a.got == std::vector<std::string>{"b new 0", "b new 1"});
+  CHECK(a.s.unacked_messages() == 0);
+  CHECK(b.s.unacked_messages() == 0);
+  CHECK_FALSE(a.reset);
+  CHECK_FALSE(b.reset);
+  // A reset of the current session still takes effect.
+  a.receive(b.reset_frame(), now);
+  CHECK(a.reset);
+}
+
+TEST_CASE("a session learns the peer's epoch once, refuses older ones and reports a newer one") {
+  Session s(SessionLimits{}, 7, 3);
+  CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor: an ended session's
+  CHECK(s.judge(4, 6) == Session::Verdict::Stale);  // to another session of this end
+  CHECK(s.judge(0, 7) == Session::Verdict::Stale);
+  CHECK(s.peer_epoch() == 0);
+  CHECK(s.judge(4, 0) == Session::Verdict::Current);
+  CHECK(s.peer_epoch() == 4);
+  CHECK_FALSE(s.peer_knows_epoch());
+  CHECK(s.ack_due_at_tick());  // tell the peer its epoch is known
+  s.ack_sent();
+  CHECK(s.judge(4, 7) == Session::Verdict::Current);
+  CHECK(s.peer_knows_epoch());
+  CHECK_FALSE(s.ack_due_at_tick());
+  CHECK(s.judge(3, 7) == Session::Verdict::Stale);
+  CHECK(s.judge(5, 7) == Session::Verdict::Newer);
+  CHECK(s.peer_epoch() == 5);  // the reset then names the peer's new session
+}
+
 TEST_CASE("sessions under three threads, as the node runs them, lose, double and reorder nothing") {
   // A sender thread (a worker's send), a receiver thread (the NATS
   // callback: arrive, deliver, ack) and a ticker (resends, acks), each
@@ -288,6 +457,8 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   f.kind = FrameKind::Data;
   f.from_node = 987654321;
   f.to_node = 123456789;
+  f.from_epoch = 0xfffffffe;
+  f.to_epoch = 3;
   f.seq = 1ull << 40;
   f.ack = 77;
   f.text = body;
@@ -297,6 +468,8 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   CHECK(g->kind == FrameKind::Data);
   CHECK(g->from_node == f.from_node);
   CHECK(g->to_node == f.to_node);
+  CHECK(g->from_epoch == f.from_epoch);
+  CHECK(g->to_epoch == f.to_epoch);
   CHECK(g->seq == f.seq);
   CHECK(g->ack == f.ack);
   auto d = decode_envelope(g->text);

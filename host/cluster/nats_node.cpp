@@ -54,8 +54,9 @@ std::string check_node_name(std::string_view name) {
   return {};
 }
 
-NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& limits)
-    : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits) {}
+NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& limits, std::uint32_t epoch,
+                     std::uint32_t floor)
+    : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits, epoch, floor) {}
 
 NatsNode::NatsNode(NodeOptions options, std::uint32_t id) : options_(std::move(options)), id_(id) {}
 
@@ -172,6 +173,16 @@ void NatsNode::publish(const std::string& subject, const std::string& bytes) {
   (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
 }
 
+Frame NatsNode::frame_to(const Peer& peer, FrameKind kind) const {
+  Frame f;
+  f.kind = kind;
+  f.from_node = id_;
+  f.to_node = peer.id;
+  f.from_epoch = peer.session.epoch();
+  f.to_epoch = peer.session.peer_epoch();
+  return f;
+}
+
 void NatsNode::publish_heartbeat(bool bye) {
   Frame f;
   f.kind = bye ? FrameKind::Bye : FrameKind::Heartbeat;
@@ -210,10 +221,7 @@ std::vector<std::string> NatsNode::node_names() const {
 // --- sending ---
 
 void NatsNode::send_body(Peer& peer, std::string body, Clock::time_point now) {
-  Frame f;
-  f.kind = FrameKind::Data;
-  f.from_node = id_;
-  f.to_node = peer.id;
+  Frame f = frame_to(peer, FrameKind::Data);
   f.seq = peer.session.next_seq();
   f.ack = peer.session.cumulative_ack();
   f.text = body;
@@ -368,7 +376,11 @@ Pid NatsNode::monitor_named(const Pid& watcher, std::string_view node, std::stri
     e.tag = ref;
     e.name = name;
     // Gone meanwhile: as monitor, whoever removes the watch fires it.
-    if (send_to_peer(peer, PairKey{e.from, e.to}, encode_envelope(e), nullptr).empty() || !remove_watch(peer->id, w)) return key;
+    // In the pair of the watcher's sends by name to that node (send_named's
+    // key): it stays in order with them.
+    if (send_to_peer(peer, PairKey{watcher, Pid{peer->id, 0, 0}}, encode_envelope(e), nullptr).empty() ||
+        !remove_watch(peer->id, w))
+      return key;
   }
   (void)scheduler_->deliver(watcher, exit_event(key, ref, "noconnection"));
   return key;
@@ -581,14 +593,24 @@ void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
   }
   // A new run of a node known under another id: the old run is gone.
   if (auto old = find(name)) take_down(old, "it restarted", /*reset=*/false);
-  auto peer = std::make_shared<Peer>(id, std::string(name), options_.session);
-  peer->last_heard = Clock::now();
+  std::shared_ptr<Peer> peer;
   {
     std::unique_lock lock(peers_mu_);
-    if (!peers_.emplace(id, peer).second) return;  // another thread made it first
+    if (peers_.contains(id)) return;  // another thread made it first
+    auto floor = ended_epochs_.find(id);
+    peer = std::make_shared<Peer>(id, std::string(name), options_.session, next_epoch_++,
+                                  floor == ended_epochs_.end() ? 0 : floor->second);
+    peer->last_heard = Clock::now();
+    peers_.emplace(id, peer);
   }
   log::logger().info("cluster: node {} (id {}) is up", peer->name, id);
   publish_heartbeat();  // let the newcomer know this node now
+  {
+    // And this session's epoch (an ack of nothing), rather than at the
+    // next heartbeat: see tick_loop.
+    std::lock_guard lock(peer->mu);
+    publish(peer->subject, encode_frame(frame_to(*peer, FrameKind::Ack)));
+  }
   tell_node_watchers(peer->name, true);
   if (up_hook_) up_hook_(id, peer->name);
 }
@@ -600,6 +622,19 @@ void NatsNode::received(std::string_view bytes) {
     return;
   auto peer = find(f->from_node);
   if (!peer) return;  // not connected (yet, or any more): the sender resends or was told
+  Session::Verdict verdict;
+  {
+    std::lock_guard lock(peer->mu);
+    if (peer->down) return;
+    verdict = peer->session.judge(f->from_epoch, f->to_epoch);
+  }
+  // Of an earlier session of the pair (a reset sent before a partition
+  // healed, say): this session goes on untouched.
+  if (verdict == Session::Verdict::Stale) return;
+  if (verdict == Session::Verdict::Newer) {
+    take_down(peer, "it began a new session while this one went on", /*reset=*/true);
+    return;
+  }
   if (f->kind == FrameKind::Bye) {  // a reset: the peer took this node down
     take_down(peer, "it took this node down", /*reset=*/false);
     return;
@@ -617,10 +652,7 @@ void NatsNode::received(std::string_view bytes) {
     if (f->kind == FrameKind::Data) {
       deliver_it = peer->session.arrive(f->seq, f->text.size()) == Session::Arrival::Deliver;
       if (peer->session.ack_due_now()) {
-        Frame a;
-        a.kind = FrameKind::Ack;
-        a.from_node = id_;
-        a.to_node = peer->id;
+        Frame a = frame_to(*peer, FrameKind::Ack);
         a.ack = peer->session.cumulative_ack();
         publish(peer->subject, encode_frame(a));
         peer->session.ack_sent();
@@ -759,18 +791,23 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
     auto it = peers_.find(peer->id);
     if (it == peers_.end() || it->second != peer) return;  // taken down already
     peers_.erase(it);
+    // The next session's floor, set before a heartbeat can make that
+    // session: this one's frames still in flight are stale in it.
+    std::lock_guard peer_lock(peer->mu);
+    if (const std::uint32_t theirs = peer->session.peer_epoch()) {
+      std::uint32_t& floor = ended_epochs_[peer->id];
+      floor = std::max(floor, theirs);
+    }
   }
   // Waits for a delivery from the peer in progress; none starts after.
   std::lock_guard delivering(peer->delivery_mu);
+  Frame f;
   {
     std::lock_guard lock(peer->mu);
     peer->down = true;
+    f = frame_to(*peer, FrameKind::Bye);
   }
   if (reset) {
-    Frame f;
-    f.kind = FrameKind::Bye;
-    f.from_node = id_;
-    f.to_node = peer->id;
     f.text = options_.name;
     publish(peer->subject, encode_frame(f));
   }
@@ -815,7 +852,8 @@ void NatsNode::tick_loop() {
   while (!tick_cv_.wait_for(tick_lock, kTick, [this] { return stopping_; })) {
     tick_lock.unlock();
     const Clock::time_point now = Clock::now();
-    if (now >= next_heartbeat) {
+    const bool heartbeat = now >= next_heartbeat;
+    if (heartbeat) {
       publish_heartbeat();
       next_heartbeat = now + options_.heartbeat_every;
     }
@@ -834,11 +872,11 @@ void NatsNode::tick_loop() {
         } else if (!connected && buffered_bytes(*peer) > options_.session.max_buffered_bytes) {
           why = "more than 8 MB waiting while the cluster connection is down";
         } else {
-          if (peer->session.ack_due_at_tick()) {
-            Frame a;
-            a.kind = FrameKind::Ack;
-            a.from_node = id_;
-            a.to_node = peer->id;
+          // Until the peer names this end's epoch, an ack frame goes at
+          // each heartbeat even with nothing to acknowledge (Session::
+          // peer_knows_epoch): an idle pair learns each other's epochs too.
+          if (peer->session.ack_due_at_tick() || (heartbeat && !peer->session.peer_knows_epoch())) {
+            Frame a = frame_to(*peer, FrameKind::Ack);
             a.ack = peer->session.cumulative_ack();
             publish(peer->subject, encode_frame(a));
             peer->session.ack_sent();
@@ -847,10 +885,7 @@ void NatsNode::tick_loop() {
           // reconnect buffer, and resending it would fill that buffer with
           // copies; once connected again, a stall resends what was lost.
           if (connected) peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
-            Frame f;
-            f.kind = FrameKind::Data;
-            f.from_node = id_;
-            f.to_node = peer->id;
+            Frame f = frame_to(*peer, FrameKind::Data);
             f.seq = seq;
             f.ack = peer->session.cumulative_ack();
             f.text = body;

@@ -26,7 +26,12 @@
 // while the NATS connection is down, is taken down (nodedown): its session
 // ends, frames from its id are dropped from then on, and it is sent a
 // reset so that it takes this node down as well (both ends then start new
-// sessions when the heartbeats meet again, never one end alone).
+// sessions when the heartbeats meet again, never one end alone). Each
+// session has an epoch at each end (session.hpp), named in every frame
+// to the node: a reset, ack or data frame of an earlier session of the
+// pair, still in flight when the pair went down and up again (a partition
+// healing), is ignored rather than taking the new session down or into
+// its sequence numbers.
 #pragma once
 
 #include <atomic>
@@ -114,7 +119,7 @@ class NatsNode final : public RemoteNodes {
 
  private:
   struct Peer {
-    Peer(std::uint32_t id, std::string name, const SessionLimits& limits);
+    Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor);
     const std::uint32_t id;
     const std::string name;
     const std::string subject;  // host.node.<id>
@@ -175,6 +180,8 @@ class NatsNode final : public RemoteNodes {
   // Bytes held for the peer: unacknowledged plus waiting in the outbox.
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
   void publish(const std::string& subject, const std::string& bytes);
+  // Under peer.mu: a frame to the peer with both ends' ids and epochs.
+  Frame frame_to(const Peer& peer, FrameKind kind) const;
   void publish_heartbeat(bool bye = false);
   // Removes the peer (if still there) and runs the down hook; `reset`:
   // tell it, so that it ends its half too.
@@ -198,6 +205,11 @@ class NatsNode final : public RemoteNodes {
 
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
+  // By a peer's id, the highest epoch it used in a session with this node
+  // that ended (a new session's floor, Session's constructor); guarded by
+  // peers_mu_. One entry per run of a peer met: a few bytes each.
+  std::unordered_map<std::uint32_t, std::uint32_t> ended_epochs_;
+  std::uint32_t next_epoch_ = 1;  // this end's next session's epoch; guarded by peers_mu_
 
   std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_
   std::unordered_map<std::uint32_t, std::vector<Watch>> watches_;          // by the peer's id

@@ -3,6 +3,26 @@
 
 namespace host::cluster {
 
+Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch) {
+  // Addressed to an earlier session of this end.
+  if (to_epoch != 0 && to_epoch != epoch_) return Verdict::Stale;
+  if (from_epoch == 0) return Verdict::Stale;
+  if (peer_epoch_ == 0) {
+    // Not heard from the peer yet: one of its earlier sessions is not
+    // mistaken for its current one.
+    if (from_epoch <= floor_) return Verdict::Stale;
+    peer_epoch_ = from_epoch;
+    epoch_news_ = true;
+  } else if (from_epoch < peer_epoch_) {
+    return Verdict::Stale;
+  } else if (from_epoch > peer_epoch_) {
+    peer_epoch_ = from_epoch;
+    return Verdict::Newer;
+  }
+  if (to_epoch == epoch_) peer_knows_epoch_ = true;
+  return Verdict::Current;
+}
+
 std::uint64_t Session::stamp(std::string body, Clock::time_point now) {
   // An empty ring starts the resend clock: an ack is owed from now.
   if (ring_.empty()) last_progress_ = now;
@@ -47,6 +67,7 @@ void Session::ack_sent() {
   since_ack_messages_ = 0;
   since_ack_bytes_ = 0;
   nudge_ = false;
+  epoch_news_ = false;
 }
 
 }  // namespace host::cluster

@@ -18,6 +18,12 @@
 //   sends everything unacknowledged again once no ack came for `resend_after`);
 // - the unacknowledged bytes are the window: past `window_bytes` a sender
 //   is told to yield (the Lua send yields as a send to a long mailbox does).
+// - each end numbers its session with the peer (an epoch; NatsNode draws
+//   it from a counter that only grows) and every frame names both ends'
+//   epochs: a frame of an earlier session of the same pair (a reset, ack
+//   or data still in flight when the pair went down and up again, as
+//   after a partition) is judged stale and ignored, never taken as this
+//   session's (judge).
 // Rejected: selective acks and a reorder buffer (losses are rare, a burst
 // resend is cheap over a loopback or LAN, and the buffer would be a second
 // unbounded queue); NATS JetStream (a server-side store the contract does
@@ -57,7 +63,32 @@ struct SessionLimits {
 class Session {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Session(SessionLimits limits = {}) : limits_(limits) {}
+  // `epoch`: this end's number for the session (nonzero); `floor`: the
+  // highest epoch the peer used in an earlier session with this end (0:
+  // none), so that a frame of one is stale even before the peer's current
+  // epoch is known.
+  explicit Session(SessionLimits limits = {}, std::uint32_t epoch = 1, std::uint32_t floor = 0)
+      : limits_(limits), epoch_(epoch), floor_(floor) {}
+
+  // --- epochs ---
+  enum class Verdict {
+    Current,  // of this session: handle it
+    Stale,    // of an earlier session of either end (or epoch 0): ignore it
+    Newer,    // the peer began a later session while this one went on: the
+              // two ends disagree, so this one must end too (NatsNode
+              // takes the peer down, resetting it)
+  };
+  // Judges a frame's epochs (its sender's, and this end's as the sender
+  // knows it, 0 when it does not yet). The first current frame teaches
+  // the peer's epoch; a Newer verdict records the newer one, so that the
+  // reset names it.
+  Verdict judge(std::uint32_t from_epoch, std::uint32_t to_epoch);
+  std::uint32_t epoch() const { return epoch_; }
+  std::uint32_t peer_epoch() const { return peer_epoch_; }  // 0: not heard yet
+  // Whether a frame naming this end's epoch came: until then the tick
+  // sends an ack frame anyway, so that even an idle pair learns each
+  // other's epochs (what a later reset must name).
+  bool peer_knows_epoch() const { return peer_knows_epoch_; }
 
   // --- sender half ---
   // Keeps body in the resend ring under the next sequence number and
@@ -98,7 +129,9 @@ class Session {
   // ack), or at the tick (any delivered since, or a duplicate or gap seen:
   // the sender may be resending into a lost ack).
   bool ack_due_now() const;
-  bool ack_due_at_tick() const { return delivered_ != ack_sent_ || nudge_; }
+  // Also when the peer's epoch was just learned: the ack frame tells the
+  // peer that this end knows it.
+  bool ack_due_at_tick() const { return delivered_ != ack_sent_ || nudge_ || epoch_news_; }
   // The caller sent cumulative_ack() (in an ack frame or on a data frame).
   void ack_sent();
 
@@ -108,6 +141,12 @@ class Session {
     std::string body;
   };
   SessionLimits limits_;
+  // Epochs.
+  std::uint32_t epoch_;
+  std::uint32_t floor_;
+  std::uint32_t peer_epoch_ = 0;
+  bool peer_knows_epoch_ = false;
+  bool epoch_news_ = false;  // the peer's epoch learned since the last ack frame
   // Sender half.
   std::uint64_t next_seq_ = 1;
   std::deque<Outgoing> ring_;  // oldest first; seqs consecutive

@@ -63,11 +63,13 @@ struct Reader {
 
 std::string encode_frame(const Frame& f) {
   std::string out;
-  out.reserve(32 + f.text.size());
+  out.reserve(40 + f.text.size());
   put_u8(out, kMagic);
   put_u8(out, static_cast<std::uint8_t>(f.kind));
   put_int(out, f.from_node);
   put_int(out, f.to_node);
+  put_int(out, f.from_epoch);
+  put_int(out, f.to_epoch);
   switch (f.kind) {
     case FrameKind::Heartbeat:
     case FrameKind::Bye: put_str(out, f.text); break;
@@ -88,6 +90,8 @@ std::optional<Frame> decode_frame(std::string_view bytes) {
   const auto kind = r.get<std::uint8_t>();
   f.from_node = r.get<std::uint32_t>();
   f.to_node = r.get<std::uint32_t>();
+  f.from_epoch = r.get<std::uint32_t>();
+  f.to_epoch = r.get<std::uint32_t>();
   switch (kind) {
     case static_cast<std::uint8_t>(FrameKind::Heartbeat):
     case static_cast<std::uint8_t>(FrameKind::Bye):

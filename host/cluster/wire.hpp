@@ -2,9 +2,13 @@
 // received one is read back. Threads: any (pure functions).
 //
 // Every frame starts with a header: a magic byte, the frame kind, the
-// sender's node id and the addressee's (0 on the heartbeat subject). The
-// node ids are each run's incarnation (NatsNode), so a frame to an earlier
-// run of a node names an id nobody holds and is dropped. Integers are
+// sender's node id and the addressee's (0 on the heartbeat subject), then
+// the session epochs of each end (0 on the heartbeat subject; see
+// Session::judge). The node ids are each run's incarnation (NatsNode), so
+// a frame to an earlier run of a node names an id nobody holds and is
+// dropped; the epochs do the same for an earlier session between the same
+// two runs (a reset or data still in flight when the pair went down and
+// up again). Integers are
 // little-endian, strings a u32 length and their bytes. Reading checks every
 // length: a truncated, foreign or corrupt frame is refused, never trusted.
 #pragma once
@@ -32,6 +36,10 @@ struct Frame {
   FrameKind kind = FrameKind::Heartbeat;
   std::uint32_t from_node = 0;
   std::uint32_t to_node = 0;
+  // Data, Ack, Bye to a node: the sender's session with the addressee,
+  // and the addressee's session as the sender knows it (0: not heard yet).
+  std::uint32_t from_epoch = 0;
+  std::uint32_t to_epoch = 0;
   std::uint64_t seq = 0;  // Data
   std::uint64_t ack = 0;  // Data, Ack
   std::string_view text;  // Heartbeat, Bye: the node's name; Data: the envelope
