@@ -165,6 +165,10 @@ int Primitives::searcher(lua_State* L) {
     // A C module on package.cpath: its opener, found and loaded once per
     // runtime (c_modules.hpp); else LuaJIT's searchers go on.
     if (lua_CFunction opener = p.rt_.c_modules().find(L, name.c_str())) {
+      // As LuaJIT's C loaders do here (wrap_needs_close): a C module may
+      // make userdata whose finalizers free its own memory (cjson's
+      // buffers), so the state ends with lua_close, not dropped whole.
+      p.needs_close_ = true;
       lua_pushcfunction(L, opener);
       return 1;
     }
