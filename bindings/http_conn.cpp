@@ -94,6 +94,7 @@ void send_all_now(int fd, const std::string& data) {
 constexpr const char* kConnMeta = "host.http.conn";
 
 struct Conn {
+  HostFinalizer fin;  // its end (finalize_conn): its __gc, or the process's
   std::unique_ptr<io::TcpSocket> sock;
   std::unique_ptr<io::HttpRequestParser> parser;
   std::shared_ptr<Tracked> tracked;
@@ -770,11 +771,16 @@ int m_close(lua_State* L) {
   return 0;
 }
 
-int m_gc(lua_State* L) {
-  auto* c = static_cast<Conn*>(lua_touserdata(L, 1));
+void finalize_conn(lua_State* L, void* object) {
+  auto* c = static_cast<Conn*>(object);
   close_now(L, c);
   if (c->internal) io_services(L).http.note_internal(-1);
   c->~Conn();
+}
+
+int m_gc(lua_State* L) {
+  auto* c = static_cast<Conn*>(lua_touserdata(L, 1));
+  if (untrack_finalizer(L, &c->fin)) finalize_conn(L, c);
   return 0;
 }
 
@@ -847,7 +853,7 @@ int f_conn(lua_State* L) {
   }
   auto* c = static_cast<Conn*>(lua_newuserdata(L, sizeof(Conn)));
   new (c) Conn();
-  mark_needs_close(L);
+  track_finalizer(L, &c->fin, finalize_conn, c);
   luaL_getmetatable(L, kConnMeta);
   lua_setmetatable(L, -2);
   c->sock = std::move(sock);
@@ -899,6 +905,7 @@ int f_wait_readable(lua_State* L) {
 constexpr const char* kTrackMeta = "host.http.tracked";
 struct TrackHandle {
   std::uint64_t id;
+  HostFinalizer fin;  // its end (finalize_track): its __gc, or the process's
 };
 
 // Drops the entry and its duplicate; failed: the connection's process
@@ -918,6 +925,12 @@ void release(std::uint64_t id, bool failed) {
 }
 
 TrackHandle* check_track(lua_State* L) { return static_cast<TrackHandle*>(luaL_checkudata(L, 1, kTrackMeta)); }
+
+void finalize_track(lua_State*, void* object) {
+  auto* h = static_cast<TrackHandle*>(object);
+  if (h->id) release(h->id, true);
+  h->id = 0;
+}
 
 // http.track(sock, tls): the acceptor's handle on a connection (a
 // duplicate of its descriptor) and the id its process is given; or nil.
@@ -941,8 +954,8 @@ int f_track(lua_State* L) {
     g_tracked.emplace(id, std::move(t));
   }
   auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
-  h->id = id;
-  mark_needs_close(L);
+  new (h) TrackHandle{id, {}};
+  track_finalizer(L, &h->fin, finalize_track, h);
   luaL_getmetatable(L, kTrackMeta);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
@@ -961,8 +974,7 @@ int t_untrack(lua_State* L) {
 
 int t_gc(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_touserdata(L, 1));
-  if (h->id) release(h->id, true);
-  h->id = 0;
+  if (untrack_finalizer(L, &h->fin)) finalize_track(L, h);
   return 0;
 }
 

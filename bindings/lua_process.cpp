@@ -506,7 +506,9 @@ void LuaProcess::Close() {
   const RunningHere running(this);
   // lua_close would only free memory, one object at a time (a large part of a
   // spawn's work: BENCHMARKS.md's ledger, entry 1), unless finalizers or machine code may exist;
-  // the arena frees it all at once.
+  // the arena frees it all at once. The host's own finalizers run first
+  // (a failure among them leaves the rest to lua_close).
+  if (!needs_close_ && finalizers_.first()) run_host_finalizers();
   if (needs_close_) {
     arena_.begin_teardown();  // the chunks go back whole below
     lua_setallocf(L_, &LuaProcess::allocate_global, this);  // lua_close frees the global state last
@@ -520,6 +522,24 @@ void LuaProcess::Close() {
   global_state_ = nullptr;
   globals_scratch_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
+}
+
+void LuaProcess::run_host_finalizers() {
+  const int rc = lua_cpcall(
+      L_,
+      [](lua_State* L) {
+        auto& fins = static_cast<LuaProcess*>(lua_touserdata(L, 1))->finalizers_;
+        lua_settop(L, 0);
+        while (HostFinalizer* f = fins.first()) {
+          const HostFinalizer::Run run = f->run;
+          void* object = f->object;
+          fins.take(f);
+          run(L, object);
+        }
+        return 0;
+      },
+      this);
+  if (rc != 0) needs_close_ = true;  // the rest, if any, run in lua_close
 }
 
 void LuaProcess::Describe(ProcessFacts& facts) const {

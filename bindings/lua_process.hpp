@@ -26,6 +26,7 @@
 
 #include <lua.hpp>
 
+#include "bindings/host_finalizers.hpp"
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
 #include "bindings/luajit/small_globals.hpp"
@@ -206,6 +207,10 @@ class LuaProcess final : public Process, private KernelHost {
   // newproxy, native modules) or machine code (jit): Close then runs
   // lua_close; else it only releases the arena.
   bool needs_close_ = false;
+  // The host's userdata to finalize at the end when lua_close does not
+  // run (host_finalizers.hpp).
+  HostFinalizers finalizers_;
+  void run_host_finalizers();
   bool base_open_ = false;  // the base library (Primitives::open_base)
   bool jit_on_ = false;     // the JIT compiler (Primitives::jit_opened)
   bool jit_probe_armed_ = true;  // the JIT probe's count hook (probe_jit)
@@ -295,9 +300,6 @@ int start_waiting_call(lua_State* L, CommandId command, int first, int n);
 void claim_socket(lua_State* L, std::uint64_t id);
 void give_socket(lua_State* L, std::uint64_t id);
 void drop_socket(lua_State* L, std::uint64_t id);
-// That L's state now holds userdata with finalizers (its Close must run
-// lua_close).
-void mark_needs_close(lua_State* L);
 
 // Waits whose completion goes to C (the sockets on the workers, bindings/
 // socket_tcp.cpp): a wait for a descriptor's readiness (NetPoller) or

@@ -80,7 +80,11 @@ void Primitives::drop_socket(lua_State* L, std::uint64_t id) {
   p.rt_.io().sockets.drop(id, p.ctx_.self);
 }
 
-void Primitives::mark_needs_close(lua_State* L) { of(L).needs_close_ = true; }
+void Primitives::track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object) {
+  of(L).finalizers_.track(f, run, object);
+}
+
+bool Primitives::untrack_finalizer(lua_State* L, HostFinalizer* f) { return of(L).finalizers_.take(f); }
 
 // Seconds since the epoch, with their fraction (LuaSocket's gettime).
 int Primitives::wall_time(lua_State* L) {
@@ -193,6 +197,10 @@ void give_socket(lua_State* L, std::uint64_t id) { Primitives::give_socket(L, id
 
 void drop_socket(lua_State* L, std::uint64_t id) { Primitives::drop_socket(L, id); }
 
-void mark_needs_close(lua_State* L) { Primitives::mark_needs_close(L); }
+void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object) {
+  Primitives::track_finalizer(L, f, run, object);
+}
+
+bool untrack_finalizer(lua_State* L, HostFinalizer* f) { return Primitives::untrack_finalizer(L, f); }
 
 }  // namespace host::lua

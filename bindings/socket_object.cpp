@@ -487,11 +487,15 @@ int m_index(lua_State* L) {
 
 // A socket object the process dropped without closing: closed now, as
 // LuaSocket's are when collected (not at the process's end only).
-int m_gc(lua_State* L) {
-  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
-  if (!s) return 0;
+void finalize_socket(lua_State* L, void* object) {
+  auto* s = static_cast<SocketRef*>(object);
   tcp_free(L, s);
   if (live(s) && s->id != 0) drop_socket(L, static_cast<std::uint64_t>(s->id));
+}
+
+int m_gc(lua_State* L) {
+  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  if (s && untrack_finalizer(L, &s->fin)) finalize_socket(L, s);
   return 0;
 }
 
@@ -579,7 +583,7 @@ void socket_moves_undo(lua_State* L) {
 SocketRef* push_socket(lua_State* L, SocketClass cls) {
   auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
   *s = SocketRef{0, -1, -1, nullptr, cls, false, false};
-  mark_needs_close(L);  // its __gc closes it
+  track_finalizer(L, &s->fin, finalize_socket, s);  // its __gc closes it
   push_metatable(L);
   lua_setmetatable(L, -2);
   return s;

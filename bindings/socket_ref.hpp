@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "bindings/host_finalizers.hpp"
 #include "host/io/tcp_socket.hpp"
 
 struct lua_State;
@@ -26,6 +27,7 @@ struct SocketRef {
   SocketClass cls;
   bool closed;  // closed here
   bool moved;   // given to another process
+  HostFinalizer fin{};  // its end (finalize_socket): its __gc, or the process's
 };
 
 // The timeout a call starts with: the smaller of the block and total

@@ -27,26 +27,43 @@
 --
 -- Each process gets instances of its own (cjson.new), so a script that
 -- changes require("cjson")'s settings does not change json's.
-local cjson = require("cjson")
-
-local find, gsub, sub, byte, concat = string.find, string.gsub, string.sub, string.byte, table.concat
+-- cjson and the string functions are taken on first use (load): a
+-- module that requires json for one endpoint makes every process that
+-- loads it pay nothing until it encodes or decodes (cjson's instance, and
+-- lua_close for its buffers, were a fifth of a new HTTP connection's cost).
 local type, pcall, pairs, next, error, tostring = type, pcall, pairs, next, error, tostring
 local getmetatable, setmetatable, rawset, rawget = getmetatable, setmetatable, rawset, rawget
-
-local strict = cjson.new()
-strict.decode_invalid_numbers(false)
-strict.encode_number_precision(14)
+local cjson, strict
+local find, gsub, sub, byte, concat
 -- Decodes our own marked text (below), whose placeholders are NaN
 -- literals: made by the first text with an empty array.
 local marking = nil
 
 local M = {}
 
-M.null = cjson.null
 M.array_mt = { __name = "json.array" }
 M.empty_array = setmetatable({}, {
   __newindex = function() error("json.empty_array is read-only", 2) end,
   __metatable = false,
+})
+
+local function open_cjson()
+  cjson = require("cjson")
+  find, gsub, sub, byte, concat = string.find, string.gsub, string.sub, string.byte, table.concat
+  strict = cjson.new()
+  strict.decode_invalid_numbers(false)
+  strict.encode_number_precision(14)
+  rawset(M, "null", cjson.null)
+end
+
+-- json.null loads cjson the first time it is named.
+setmetatable(M, {
+  __index = function(_, k)
+    if k == "null" then
+      open_cjson()
+      return cjson.null
+    end
+  end,
 })
 
 -- Whether t is an empty table to write as [].
@@ -85,6 +102,7 @@ local function find_empty_arrays(t, found)
 end
 
 function M.encode(value)
+  if not strict then open_cjson() end
   local ok, text = pcall(strict.encode, value)
   if not ok then
     if type(value) == "table" and find(text, "excessive nesting", 1, true) and has_cycle(value, {}) then
@@ -164,6 +182,7 @@ function M.decode(text)
   if type(text) ~= "string" then
     error("bad argument #1 to 'decode' (string expected, got " .. type(text) .. ")", 2)
   end
+  if not strict then open_cjson() end
   local ok, value = pcall(strict.decode, text)
   if not ok then return nil, invalid(value) end
   -- Most texts have no empty array: one search says so. Those that do

@@ -7,7 +7,7 @@
 -- a process that fails outright (a limit) gets the same 500 from the
 -- acceptor. An idle keep-alive connection gives its socket back to the
 -- acceptor (hibernate_after) and the process ends.
-local type, tostring, xpcall, traceback, next, pairs = type, tostring, xpcall, debug.traceback, next, pairs
+local type, tostring, xpcall, next, pairs = type, tostring, xpcall, next, pairs
 
 local M = {}
 
@@ -38,9 +38,11 @@ end
 
 local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
 
--- The handler's error with its traceback, as one value.
+-- The handler's error with its traceback, as one value. The debug
+-- library is named only here: a connection whose handler never fails
+-- does not open it.
 local function with_traceback(err)
-  return { err = err, tb = traceback(tostring(err), 2) }
+  return { err = err, tb = debug.traceback(tostring(err), 2) }
 end
 
 -- The request's method and path are the client's: they go in as values,
@@ -65,8 +67,13 @@ function M.serve(sock, id, entry, conf)
   local conn = require("host.http").conn(sock, conf, id, conf.tls_cert, conf.tls_key)
   if not conn then return end
   current_conn = conn
-  local module, method = entry:match("^([^:]+):?(.*)$")
-  if method == "" then method = "main" end
+  -- Split once by the server (conn_config); a caller of its own may give
+  -- only the entry.
+  local module, method = conf.module, conf.method
+  if not module then
+    module, method = entry:match("^([^:]+):?(.*)$")
+    if method == "" then method = "main" end
+  end
   -- With --watch, the names of the modules this process loaded that were
   -- changed on disk since (the host fills it). A keep-alive connection
   -- lives as long as its client keeps it busy: between two requests it

@@ -100,6 +100,10 @@ local function conn_config(opts, entry, conn_entry)
     hibernate_after = opts.hibernate_after, entry = entry, conn_entry = conn_entry or "http.conn:serve",
   }
   if conf.hibernate_after == nil then conf.hibernate_after = 0.1 end
+  -- The handler's module and method, split here once rather than by each
+  -- connection's process (which then needs no string library for it).
+  conf.module, conf.method = entry:match("^([^:]+):?(.*)$")
+  if conf.method == "" then conf.method = "main" end
   if opts.tls then conf.tls_cert, conf.tls_key = opts.tls.cert_pem, opts.tls.key_pem end
   return conf
 end

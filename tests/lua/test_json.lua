@@ -187,6 +187,18 @@ return { main = function()
       T.eq(T.next_event("exit").result, "the preload's")
     end },
 
+    { "require('json') loads cjson only at its first use: json.null, encode or decode", function()
+      local want = { null = "userdata", encode = '{"a":[]}', decode = true }
+      for _, first in ipairs({ "null", "encode", "decode" }) do
+        assert(process.spawn_monitored("fixtures.c_module_user:json_first", first))
+        local ev = T.next_event("exit")
+        T.eq(ev.error, nil, first)
+        T.eq(ev.result.before, false, first .. ": not loaded by require")
+        T.eq(ev.result.after, true, first .. ": loaded by its first use")
+        T.eq(ev.result.got, want[first], first)
+      end
+    end },
+
     { "json.null alone and as a table key crosses as itself", function()
       local echo = assert(process.spawn("fixtures.echo"))
       process.send(echo, "n", json.null)
