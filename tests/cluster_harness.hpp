@@ -30,6 +30,14 @@ inline const std::string kScripts = HOST_CLUSTER_SCRIPTS;
 
 inline bool have_nats_server() { return std::string(HOST_NATS_SERVER).size() && access(HOST_NATS_SERVER, X_OK) == 0; }
 
+// Ends the test case, saying so, where nats-server is not installed: a
+// macro, since the return must leave the test case itself.
+#define SKIP_WITHOUT_NATS()                                                         \
+  if (!::host::testing::cluster::have_nats_server()) {                              \
+    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)"); \
+    return;                                                                         \
+  }
+
 // A port nobody listens on now (the kernel's pick for a bound socket).
 inline int free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -60,6 +68,18 @@ inline std::string slurp(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+template <typename Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A program in the background, its stdout and stderr in files; killed
 // (SIGKILL) if still running when the test ends.
@@ -94,6 +114,10 @@ struct Child {
   }
   std::string stdout_text() const { return slurp(out); }
   std::string stderr_text() const { return slurp(err); }
+  // Whether it printed `part` on stdout within `limit`.
+  bool says(const std::string& part, std::chrono::milliseconds limit) const {
+    return wait_until([&] { return contains(stdout_text(), part); }, limit);
+  }
   void kill9() {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
@@ -112,18 +136,6 @@ struct Child {
     return -1;
   }
 };
-
-template <typename Pred>
-bool wait_until(Pred pred, std::chrono::milliseconds limit) {
-  const auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
-
-inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // `address`: where it listens (0.0.0.0 for a node in another network
 // namespace too).
@@ -152,6 +164,19 @@ inline std::vector<std::string> node_argv(const std::string& name, const std::st
     for (auto& a : args) v.push_back(a);
   }
   return v;
+}
+
+// A node started with `argv` (node_argv's, or a wrapper's around them)
+// once it printed `ready`: the test case stops, showing its stderr, when it
+// does not within 10 s. By pointer: a Child kills its program when it
+// goes, so it is never copied.
+inline std::unique_ptr<Child> start_node(const std::vector<std::string>& argv, const std::string& name,
+                                         const std::string& ready) {
+  auto node = std::make_unique<Child>(argv, name);
+  const bool up = node->says(ready, 10s);
+  INFO(name << "'s stderr: " << node->stderr_text());
+  REQUIRE(up);
+  return node;
 }
 
 }  // namespace host::testing::cluster

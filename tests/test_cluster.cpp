@@ -12,15 +12,11 @@ using namespace host::testing::cluster;
 TEST_CASE("two nodes send both ways in order; a monitor and a link of a killed node's process fire noconnection once, "
           "in time; "
           "the restarted node's old PID is not_found") {
-  if (!have_nats_server()) {
-    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");
-    return;
-  }
+  SKIP_WITHOUT_NATS();
   NatsServer nats;
-  auto a = std::make_unique<Child>(node_argv("a", nats.url(), "serve"), "a");
-  REQUIRE(wait_until([&] { return contains(a->stdout_text(), "serving"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "serve"), "a", "serving");
   Child b(node_argv("b", nats.url(), "client", {"2000"}), "b");
-  const bool monitoring = wait_until([&] { return contains(b.stdout_text(), "monitoring"); }, 30s);
+  const bool monitoring = b.says("monitoring", 30s);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
   INFO("a's stderr: " << a->stderr_text());
@@ -33,12 +29,12 @@ TEST_CASE("two nodes send both ways in order; a monitor and a link of a killed n
   // kill -9: no bye; b must notice the silence (--node-timeout 2).
   const auto killed = Clock::now();
   a->kill9();
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "noconnection"); }, 10s));
+  REQUIRE(b.says("noconnection", 10s));
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
   MESSAGE("noconnection " << took.count() << " ms after kill -9 (node timeout 2000 ms)");
   CHECK(took <= 3000ms);
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "nodedown a"); }, 5s));
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "link_down noconnection"); }, 5s));
+  REQUIRE(b.says("nodedown a", 5s));
+  REQUIRE(b.says("link_down noconnection", 5s));
   // A new run of node a, under the same name.
   a = std::make_unique<Child>(node_argv("a", nats.url(), "serve"), "a2");
   const int code = b.wait(30s);
@@ -53,18 +49,14 @@ TEST_CASE("two nodes send both ways in order; a monitor and a link of a killed n
 
 TEST_CASE("{ name, node } across nodes: monitor (noproc, noconnection), server.call and cast, a call in flight when "
           "the node is killed; pg groups synced at nodeup, joins seen within 1 s, a down node's members gone") {
-  if (!have_nats_server()) {
-    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");
-    return;
-  }
+  SKIP_WITHOUT_NATS();
   NatsServer nats;
-  Child a(node_argv("a", nats.url(), "hub"), "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "hub ready"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "hub"), "a", "hub ready");
   Child b(node_argv("b", nats.url(), "named_client"), "b");
-  const bool ready = wait_until([&] { return contains(b.stdout_text(), "ready for kill"); }, 30s);
+  const bool ready = b.says("ready for kill", 30s);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
-  INFO("a's stderr: " << a.stderr_text());
+  INFO("a's stderr: " << a->stderr_text());
   REQUIRE(ready);
   CHECK(contains(b.stdout_text(), "monitor noproc ok"));
   CHECK(contains(b.stdout_text(), "local monitor by name ok"));
@@ -73,8 +65,8 @@ TEST_CASE("{ name, node } across nodes: monitor (noproc, noconnection), server.c
   CHECK(contains(b.stdout_text(), "pg send ok"));
   CHECK(contains(b.stdout_text(), "pg join seen in"));
   const auto killed = Clock::now();
-  a.kill9();
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "call noconnection exit: noconnection"); }, 10s));
+  a->kill9();
+  REQUIRE(b.says("call noconnection exit: noconnection", 10s));
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
   MESSAGE("the call in flight failed " << took.count()
                                        << " ms after kill -9 (node timeout 2000 ms, call timeout 30 s)");
@@ -86,13 +78,9 @@ TEST_CASE("{ name, node } across nodes: monitor (noproc, noconnection), server.c
 }
 
 TEST_CASE("a node whose name is live in the cluster refuses to start, naming it") {
-  if (!have_nats_server()) {
-    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)");
-    return;
-  }
+  SKIP_WITHOUT_NATS();
   NatsServer nats;
-  Child a(node_argv("a", nats.url(), "serve"), "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "serving"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "serve"), "a", "serving");
   auto r = host::testing::run_program(node_argv("a", nats.url(), "serve"), {.timeout = 20000ms});
   CHECK(r.code == 2);
   CHECK(contains(r.err, "node name 'a' is already live"));

@@ -24,24 +24,17 @@ double figure(const std::string& text, const std::string& label) {
   return -1;
 }
 
-#define SKIP_WITHOUT_NATS()                                                         \
-  if (!have_nats_server()) {                                                        \
-    MESSAGE("skipped: nats-server is not installed (apt-get install nats-server)"); \
-    return;                                                                         \
-  }
-
 }  // namespace
 
 TEST_CASE("a ping is not stuck behind 8 MB messages flowing between the same two nodes, and each pair's order holds") {
   SKIP_WITHOUT_NATS();
   NatsServer nats;
-  Child a(node_argv("a", nats.url(), "serve"), "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "serving"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "serve"), "a", "serving");
   Child b(node_argv("b", nats.url(), "flow", {"500", "8"}, "5"), "b");  // flow.lua's main
   const int code = b.wait(180s);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
-  INFO("a's stderr: " << a.stderr_text());
+  INFO("a's stderr: " << a->stderr_text());
   REQUIRE(code == 0);
   const std::string out = b.stdout_text();
   const double p99 = figure(out, "p99"), large = figure(out, "large messages");
@@ -57,12 +50,11 @@ TEST_CASE("a ping is not stuck behind 8 MB messages flowing between the same two
 TEST_CASE("a restart of nats-server mid-stream loses, doubles and reorders nothing, and the nodes stay up") {
   SKIP_WITHOUT_NATS();
   NatsServer nats;
-  Child a(node_argv("a", nats.url(), "serve", {}, "3"), "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "serving"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "serve", {}, "3"), "a", "serving");
   // flow.lua's stream: 5 s of numbered messages to a's echo, 200 in
   // flight, each reply checked in order.
   Child b(node_argv("b", nats.url(), "flow:stream", {"5", "200"}, "3"), "b");
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "streaming"); }, 30s));
+  REQUIRE(b.says("streaming", 30s));
   std::this_thread::sleep_for(1s);
   nats.kill9();
   std::this_thread::sleep_for(300ms);
@@ -70,7 +62,7 @@ TEST_CASE("a restart of nats-server mid-stream loses, doubles and reorders nothi
   const int code = b.wait(60s);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
-  INFO("a's stderr: " << a.stderr_text());
+  INFO("a's stderr: " << a->stderr_text());
   CHECK(code == 0);
   const std::string out = b.stdout_text();
   MESSAGE("across a restart of nats-server: " << out);
@@ -78,7 +70,7 @@ TEST_CASE("a restart of nats-server mid-stream loses, doubles and reorders nothi
   // The stream did wait for the outage (else the restart missed it).
   CHECK(figure(out, "longest wait") >= 250);
   // Neither took the other down (b's normal end, a bye, comes after).
-  for (const std::string& log : {a.stderr_text(), b.stderr_text()}) {
+  for (const std::string& log : {a->stderr_text(), b.stderr_text()}) {
     CHECK_FALSE(contains(log, "silent for the node timeout"));
     CHECK_FALSE(contains(log, "took this node down"));
     CHECK_FALSE(contains(log, "more than 8 MB"));
@@ -88,15 +80,14 @@ TEST_CASE("a restart of nats-server mid-stream loses, doubles and reorders nothi
 TEST_CASE("while the connection is lost a node buffers at most 8 MB for a peer, then takes it down before the timeout") {
   SKIP_WITHOUT_NATS();
   NatsServer nats;
-  Child a(node_argv("a", nats.url(), "serve", {}, "20"), "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "serving"); }, 10s));
+  auto a = start_node(node_argv("a", nats.url(), "serve", {}, "20"), "a", "serving");
   // 1 MB every 50 ms to a's sink; a node timeout far past the test's wait.
   Child b(node_argv("b", nats.url(), "flow:flood", {}, "20"), "b");
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "flooding"); }, 30s));
+  REQUIRE(b.says("flooding", 30s));
   std::this_thread::sleep_for(500ms);
   const auto cut = Clock::now();
   nats.kill9();
-  const bool down = wait_until([&] { return contains(b.stdout_text(), "done"); }, 10s);
+  const bool down = b.says("done", 10s);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - cut);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
@@ -164,13 +155,12 @@ TEST_CASE("a partition takes the node down within the timeout plus 1 s and its e
   const std::string inside_url = "nats://" + net.here_ip + ":" + std::to_string(nats.port);
   std::vector<std::string> argv{"/usr/bin/env", "ip", "netns", "exec", net.ns};
   for (const auto& s : node_argv("a", inside_url, "serve")) argv.push_back(s);
-  Child a(argv, "a");
-  REQUIRE(wait_until([&] { return contains(a.stdout_text(), "serving"); }, 10s));
+  auto a = start_node(argv, "a", "serving");
   Child b(node_argv("b", nats.url(), "flow:partition"), "b");
-  const bool monitoring = wait_until([&] { return contains(b.stdout_text(), "monitoring"); }, 30s);
+  const bool monitoring = b.says("monitoring", 30s);
   INFO("b's stdout: " << b.stdout_text());
   INFO("b's stderr: " << b.stderr_text());
-  INFO("a's stderr: " << a.stderr_text());
+  INFO("a's stderr: " << a->stderr_text());
   REQUIRE(monitoring);
   const auto cut = Clock::now();
   REQUIRE(net.link(false));
@@ -182,7 +172,7 @@ TEST_CASE("a partition takes the node down within the timeout plus 1 s and its e
   CHECK(took <= 3000ms);
   REQUIRE(net.link(true));
   const auto joined = Clock::now();
-  REQUIRE(wait_until([&] { return contains(b.stdout_text(), "nodeup a"); }, 30s));
+  REQUIRE(b.says("nodeup a", 30s));
   MESSAGE("nodeup " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - joined).count()
                     << " ms after the partition ended");
   CHECK(b.wait(20s) == 0);

@@ -44,10 +44,36 @@ void found_work(IdleWorkers& idle, std::atomic<long>& available, bool& spinning,
   }
 }
 
+// The worker loop's look at the poller without blocking, before it spins:
+// true when the look found I/O (and dispatched it, readying work).
+bool poll_without_blocking(IdlePoller& poller) {
+  IdlePoller::Batch batch;
+  poller.wait(batch, false);
+  if (batch.n == 0) return false;
+  poller.dispatch(batch);
+  return true;
+}
+
+// The park in the poller (Worker::park_in_poller), for a consumer that
+// claimed the poll role: it blocks only with no wake token and nothing
+// available. False once stop() was called.
+bool park_in_poller(IdleWorkers& idle, IdlePoller& poller, std::atomic<long>& available) {
+  IdlePoller::Batch batch;
+  const bool block = !idle.take_token() && !idle.stopped() && available.load(std::memory_order_seq_cst) == 0;
+  if (block) poller.wait(batch, true);
+  idle.release_poll();
+  idle.cancel_park();
+  if (block) (void)idle.take_token();
+  if (batch.n > 0) poller.dispatch(batch);
+  return !idle.stopped();
+}
+
 // A consumer that runs the worker loop's idle protocol until stop(),
 // waking included (a woken consumer ends the wake in flight when it finds
 // work, then wakes the next if more is there, or when it starts spinning).
-void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>& done) {
+// With a poller, the loop's poll steps too: a look without blocking before
+// spinning, and the park in the poller before the futex's.
+void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>& done, IdlePoller* poller = nullptr) {
   bool spinning = false, waking = false;
   for (int rounds = 0;;) {
     if (take(available)) {
@@ -56,6 +82,7 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
       rounds = 0;
       continue;
     }
+    if (poller && rounds == 0 && !idle.poll_held() && poll_without_blocking(*poller)) continue;
     if (!spinning && rounds == 0) {
       spinning = idle.try_begin_spinning();
       if (waking) {
@@ -77,7 +104,11 @@ void consume(IdleWorkers& idle, std::atomic<long>& available, std::atomic<long>&
       rounds = 0;
       continue;
     }
-    if (!idle.commit_park()) return;
+    if (poller && idle.try_claim_poll()) {
+      if (!park_in_poller(idle, *poller, available)) return;
+    } else if (!idle.commit_park()) {
+      return;
+    }
     rounds = 0;
     waking = true;
   }
@@ -245,70 +276,6 @@ struct CountingPoller final : IdlePoller {
   static constexpr std::uint64_t kOne = 1;
 };
 
-// The worker loop's steps with a poller: a look without blocking before
-// spinning, and the park in the poller (Worker::park_in_poller) before the
-// futex's.
-void consume_polling(IdleWorkers& idle, CountingPoller& poller, std::atomic<long>& available, std::atomic<long>& done) {
-  bool spinning = false, waking = false;
-  for (int rounds = 0;;) {
-    if (take(available)) {
-      found_work(idle, available, spinning, waking);
-      done.fetch_add(1, std::memory_order_acq_rel);
-      rounds = 0;
-      continue;
-    }
-    if (rounds == 0 && !idle.poll_held()) {
-      IdlePoller::Batch batch;
-      poller.wait(batch, false);
-      if (batch.n > 0) {
-        poller.dispatch(batch);
-        continue;
-      }
-    }
-    if (!spinning && rounds == 0) {
-      spinning = idle.try_begin_spinning();
-      if (waking) {
-        waking = false;
-        idle.end_waking();
-      }
-    }
-    if (spinning && rounds++ < 8) {
-      std::this_thread::yield();
-      continue;
-    }
-    if (spinning) {
-      spinning = false;
-      (void)idle.end_spinning();
-    }
-    idle.prepare_park();
-    if (available.load(std::memory_order_seq_cst) > 0) {
-      idle.cancel_park();
-      rounds = 0;
-      continue;
-    }
-    if (idle.try_claim_poll()) {
-      IdlePoller::Batch batch;
-      const bool block = !idle.take_token() && !idle.stopped() && available.load(std::memory_order_seq_cst) == 0;
-      if (block) poller.wait(batch, true);
-      idle.release_poll();
-      idle.cancel_park();
-      if (block) (void)idle.take_token();
-      if (batch.n > 0) poller.dispatch(batch);
-      if (idle.stopped()) return;
-      rounds = 0;
-      waking = true;
-      continue;
-    }
-    if (!idle.commit_park()) return;
-    rounds = 0;
-    waking = true;
-  }
-}
-
-}  // namespace
-
-namespace {
-
 // consumers threads, one of them blocked in the poller at each round's
 // start; with one, every wake must reach it through the poll.
 void race_with_poller(int consumers_n) {
@@ -319,7 +286,7 @@ void race_with_poller(int consumers_n) {
   CountingPoller poller(idle, available);
   idle.set_poller(&poller);
   std::vector<std::thread> consumers;
-  for (int i = 0; i < consumers_n; ++i) consumers.emplace_back([&] { consume_polling(idle, poller, available, done); });
+  for (int i = 0; i < consumers_n; ++i) consumers.emplace_back([&] { consume(idle, available, done, &poller); });
   for (int round = 1; round <= kRounds; ++round) {
     // Every round starts with one consumer blocked in the poller and the
     // rest asleep: a notify the poll never hears, or an edge nobody polls,

@@ -14,16 +14,8 @@
 # host; HOST_BIN names another host program.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runs=3
-quick=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --quick) quick=1 ;;
-    --runs) runs="$2"; shift ;;
-    *) echo "cluster: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+source tests/bench/side_by_side.sh  # bench_args, figure, alternate, ratio, median, describe_machine
+bench_args cluster "$@"
 host_bin=${HOST_BIN:-build/host}
 rtt_n=10000 oneway_n=200000 mb_n=200 pings=500
 [ -z "$quick" ] || { rtt_n=2000 oneway_n=40000 mb_n=40 pings=200; }
@@ -39,7 +31,6 @@ cleanup() {
   rm -rf "$out"
 }
 trap cleanup EXIT
-source tests/bench/run_one.sh  # median, describe_machine
 
 cc -O2 -o "$out/nats_rtt" tests/bench/peers/nats_rtt.c -lnats ||
   { echo "cluster: cannot build the NATS peer (libnats-dev)" >&2; exit 1; }
@@ -57,16 +48,6 @@ wait_for() {
   echo "cluster: no '$2' in $1:" >&2; tail -12 "$1" >&2
   [ ! -f "$out/a.out" ] || { echo "node a said:" >&2; tail -5 "$out/a.out" >&2; }
   exit 1
-}
-
-# figure OUTPUT NAME KEY: the value of OUTPUT's "FIGURE NAME KEY VALUE"
-# line; fails when there is none (a crash or a failed check must not look
-# like a figure).
-figure() {
-  local line
-  line=$(grep -a "FIGURE $2 $3 " <<<"$1" | tail -1 || true)
-  [ -n "$line" ] || { echo "cluster: no $2 $3 in:" >&2; tail -5 <<<"$1" >&2; exit 1; }
-  echo "${line##* }"
 }
 
 node_args() {  # node_args NAME ENTRY [ARGS...]: a node of the cluster's command line
@@ -92,12 +73,12 @@ run_host() {
   pids+=($a)
   wait_for "$out/a.out" serving
   o=$(node b bench:rtt "$rtt_n")
-  figure "$o" host_rtt p50_us >>"$out/rtt.host"
-  figure "$o" host_rtt p99_us >>"$out/rtt99.host"
+  figure "$o" FIGURE host_rtt p50_us >>"$out/rtt.host"
+  figure "$o" FIGURE host_rtt p99_us >>"$out/rtt99.host"
   o=$(node b bench:oneway "$oneway_n")
-  figure "$o" host_oneway msgs_per_s >>"$out/oneway.host"
+  figure "$o" FIGURE host_oneway msgs_per_s >>"$out/oneway.host"
   o=$(node b bench:mb "$mb_n")
-  figure "$o" host_mb mb_per_s >>"$out/mb.host"
+  figure "$o" FIGURE host_mb mb_per_s >>"$out/mb.host"
   o=$(node b flow "$pings" 8)
   grep -qa "p99 " <<<"$o" || { echo "cluster: no ping figure in:" >&2; tail -5 <<<"$o" >&2; exit 1; }
   sed -E 's/.*p99 ([0-9.]+) ms.*/\1/;t;d' <<<"$o" | tail -1 >>"$out/flowp99.host"
@@ -123,8 +104,8 @@ run_nats() {
   pids+=($s)
   wait_for "$out/nats_serve.out" serving
   o=$("$out/nats_rtt" ask "$url" "$rtt_n" 2>&1 || true)
-  figure "$o" nats_rtt p50_us >>"$out/rtt.nats"
-  figure "$o" nats_rtt p99_us >>"$out/rtt99.nats"
+  figure "$o" FIGURE nats_rtt p50_us >>"$out/rtt.nats"
+  figure "$o" FIGURE nats_rtt p99_us >>"$out/rtt99.nats"
   kill -9 "$s"
   wait "$s" 2>/dev/null || true
 }
@@ -137,26 +118,21 @@ run_erlang() {
   wait_for "$out/erl_serve.out" serving
   local peer="${name}s@$(hostname -s)"
   o=$(ERL_FLAGS="-sname ${name}c -setcookie hostbench" escript tests/bench/peers/cluster.erl rtt "$peer" "$rtt_n" 2>&1 || true)
-  figure "$o" erlang_rtt p50_us >>"$out/rtt.erlang"
-  figure "$o" erlang_rtt p99_us >>"$out/rtt99.erlang"
+  figure "$o" FIGURE erlang_rtt p50_us >>"$out/rtt.erlang"
+  figure "$o" FIGURE erlang_rtt p99_us >>"$out/rtt99.erlang"
   o=$(ERL_FLAGS="-sname ${name}c -setcookie hostbench" escript tests/bench/peers/cluster.erl oneway "$peer" "$oneway_n" 2>&1 || true)
-  figure "$o" erlang_oneway msgs_per_s >>"$out/oneway.erlang"
+  figure "$o" FIGURE erlang_oneway msgs_per_s >>"$out/oneway.erlang"
   kill "$s"
   wait "$s" 2>/dev/null || true
 }
 
-for ((r = 1; r <= runs; r++)); do
-  run_host
-  run_nats
-  run_erlang
-done
+alternate run_host run_nats run_erlang
 
 echo "the cluster: host nodes over nats-server vs NATS request/reply vs Erlang distribution, loopback, median of $runs alternating runs${quick:+ (quick parameters)}"
 describe_machine
 echo "versions: $("$host_bin" --version); nats-server $(nats-server --version | awk '{ print $NF }'); Erlang/OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().')"
 echo "round trips: $rtt_n one after another; one way: $oneway_n messages of 16 bytes; 1 MB: $mb_n messages, 8 in flight; pings under flow: $pings"
 echo
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 m() { median "$out/$1"; }
 printf '| %-38s | %10s | %10s | %12s | %-22s |\n' measure host NATS Erlang "ratio"
 printf '|%s|%s|%s|%s|%s|\n' "----------------------------------------" "------------" "------------" "--------------" "------------------------"

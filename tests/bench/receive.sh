@@ -9,19 +9,12 @@
 #   scripts/dev receive [--quick] [--runs N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runs=3
+source tests/bench/side_by_side.sh  # bench_args, ratio, median
+bench_args receive "$@"
 count=2000000
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --quick) count=200000 ;;
-    --runs) runs="$2"; shift ;;
-    *) echo "receive: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+[ -z "$quick" ] || count=200000
 host_bin=${HOST_BIN:-build/host}
 port=17170
-source tests/bench/run_one.sh  # median
 printf '| receive | host ns | python ns | host/python |\n|---|---|---|---|\n'
 for pattern in '*l' 8; do
   port=$((port + 1))
@@ -36,7 +29,7 @@ for pattern in '*l' 8; do
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
   hm=$(printf '%s\n' "${h[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
-  printf '| receive(%s) | %s | %s | %s |\n' "$pattern" "$hm" "$pm" "$(awk -v a="$hm" -v b="$pm" 'BEGIN { printf "%.2fx", a / b }')"
+  printf '| receive(%s) | %s | %s | %s |\n' "$pattern" "$hm" "$pm" "$(ratio "$hm" "$pm")"
 done
 rm -f /tmp/receive-serve.$$
 
@@ -71,5 +64,5 @@ a=$(printf '%s\n' "${hp[@]}" | median) b=$(printf '%s\n' "${bp[@]}" | median)
 c=$(printf '%s\n' "${hh[@]}" | median) d=$(printf '%s\n' "${bh[@]}" | median)
 echo
 printf '| redis call (one connection) | host us | redis-benchmark us | host/redis-benchmark |\n|---|---|---|---|\n'
-printf '| PING | %s | %s | %s |\n' "$a" "$b" "$(awk -v x="$a" -v y="$b" 'BEGIN { printf "%.2fx", x / y }')"
-printf '| HGETALL, %d fields | %s | %s | %s |\n' "$fields" "$c" "$d" "$(awk -v x="$c" -v y="$d" 'BEGIN { printf "%.2fx", x / y }')"
+printf '| PING | %s | %s | %s |\n' "$a" "$b" "$(ratio "$a" "$b")"
+printf '| HGETALL, %d fields | %s | %s | %s |\n' "$fields" "$c" "$d" "$(ratio "$c" "$d")"

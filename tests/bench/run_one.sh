@@ -1,4 +1,5 @@
-# Sourced by compare.sh and scaling.sh: runs one benchmark of one runtime
+# Sourced by compare.sh and scaling.sh (and, for median and describe_machine,
+# by side_by_side.sh): runs one benchmark of one runtime
 # and appends its figures to files under $out (which the caller made).
 #   run_one IMPL NAME [WORKERS]
 # IMPL is host, erlang or go. WORKERS, when given and not empty, is the

@@ -14,16 +14,8 @@
 # host; HOST_BIN names another host program.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runs=3
-quick=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --quick) quick="--quick" ;;
-    --runs) runs="$2"; shift ;;
-    *) echo "shared: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+source tests/bench/side_by_side.sh  # bench_args, figure, alternate, ratio, median, describe_machine
+bench_args shared "$@"
 host_bin=${HOST_BIN:-build/host}
 n=2000000
 [ -z "$quick" ] || n=200000  # the host's and ETS's own --quick count
@@ -33,17 +25,6 @@ command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_mod
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-source tests/bench/run_one.sh  # median, describe_machine
-
-# figure OUTPUT KIND NAME [KEY]: the last field of OUTPUT's "PER_OP NAME"
-# or "FIGURE NAME KEY" line; fails when there is none (a crash or a failed
-# check must not look like a figure).
-figure() {
-  local line
-  line=$(grep -a "$2 $3 ${4:+$4 }" <<<"$1" | tail -1 || true)
-  [ -n "$line" ] || { echo "shared: no $2 $3 $4 in:" >&2; tail -5 <<<"$1" >&2; exit 1; }
-  echo "${line##* }"
-}
 
 run_host() {
   local o
@@ -101,18 +82,13 @@ run_nginx() {  # (each result in a variable first: a failed nginx_once ends the 
   awk -v a="$one" -v b="$two" 'BEGIN { printf "%.3f\n", b / a }' >>"$out/scale.nginx"
 }
 
-for ((r = 1; r <= runs; r++)); do
-  run_host
-  run_erlang
-  run_nginx
-done
+alternate run_host run_erlang run_nginx
 
 echo "shared tables: host vs Erlang's ETS vs nginx's lua_shared_dict, median of $runs alternating runs${quick:+ (quick parameters)}"
 describe_machine
 echo "versions: $("$host_bin" --version); Erlang/OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().'); $(nginx -v 2>&1 | sed 's/^nginx version: //') with lua-nginx-module"
 echo "$n calls a run, 1000 keys, an 11-byte string value; the host and ETS with number keys, nginx with string keys"
 echo
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 printf '| %-27s | %8s | %8s | %8s | %9s | %9s |\n' call "host ns" "ETS ns" "dict ns" "host/ETS" "host/dict"
 printf '|%s|%s|%s|%s|%s|%s|\n' "-----------------------------" "----------" "----------" "----------" "-----------" "-----------"
 for kind in get set mix; do

@@ -3,24 +3,13 @@
 --   rtt N        N round trips to a's echo, one after another: p50, p99
 --   oneway N     N messages of 16 bytes to a counter on a: messages/s
 --   mb N         N messages of 1 MB to a's sink, 8 in flight: MB/s
+local node_b = require("node_b")
+local wait_for_echo = node_b.wait_for_echo
+
 local M = {}
 
 local function figure(name, key, value)
-  io.stdout:write(string.format("FIGURE %s %s %.1f\n", name, key, value))
-  io.stdout:flush()
-end
-
-local function wait_for_echo()
-  for _ = 1, 400 do
-    for _, n in ipairs(process.nodes()) do
-      if n == "a" then
-        assert(process.send({ "echo", "a" }, "hello", 0))
-        if process.receive(0.25) then return end
-      end
-    end
-    time.sleep(0.05)
-  end
-  error("node a's echo never answered")
+  node_b.say(string.format("FIGURE %s %s %.1f", name, key, value))
 end
 
 function M.rtt(n)

@@ -4,28 +4,10 @@
 -- restart of nats-server (stream), a partition (partition) and the bound
 -- on what is buffered while the connection is down (flood). Each says its
 -- steps and figures on stdout.
+local node_b = require("node_b")
+local say, wait_for_echo = node_b.say, node_b.wait_for_echo
+
 local M = {}
-
-local function say(...)
-  io.stdout:write(table.concat({ ... }, " "), "\n")
-  io.stdout:flush()
-end
-
--- Node a is connected and its root has registered "echo" (a send to a
--- name nobody holds there is dropped: ask until it answers).
-local function wait_for_echo()
-  for _ = 1, 400 do
-    for _, n in ipairs(process.nodes()) do
-      if n == "a" then
-        assert(process.send({ "echo", "a" }, "hello", 0))
-        local r = process.receive(0.25)
-        if r then return r.from end
-      end
-    end
-    time.sleep(0.05)
-  end
-  error("node a's echo never answered")
-end
 
 local function poll(events)
   local r = channel.select({ events:case_receive(), timeout = 0 })
