@@ -1,5 +1,6 @@
 // The cluster's frames as bytes on NATS: what a node publishes and how a
-// received one is read back. Threads: any (pure functions).
+// received one is read back. Threads: any (pure functions), but for a
+// Body, framed under its owner's lock (see Body).
 //
 // Every frame starts with a header: a magic byte, the frame kind, the
 // sender's node id and the addressee's (0 on the heartbeat subject), then
