@@ -11,6 +11,7 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
+#include "bindings/socket_object.hpp"
 #include "host/cluster/wire.hpp"
 #include "host/commands.hpp"
 #include "host/config.hpp"
@@ -151,16 +152,23 @@ int Primitives::refuse_named(lua_State* L, const char* fname) {
 
 // process.send({ name, node }, topic, value) to another node.
 int Primitives::send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node) {
+  return send_remote(L, p, Pid{}, name, node);
+}
+
+int Primitives::send_remote(lua_State* L, LuaProcess& p, const Pid& to, std::string_view name, std::string_view node) {
   std::size_t tn;
   const char* topic = check_string(L, 2, &tn);
-  std::string bytes;
+  RemoteNodes* remote = p.rt_.scheduler().remote();
+  std::string message = remote->begin_message(to, name, std::string_view(topic, tn), p.ctx_.self);
+  // A nil payload (or none) travels as no bytes, as a local send's does.
   if (!lua_isnoneornil(L, 3)) {
-    std::string err = encode_value(L, 3, bytes);
+    socket_moves_begin();
+    std::string err = encode_value(L, 3, message);
+    socket_moves_undo(L);  // a socket never leaves this host
     if (!err.empty()) return push_fail(L, err);
   }
   std::size_t backlog = 0;
-  const int nret = ok_or_fail(L, p.rt_.scheduler().remote()->send_named(node, name, std::string_view(topic, tn), bytes,
-                                                                        p.ctx_.self, &backlog));
+  const int nret = ok_or_fail(L, remote->send_begun(to, node, p.ctx_.self, std::move(message), &backlog));
   // The session's window is full: let others run before sending more.
   if (backlog >= config::kSendBacklogYield && p.kernel_.can_yield_to_others(L)) return p.kernel_.yield_to_others(L, nret);
   return nret;

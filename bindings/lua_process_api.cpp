@@ -187,6 +187,9 @@ int Primitives::memory(lua_State* L) {
 
 int Primitives::send(lua_State* L) {
   return on_target(L, [L](LuaProcess& p, const Pid& to) __attribute__((always_inline)) {
+    // Another node's process: encoded once, into the message's own bytes.
+    if (to.node != p.ctx_.self.node) [[unlikely]]
+      if (p.rt_.scheduler().remote()) return send_remote(L, p, to);
     std::size_t tn;
     const char* topic = check_string(L, 2, &tn);
     // A nil payload (or none) travels as no bytes at all: nothing to

@@ -157,6 +157,11 @@ struct Primitives {
   // The cluster's calls (bindings/lua_cluster_api.cpp).
   [[gnu::cold]] static bool resolve_not_string(lua_State* L, int idx, Pid& out, int& nret, bool for_send);
   static int send_to_node(lua_State* L, LuaProcess& p, std::string_view name, std::string_view node);
+  // A send to a PID of another node, or (node not empty) to a name there:
+  // the value encoded straight into the message's bytes
+  // (RemoteNodes::begin_message).
+  [[gnu::noinline, gnu::cold]] static int send_remote(lua_State* L, LuaProcess& p, const Pid& to,
+                                                      std::string_view name = {}, std::string_view node = {});
   [[gnu::cold]] static int send_elsewhere(lua_State* L, LuaProcess& p, const Pid& to, std::string_view topic,
                                           std::string_view payload, const std::string& err);
   static int node(lua_State* L);

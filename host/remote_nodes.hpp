@@ -29,10 +29,20 @@ class RemoteNodes {
   // more when the session's window is full (the sender should yield).
   virtual std::string send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
                            std::size_t* backlog) = 0;
-  // The same to the process registered as `name` on node `node`; an
-  // unknown name there drops the message (as a send to a dead PID does).
-  virtual std::string send_named(std::string_view node, std::string_view name, std::string_view topic,
-                                 std::string_view payload, const Pid& from, std::size_t* backlog) = 0;
+  // send's two halves for a sender that encodes the payload itself (the
+  // Lua send), and the only way to the process registered as `name` on
+  // node `node` (an unknown name there drops the message, as a send to a
+  // dead PID does): begin_message returns the message's
+  // bytes so far (room for the transport's headers, then to or, when
+  // `name` is not empty, that name, the topic and from); the caller
+  // appends the payload's encoding and hands them to send_begun (`node`
+  // empty: to `to`; else to `name` there), which sends them as they lie:
+  // the payload is encoded once, in place, and never copied on this node.
+  // send_begun answers as send, or not_found when `node` is not connected.
+  virtual std::string begin_message(const Pid& to, std::string_view name, std::string_view topic,
+                                    const Pid& from) = 0;
+  virtual std::string send_begun(const Pid& to, std::string_view node, const Pid& from, std::string message,
+                                 std::size_t* backlog) = 0;
   // An event for a process of another node (a monitor's exit, a link's
   // link_down, a cancel): "" when it went into the session, else
   // not_found as for send.

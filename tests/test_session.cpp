@@ -18,6 +18,7 @@
 #include "host/cluster/wire.hpp"
 #include "tests/watchdog.hpp"
 
+using host::cluster::Body;
 using host::cluster::Session;
 using host::cluster::SessionLimits;
 using namespace std::chrono_literals;
@@ -79,10 +80,10 @@ void run_simulated(std::uint64_t seed, double drop, double dup, double swap, std
     for (int i = 0; i < 8 && next < count && !sender.window_full(); ++i, ++next) {
       std::string body = body_of(next);
       forth.push({true, sender.next_seq(), sender.cumulative_ack(), body});
-      (void)sender.stamp(std::move(body), now);
+      (void)sender.stamp(Body(body), now);
     }
-    sender.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
-      forth.push({true, seq, sender.cumulative_ack(), body});
+    sender.resend_if_stalled(now, [&](std::uint64_t seq, const Body& body) {
+      forth.push({true, seq, sender.cumulative_ack(), body.bytes()});
     });
     LossyLink::Frame f;
     while (forth.pop(f)) {
@@ -105,8 +106,8 @@ void run_simulated(std::uint64_t seed, double drop, double dup, double swap, std
   // Everything delivered is acknowledged in the end.
   for (int round = 0; sender.unacked_messages() > 0 && round < 10000; ++round) {
     now += 1ms;
-    sender.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
-      forth.push({true, seq, 0, body});
+    sender.resend_if_stalled(now, [&](std::uint64_t seq, const Body& body) {
+      forth.push({true, seq, 0, body.bytes()});
     });
     LossyLink::Frame f;
     while (forth.pop(f)) (void)receiver.arrive(f.seq, f.body.size());
@@ -146,7 +147,7 @@ TEST_CASE("a session's window fills with unacknowledged bytes and empties with t
   Session s(limits);
   const auto now = Session::Clock::now();
   CHECK_FALSE(s.window_full());
-  for (int i = 0; i < 10; ++i) (void)s.stamp(std::string(10, 'a'), now);
+  for (int i = 0; i < 10; ++i) (void)s.stamp(Body(std::string(10, 'a')), now);
   CHECK(s.window_full());
   CHECK(s.unacked_bytes() == 100);
   s.acknowledged(4, now);
@@ -165,9 +166,9 @@ TEST_CASE("a stalled session resends everything unacknowledged, oldest first, on
   limits.resend_after = 100ms;
   Session s(limits);
   const auto t0 = Session::Clock::now();
-  for (int i = 0; i < 3; ++i) (void)s.stamp("m" + std::to_string(i), t0);
+  for (int i = 0; i < 3; ++i) (void)s.stamp(Body("m" + std::to_string(i)), t0);
   std::vector<std::uint64_t> seqs;
-  auto emit = [&](std::uint64_t seq, const std::string&) { seqs.push_back(seq); };
+  auto emit = [&](std::uint64_t seq, const Body&) { seqs.push_back(seq); };
   CHECK(s.resend_if_stalled(t0 + 50ms, emit) == 0);
   CHECK(s.resend_if_stalled(t0 + 100ms, emit) == 3);
   CHECK(seqs == std::vector<std::uint64_t>{1, 2, 3});
@@ -225,7 +226,7 @@ struct PairEnd {
     f.text = body;
     out.push_back(encode_frame(f));
     s.ack_sent();
-    (void)s.stamp(body, now);
+    (void)s.stamp(Body(body), now);
   }
   void ack() {
     Frame f = frame(FrameKind::Ack);
@@ -236,12 +237,11 @@ struct PairEnd {
   std::string reset_frame() const { return encode_frame(frame(FrameKind::Bye)); }
   void tick(Session::Clock::time_point now) {
     if (s.ack_due_at_tick() || !s.peer_knows_epoch()) ack();
-    s.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+    s.resend_if_stalled(now, [&](std::uint64_t seq, const Body& body) {
       Frame f = frame(FrameKind::Data);
       f.seq = seq;
       f.ack = s.cumulative_ack();
-      f.text = body;
-      out.push_back(encode_frame(f));
+      body.framed(f, [&](std::string_view frame) { out.emplace_back(frame); });
     });
   }
   void receive(const std::string& bytes, Session::Clock::time_point now) {
@@ -389,7 +389,7 @@ TEST_CASE("sessions under three threads, as the node runs them, lose, double and
       }
       std::string body = body_of(i);
       forth.push({true, sender.next_seq(), 0, body});
-      (void)sender.stamp(std::move(body), Session::Clock::now());
+      (void)sender.stamp(Body(body), Session::Clock::now());
       ++i;
     }
   });
@@ -426,8 +426,8 @@ TEST_CASE("sessions under three threads, as the node runs them, lose, double and
       LossyLink::Frame f;
       std::lock_guard lock(send_mu);
       while (back.pop(f)) sender.acknowledged(f.ack, Session::Clock::now());
-      sender.resend_if_stalled(Session::Clock::now(), [&](std::uint64_t seq, const std::string& body) {
-        forth.push({true, seq, 0, body});
+      sender.resend_if_stalled(Session::Clock::now(), [&](std::uint64_t seq, const Body& body) {
+        forth.push({true, seq, 0, body.bytes()});
       });
       if (got.load(std::memory_order_acquire) == kCount && sender.unacked_messages() == 0) done.store(true);
     }
@@ -501,48 +501,142 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   CHECK_FALSE(decode_frame(unknown));
 }
 
+namespace {
+
+// A message envelope with `size` bytes of payload, each byte its own.
+host::cluster::Envelope message_of(const std::string& payload, std::string_view topic = "t") {
+  host::cluster::Envelope e;
+  e.op = host::cluster::Envelope::Op::Message;
+  e.to = host::Pid{2, 5, 1};
+  e.from = host::Pid{1, 3, 1};
+  e.topic = topic;
+  e.payload = payload;
+  return e;
+}
+
+std::string patterned(std::size_t size, int salt = 7) {
+  std::string s(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) s[i] = static_cast<char>(i * 131 + salt);
+  return s;
+}
+
+// The bytes of each body that carries e, as the peer receives them.
+std::vector<std::string> bodies_of(const host::cluster::Envelope& e, std::uint64_t transfer) {
+  std::vector<std::string> out;
+  for (const auto& b : host::cluster::split_into_bodies(host::cluster::encode_envelope_buffer(e), transfer))
+    out.push_back(b.bytes());
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("an envelope over 64 KB travels in parts and is reassembled whole, and a bad part drops it") {
   using namespace host::cluster;
-  for (std::size_t size : {std::size_t{0}, std::size_t{10}, kPartBytes, kPartBytes + 1, 3 * kPartBytes + 17,
-                           std::size_t{3} << 20}) {
+  for (std::size_t size : {std::size_t{0}, std::size_t{10}, kPartBytes - 60, kPartBytes, kPartBytes + 1,
+                           3 * kPartBytes + 17, std::size_t{3} << 20}) {
     CAPTURE(size);
-    std::string envelope(size, '\0');
-    for (std::size_t i = 0; i < size; ++i) envelope[i] = static_cast<char>(i * 131 + 7);
-    const auto bodies = split_into_bodies(envelope, 42);
-    CHECK(bodies.size() == (size <= kPartBytes ? 1 : (size + kPartBytes - 1) / kPartBytes));
+    const std::string payload = patterned(size);
+    const std::string envelope = encode_envelope(message_of(payload));
+    const auto bodies = bodies_of(message_of(payload), 42);
+    CHECK(bodies.size() == (envelope.size() <= kPartBytes ? 1 : (envelope.size() + kPartBytes - 1) / kPartBytes));
+    std::string joined;
+    for (const auto& b : bodies) joined += b.substr(b.size() == envelope.size() + 1 ? 1 : kPartHeaderBytes);
+    CHECK(joined == envelope);  // the wire's bytes are the envelope's, cut
     Reassembly r;
-    std::optional<std::string_view> out;
+    std::optional<Envelope> out;
     for (std::size_t i = 0; i < bodies.size(); ++i) {
       CHECK(bodies[i].size() <= kPartBytes + kPartHeaderBytes);
       out = r.add(bodies[i]);
       CHECK(out.has_value() == (i + 1 == bodies.size()));
     }
     REQUIRE(out);
-    CHECK(*out == envelope);
+    CHECK(out->payload == payload);
+    CHECK(out->topic == "t");
+    CHECK(out->to == host::Pid{2, 5, 1});
+    CHECK(r.from_parts() == (bodies.size() > 1));
+    if (r.from_parts()) {
+      const char* at = out->payload.data();
+      const std::string owned = r.take_payload();
+      CHECK(owned == payload);
+      CHECK(owned.data() == at);  // handed over as it lies, no copy
+    }
     CHECK(r.buffered() == 0);
   }
   // A last part without its first, an empty body, a cut part header and
   // an unknown kind give nothing.
-  const auto bodies = split_into_bodies(std::string(2 * kPartBytes + 1, 'y'), 9);
+  const auto bodies = bodies_of(message_of(std::string(2 * kPartBytes, 'y')), 9);
+  REQUIRE(bodies.size() == 3);
   Reassembly r;
   CHECK_FALSE(r.add(bodies[2]));
   CHECK_FALSE(r.add(""));
   CHECK_FALSE(r.add(bodies[0].substr(0, kPartHeaderBytes - 1)));
   CHECK_FALSE(r.add(std::string(1, '\x07') + "junk"));
   CHECK(r.buffered() == 0);
-  auto whole = split_into_bodies("small");
-  CHECK(r.add(whole[0]) == std::optional<std::string_view>("small"));
+  const auto small = bodies_of(message_of("small"), 0);  // outlives the views add returns
+  auto whole = r.add(small[0]);
+  REQUIRE(whole);
+  CHECK(whole->payload == "small");
+  CHECK_FALSE(r.from_parts());
+}
+
+TEST_CASE("an envelope whose fields outrun its first part is reassembled whole too") {
+  using namespace host::cluster;
+  const std::string topic = patterned(kPartBytes + 100, 3), payload = patterned(kPartBytes, 5);
+  const auto bodies = bodies_of(message_of(payload, topic), 4);
+  REQUIRE(bodies.size() == 3);
+  Reassembly r;
+  CHECK_FALSE(r.add(bodies[0]));
+  CHECK_FALSE(r.add(bodies[1]));
+  auto e = r.add(bodies[2]);
+  REQUIRE(e);
+  CHECK(e->topic == topic);
+  CHECK(e->payload == payload);
+  CHECK(r.take_payload() == payload);
+}
+
+TEST_CASE("a body is framed in place over its envelope's buffer, which it leaves as it was") {
+  using namespace host::cluster;
+  const std::string payload = patterned(3 * kPartBytes + 5);
+  const EnvelopeBuffer buf = encode_envelope_buffer(message_of(payload));
+  const std::string envelope = buf->substr(kEnvelopeRoom);
+  const auto bodies = split_into_bodies(buf, 77);
+  REQUIRE(bodies.size() == 4);
+  // Out of order and twice each (a resend): each frame is whole, its
+  // slice intact although the headers of the next went over its end.
+  for (std::size_t i : {2, 0, 3, 1, 2, 3}) {
+    CAPTURE(i);
+    Frame h;
+    h.from_node = 1;
+    h.to_node = 2;
+    h.from_epoch = 3;
+    h.to_epoch = 4;
+    h.seq = 10 + i;
+    h.ack = 5;
+    std::string frame;
+    bodies[i].framed(h, [&](std::string_view bytes) { frame.assign(bytes); });
+    auto f = decode_frame(frame);
+    REQUIRE(f);
+    CHECK(f->kind == FrameKind::Data);
+    CHECK(f->seq == 10 + i);
+    CHECK(f->ack == 5);
+    CHECK(f->to_epoch == 4);
+    CHECK(f->text.size() == bodies[i].size());
+    CHECK(f->text.substr(kPartHeaderBytes) == std::string_view(envelope).substr(i * kPartBytes, kPartBytes));
+    CHECK(buf->substr(kEnvelopeRoom) == envelope);  // the room before it is scratch
+  }
 }
 
 TEST_CASE("parts of two large envelopes and whole ones interleaved are each reassembled, in their own order") {
   using namespace host::cluster;
   const std::string one(3 * kPartBytes + 5, 'a'), two(2 * kPartBytes + 9, 'b');
-  const auto b1 = split_into_bodies(one, 1), b2 = split_into_bodies(two, 2);
-  const auto small = split_into_bodies("ping");
+  const auto b1 = bodies_of(message_of(one), 1), b2 = bodies_of(message_of(two), 2);
+  const auto small = bodies_of(message_of("ping"), 0);
+  REQUIRE(b1.size() == 4);
+  REQUIRE(b2.size() == 3);
   Reassembly r;
   std::vector<std::string> out;
   auto add = [&](const std::string& body) {
-    if (auto e = r.add(body)) out.emplace_back(*e);
+    if (auto e = r.add(body)) out.emplace_back(e->payload);
   };
   add(b1[0]);
   add(b2[0]);
@@ -568,14 +662,14 @@ TEST_CASE("the outbox keeps each pair's order and takes the pairs in turn") {
   Outbox box;
   CHECK(box.empty());
   CHECK_FALSE(box.next());
-  box.push(p, {"p1", "p2", "p3"});
-  box.push(q, {"q1"});
-  box.push(p, {"p4"});  // after p's waiting ones
+  box.push(p, {Body("p1"), Body("p2"), Body("p3")});
+  box.push(q, {Body("q1")});
+  box.push(p, {Body("p4")});  // after p's waiting ones
   CHECK(box.holds(p));
   CHECK(box.holds(q));
   CHECK(box.bytes() == 10);
   std::vector<std::string> got;
-  while (auto b = box.next()) got.push_back(*b);
+  while (auto b = box.next()) got.push_back(b->bytes());
   CHECK(got == std::vector<std::string>{"p1", "q1", "p2", "p3", "p4"});
   CHECK(box.empty());
   CHECK(box.bytes() == 0);

@@ -43,6 +43,17 @@ std::uint32_t draw_id() {
   return id;
 }
 
+// An envelope's common fields; each sender below adds what its op carries
+// (wire.hpp's Envelope names which).
+Envelope envelope_of(Envelope::Op op, const Pid& to, const Pid& from, std::uint64_t tag = 0) {
+  Envelope e;
+  e.op = op;
+  e.to = to;
+  e.from = from;
+  e.tag = tag;
+  return e;
+}
+
 }  // namespace
 
 std::string check_node_name(std::string_view name) {
@@ -167,7 +178,7 @@ bool NatsNode::enter_callback() {
   return false;
 }
 
-void NatsNode::publish(const std::string& subject, const std::string& bytes) {
+void NatsNode::publish(const std::string& subject, std::string_view bytes) {
   // A failure (disconnected with a full buffer, closed) loses the frame as
   // NATS itself may: the session resends data, heartbeats repeat.
   (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
@@ -220,12 +231,11 @@ std::vector<std::string> NatsNode::node_names() const {
 
 // --- sending ---
 
-void NatsNode::send_body(Peer& peer, std::string body, Clock::time_point now) {
+void NatsNode::send_body(Peer& peer, Body body, Clock::time_point now) {
   Frame f = frame_to(peer, FrameKind::Data);
   f.seq = peer.session.next_seq();
   f.ack = peer.session.cumulative_ack();
-  f.text = body;
-  publish(peer.subject, encode_frame(f));
+  body.framed(f, [&](std::string_view frame) { publish(peer.subject, frame); });
   peer.session.ack_sent();
   (void)peer.session.stamp(std::move(body), now);
 }
@@ -235,26 +245,35 @@ void NatsNode::pump(Peer& peer, Clock::time_point now) {
     send_body(peer, *peer.outbox.next(), now);
 }
 
-std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, std::string envelope,
+std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, const Envelope& e,
                                    std::size_t* backlog) {
+  // Encoded outside the lock (the one copy of the payload on this side:
+  // the parts and frames are slices of this buffer, wire.hpp's Body).
+  return send_to_peer(peer, pair, encode_envelope_buffer(e), backlog);
+}
+
+std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair,
+                                   const EnvelopeBuffer& envelope, std::size_t* backlog) {
   bool over_bound = false;
-  // Cut outside the lock: copying 8 MB into parts holds up no other sender.
-  const bool small = envelope.size() <= kPartBytes;
-  std::vector<std::string> bodies =
-      split_into_bodies(envelope, small ? 0 : peer->next_transfer.fetch_add(1, std::memory_order_relaxed));
+  const std::size_t size = envelope->size() - kEnvelopeRoom;
+  const bool small = size <= kPartBytes;
+  // A large envelope's parts: slices of its buffer, no copy (wire.hpp).
+  std::vector<Body> bodies;
+  if (!small) bodies = split_into_bodies(envelope, peer->next_transfer.fetch_add(1, std::memory_order_relaxed));
   {
     std::lock_guard lock(peer->mu);
     if (peer->down) return make_error(ErrorKind::NotFound, "node " + peer->name + " is not connected");
     // While the connection is lost nothing drains: past the bound the peer
     // is reported down now, not at the next tick, so that no burst of
     // sends holds more than the bound (SPEC: at most 8 MB per peer).
-    over_bound = buffered_bytes(*peer) + envelope.size() > options_.session.max_buffered_bytes && !transport_connected();
+    over_bound = buffered_bytes(*peer) + size > options_.session.max_buffered_bytes && !transport_connected();
     if (!over_bound) {
       const Clock::time_point now = Clock::now();
       if (small && !peer->outbox.holds(pair)) {
         // Nothing of its pair waits: past the large ones, at once.
-        send_body(*peer, std::move(bodies.front()), now);
+        send_body(*peer, whole_body(envelope), now);
       } else {
+        if (small) bodies.push_back(whole_body(envelope));
         peer->outbox.push(pair, std::move(bodies));
         pump(*peer, now);
       }
@@ -270,43 +289,45 @@ std::string NatsNode::send_to_peer(const std::shared_ptr<Peer>& peer, const Pair
 std::string NatsNode::send_envelope(const Envelope& e, std::size_t* backlog) {
   auto peer = find(e.to.node);
   if (!peer) return make_error(ErrorKind::NotFound, "no process " + e.to.to_string() + " (no connected node has its id)");
-  return send_to_peer(peer, PairKey{e.from, e.to}, encode_envelope(e), backlog);
+  return send_to_peer(peer, PairKey{e.from, e.to}, e, backlog);
 }
 
 std::string NatsNode::send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
                            std::size_t* backlog) {
-  Envelope e;
-  e.op = Envelope::Op::Message;
-  e.to = to;
-  e.from = from;
+  Envelope e = envelope_of(Envelope::Op::Message, to, from);
   e.topic = topic;
   e.payload = payload;
   return send_envelope(e, backlog);
 }
 
-std::string NatsNode::send_named(std::string_view node, std::string_view name, std::string_view topic,
-                                 std::string_view payload, const Pid& from, std::size_t* backlog) {
-  auto peer = find(node);
-  if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
-  Envelope e;
-  e.op = Envelope::Op::NamedMessage;
+std::string NatsNode::begin_message(const Pid& to, std::string_view name, std::string_view topic, const Pid& from) {
+  Envelope e = name.empty() ? envelope_of(Envelope::Op::Message, to, from)
+                            : envelope_of(Envelope::Op::NamedMessage, Pid{}, from);
   e.name = name;
-  e.from = from;
   e.topic = topic;
-  e.payload = payload;
-  // Every name on the node as one receiver: a pair's order holds whatever
-  // process holds the name when each arrives.
-  return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, encode_envelope(e), backlog);
+  // Room for a small payload: the common message's appends grow nothing.
+  return encode_envelope_with_room(e, 64);
+}
+
+std::string NatsNode::send_begun(const Pid& to, std::string_view node, const Pid& from, std::string message,
+                                 std::size_t* backlog) {
+  if (!node.empty()) {
+    auto peer = find(node);
+    if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
+    // Every name on the node as one receiver: a pair's order holds
+    // whatever process holds the name when each arrives.
+    return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, std::make_shared<std::string>(std::move(message)),
+                        backlog);
+  }
+  auto peer = find(to.node);
+  if (!peer) return make_error(ErrorKind::NotFound, "no process " + to.to_string() + " (no connected node has its id)");
+  return send_to_peer(peer, PairKey{from, to}, std::make_shared<std::string>(std::move(message)), backlog);
 }
 
 std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
   // The exit ends a monitor by name made for `to` here, if it was one.
   if (event.kind == EventKind::Exit) (void)take_named_monitor(to, event.tag);
-  Envelope e;
-  e.op = Envelope::Op::Event;
-  e.to = to;
-  e.from = event.from;
-  e.tag = event.tag;
+  Envelope e = envelope_of(Envelope::Op::Event, to, event.from, event.tag);
   e.event_kind = static_cast<std::uint8_t>(event.kind);
   e.failed = event.failed;
   e.payload = event.payload;
@@ -339,14 +360,9 @@ Event link_down_event(const Pid& from, std::string error) {
 std::string NatsNode::monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) {
   const Watch w{false, watcher, target, ref};
   add_watch(target.node, w);
-  Envelope e;
-  e.op = Envelope::Op::Monitor;
-  e.to = target;
-  e.from = watcher;
-  e.tag = ref;
   // Not connected (or gone meanwhile: its take_down may have run before
   // the watch was added): the monitor fires at once, as Erlang's does.
-  if (!send_envelope(e).empty() && remove_watch(target.node, w))
+  if (!send_envelope(envelope_of(Envelope::Op::Monitor, target, watcher, ref)).empty() && remove_watch(target.node, w))
     (void)scheduler_->deliver(watcher, exit_event(target, ref, "noconnection"));
   return {};
 }
@@ -355,12 +371,7 @@ void NatsNode::demonitor(const Pid& watcher, const Pid& target, std::uint64_t re
   if (!remove_watch(target.node, Watch{false, watcher, target, ref})) return;
   // A monitor by name (target is its node's key): that node finds the
   // process the name named from the ref (monitor_by_name).
-  Envelope e;
-  e.op = Envelope::Op::Demonitor;
-  e.to = target;
-  e.from = watcher;
-  e.tag = ref;
-  (void)send_envelope(e);
+  (void)send_envelope(envelope_of(Envelope::Op::Demonitor, target, watcher, ref));
 }
 
 Pid NatsNode::monitor_named(const Pid& watcher, std::string_view node, std::string_view name, std::uint64_t ref) {
@@ -369,16 +380,12 @@ Pid NatsNode::monitor_named(const Pid& watcher, std::string_view node, std::stri
   if (peer) {
     const Watch w{false, watcher, key, ref};
     add_watch(peer->id, w);
-    Envelope e;
-    e.op = Envelope::Op::Monitor;
-    e.to = key;
-    e.from = watcher;
-    e.tag = ref;
+    Envelope e = envelope_of(Envelope::Op::Monitor, key, watcher, ref);
     e.name = name;
     // Gone meanwhile: as monitor, whoever removes the watch fires it.
-    // In the pair of the watcher's sends by name to that node (send_named's
+    // In the pair of the watcher's sends by name to that node (send_begun's
     // key): it stays in order with them.
-    if (send_to_peer(peer, PairKey{watcher, Pid{peer->id, 0, 0}}, encode_envelope(e), nullptr).empty() ||
+    if (send_to_peer(peer, PairKey{watcher, key}, e, nullptr).empty() ||
         !remove_watch(peer->id, w))
       return key;
   }
@@ -421,29 +428,18 @@ std::optional<Pid> NatsNode::take_named_monitor(const Pid& watcher, std::uint64_
 std::string NatsNode::link(const Pid& local, const Pid& remote) {
   const Watch w{true, local, remote, 0};
   add_watch(remote.node, w);
-  Envelope e;
-  e.op = Envelope::Op::Link;
-  e.to = remote;
-  e.from = local;
-  std::string err = send_envelope(e);
+  std::string err = send_envelope(envelope_of(Envelope::Op::Link, remote, local));
   if (!err.empty()) (void)remove_watch(remote.node, w);
   return err;
 }
 
 void NatsNode::unlink(const Pid& local, const Pid& remote) {
   if (!remove_watch(remote.node, Watch{true, local, remote, 0})) return;
-  Envelope e;
-  e.op = Envelope::Op::Unlink;
-  e.to = remote;
-  e.from = local;
-  (void)send_envelope(e);
+  (void)send_envelope(envelope_of(Envelope::Op::Unlink, remote, local));
 }
 
 std::string NatsNode::terminate(const Pid& target) {
-  Envelope e;
-  e.op = Envelope::Op::Terminate;
-  e.to = target;
-  return send_envelope(e);
+  return send_envelope(envelope_of(Envelope::Op::Terminate, target, Pid{}));
 }
 
 // The waiting call's result: the PID's text as one codec string value.
@@ -470,14 +466,10 @@ void NatsNode::start_spawn_on(CommandRequest&& req) {
     std::lock_guard lock(watch_mu_);
     spawns_[peer->id].push_back(PendingSpawn{req.pid, req.tag});
   }
-  Envelope e;
-  e.op = Envelope::Op::Spawn;
-  e.to = Pid{peer->id, 0, 0};
-  e.from = req.pid;
-  e.tag = req.tag;
+  Envelope e = envelope_of(Envelope::Op::Spawn, Pid{peer->id, 0, 0}, req.pid, req.tag);
   e.name = r->entry;
   e.payload = r->args;
-  if (std::string err = send_to_peer(peer, PairKey{e.from, e.to}, encode_envelope(e), nullptr); !err.empty()) {
+  if (std::string err = send_to_peer(peer, PairKey{e.from, e.to}, e, nullptr); !err.empty()) {
     // Gone meanwhile: its take_down may have run before the record was
     // made; whoever removes the record answers.
     bool mine = false;
@@ -662,103 +654,89 @@ void NatsNode::received(std::string_view bytes) {
   // Outside the peer's lock; this subscription's callbacks run one at a
   // time, so messages reach the scheduler in sequence order.
   if (deliver_it)
-    if (auto envelope = peer->parts.add(f->text)) {
-      if (envelope->data() == f->text.data() + 1) {
-        deliver(*peer, *envelope);  // whole in its frame
+    if (auto e = peer->parts.add(f->text)) {
+      if (peer->parts.from_parts()) {
+        std::string payload = peer->parts.take_payload();
+        deliver(*peer, *e, &payload);
       } else {
-        std::string owned = peer->parts.take_done();
-        deliver(*peer, owned, &owned);
+        deliver(*peer, *e);  // whole in its frame
       }
     }
 }
 
-void NatsNode::deliver(Peer& peer, std::string_view bytes, std::string* owned) {
-  auto e = decode_envelope(bytes);
-  if (!e) return;
+void NatsNode::deliver(Peer& peer, Envelope e, std::string* owned) {
+  // The payload a large message's parts were put together into, or a copy
+  // of the view (a small one, in NATS's buffer).
+  auto payload = [&] { return owned ? std::move(*owned) : std::string(e.payload); };
   Scheduler& s = *scheduler_;
-  if (e->op == Envelope::Op::NamedMessage) {
-    auto pid = lookup_name_ ? lookup_name_(e->name) : std::nullopt;
+  if (e.op == Envelope::Op::NamedMessage) {
+    auto pid = lookup_name_ ? lookup_name_(e.name) : std::nullopt;
     if (!pid) return;  // no such name here: dropped, as a send to a dead PID is
-    e->to = *pid;
+    e.to = *pid;
   }
   // Only to this run's processes: a PID of another node would be sent on.
-  if (e->to.node != id_) return;
-  switch (e->op) {
+  if (e.to.node != id_) return;
+  switch (e.op) {
     case Envelope::Op::Message:
     case Envelope::Op::NamedMessage:
       // As an event through deliver, not send_copy: the local message
       // path's send and send_copy each have one caller (the Lua send), so
       // that LTO inlines them into it whatever their size (BENCHMARKS.md,
       // issue 55).
-      if (owned) {
-        // The payload is the envelope's tail: shift it to the front of the
-        // buffer already there (a move within memory already touched)
-        // rather than copy it into a new one on NATS's thread, which the
-        // next frames from the peer wait for.
-        const std::size_t head = static_cast<std::size_t>(e->payload.data() - owned->data());
-        const std::string topic(e->topic);
-        const Pid from = e->from, to = e->to;
-        owned->erase(0, head);
-        (void)s.deliver(to, Event(from, topic, std::move(*owned)));
-      } else {
-        (void)s.deliver(e->to, Event(e->from, e->topic, std::string(e->payload)));
-      }
+      (void)s.deliver(e.to, Event(e.from, e.topic, payload()));
       break;
     case Envelope::Op::Event: {
       Event ev;
-      ev.kind = static_cast<EventKind>(e->event_kind);
+      ev.kind = static_cast<EventKind>(e.event_kind);
       if (ev.kind != EventKind::Exit && ev.kind != EventKind::LinkDown && ev.kind != EventKind::Cancel) return;
-      ev.from = e->from;
-      ev.tag = e->tag;
-      ev.failed = e->failed;
-      ev.payload = std::string(e->payload);
+      ev.from = e.from;
+      ev.tag = e.tag;
+      ev.failed = e.failed;
+      ev.payload = payload();
       // The monitor or link it ends no longer waits for the peer's end.
-      if (ev.kind == EventKind::Exit) (void)remove_watch(peer.id, Watch{false, e->to, e->from, e->tag});
+      if (ev.kind == EventKind::Exit) (void)remove_watch(peer.id, Watch{false, e.to, e.from, e.tag});
       if (ev.kind == EventKind::LinkDown) {
-        (void)remove_watch(peer.id, Watch{true, e->to, e->from, 0});
-        s.unlink_half(e->to, e->from);
+        (void)remove_watch(peer.id, Watch{true, e.to, e.from, 0});
+        s.unlink_half(e.to, e.from);
       }
-      (void)s.deliver(e->to, std::move(ev));
+      (void)s.deliver(e.to, std::move(ev));
       break;
     }
     case Envelope::Op::Monitor:
-      if (!e->name.empty()) {  // process.monitor({ name, node })
-        monitor_by_name(*e);
+      if (!e.name.empty()) {  // process.monitor({ name, node })
+        monitor_by_name(e);
         break;
       }
       // A watcher there: the exit goes back through the session (or, for
       // a target gone, noproc at once).
-      (void)s.monitor(e->from, e->to, e->tag);
+      (void)s.monitor(e.from, e.to, e.tag);
       break;
     case Envelope::Op::Demonitor:
-      if (!e->to.valid()) {  // a monitor by name: the process it found
-        if (auto target = take_named_monitor(e->from, e->tag)) (void)s.unmonitor(e->from, *target, e->tag);
+      if (!e.to.valid()) {  // a monitor by name: the process it found
+        if (auto target = take_named_monitor(e.from, e.tag)) (void)s.unmonitor(e.from, *target, e.tag);
         break;
       }
-      (void)s.unmonitor(e->from, e->to, e->tag);
+      (void)s.unmonitor(e.from, e.to, e.tag);
       break;
     case Envelope::Op::Link:
-      if (s.link_half(e->to, e->from).empty()) {
-        add_watch(peer.id, Watch{true, e->to, e->from, 0});
+      if (s.link_half(e.to, e.from).empty()) {
+        add_watch(peer.id, Watch{true, e.to, e.from, 0});
       } else {
         // Linking to a process that is gone fails the linker, as Erlang's
         // link's noproc exit does.
-        Event ev = link_down_event(e->to, "noproc");
-        (void)deliver_event(e->from, ev);
+        Event ev = link_down_event(e.to, "noproc");
+        (void)deliver_event(e.from, ev);
       }
       break;
     case Envelope::Op::Unlink:
-      (void)remove_watch(peer.id, Watch{true, e->to, e->from, 0});
-      s.unlink_half(e->to, e->from);
+      (void)remove_watch(peer.id, Watch{true, e.to, e.from, 0});
+      s.unlink_half(e.to, e.from);
       break;
-    case Envelope::Op::Terminate: (void)s.terminate(e->to); break;
+    case Envelope::Op::Terminate: (void)s.terminate(e.to); break;
     case Envelope::Op::Spawn: {
-      SpawnResult r = spawn_ ? spawn_(std::string(e->name), std::string(e->payload))
+      SpawnResult r = spawn_ ? spawn_(std::string(e.name), payload())
                              : SpawnResult{Pid{}, make_error(ErrorKind::Invalid, "this node takes no spawn_on")};
-      Envelope reply;
-      reply.op = Envelope::Op::SpawnReply;
-      reply.to = e->from;
-      reply.tag = e->tag;
+      Envelope reply = envelope_of(Envelope::Op::SpawnReply, e.from, Pid{}, e.tag);
       reply.failed = !r;
       const std::string text = r ? r.pid.to_string() : r.error;
       reply.payload = text;
@@ -771,13 +749,13 @@ void NatsNode::deliver(Peer& peer, std::string_view bytes, std::string* owned) {
         std::lock_guard lock(watch_mu_);
         auto& list = spawns_[peer.id];
         for (auto i = list.begin(); i != list.end(); ++i)
-          if (i->asker == e->to && i->tag == e->tag) {
+          if (i->asker == e.to && i->tag == e.tag) {
             list.erase(i);
             mine = true;
             break;
           }
       }
-      if (mine) spawn_replied(e->to, e->tag, e->failed, e->payload);
+      if (mine) spawn_replied(e.to, e.tag, e.failed, e.payload);
       break;
     }
   }
@@ -884,12 +862,11 @@ void NatsNode::tick_loop() {
           // Not while disconnected: what was published then waits in NATS's
           // reconnect buffer, and resending it would fill that buffer with
           // copies; once connected again, a stall resends what was lost.
-          if (connected) peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const std::string& body) {
+          if (connected) peer->session.resend_if_stalled(now, [&](std::uint64_t seq, const Body& body) {
             Frame f = frame_to(*peer, FrameKind::Data);
             f.seq = seq;
             f.ack = peer->session.cumulative_ack();
-            f.text = body;
-            publish(peer->subject, encode_frame(f));
+            body.framed(f, [&](std::string_view frame) { publish(peer->subject, frame); });
           });
           pump(*peer, now);
         }

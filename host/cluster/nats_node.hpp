@@ -103,8 +103,9 @@ class NatsNode final : public RemoteNodes {
   std::vector<std::string> node_names() const override;
   std::string send(const Pid& to, std::string_view topic, std::string_view payload, const Pid& from,
                    std::size_t* backlog) override;
-  std::string send_named(std::string_view node, std::string_view name, std::string_view topic,
-                         std::string_view payload, const Pid& from, std::size_t* backlog) override;
+  std::string begin_message(const Pid& to, std::string_view name, std::string_view topic, const Pid& from) override;
+  std::string send_begun(const Pid& to, std::string_view node, const Pid& from, std::string message,
+                         std::size_t* backlog) override;
   std::string deliver_event(const Pid& to, const Event& event) override;
   std::string monitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
   void demonitor(const Pid& watcher, const Pid& target, std::uint64_t ref) override;
@@ -155,9 +156,10 @@ class NatsNode final : public RemoteNodes {
   static void on_name_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
   void heard_heartbeat(std::uint32_t id, std::string_view name);
   void received(std::string_view bytes);
-  // `owned`, when given, holds the envelope's bytes (a large one put
-  // together from parts): a message's payload is taken from it, not copied.
-  void deliver(Peer& peer, std::string_view envelope, std::string* owned = nullptr);
+  // `owned`, when given, holds the envelope's payload (a large one put
+  // together from parts, Reassembly): it is moved into the delivery, not
+  // copied.
+  void deliver(Peer& peer, Envelope envelope, std::string* owned = nullptr);
   // Sends an envelope to the node of e.to.
   std::string send_envelope(const Envelope& e, std::size_t* backlog = nullptr);
   void add_watch(std::uint32_t node, const Watch& w);
@@ -169,17 +171,20 @@ class NatsNode final : public RemoteNodes {
   void tell_node_watchers(const std::string& name, bool up);
   // Sends one message into peer's session (the send calls' common part);
   // `pair` is its sender and receiver, whose order the outbox keeps.
-  std::string send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, std::string envelope,
+  std::string send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, const Envelope& envelope,
+                           std::size_t* backlog);
+  // The same for an envelope already in its buffer (wire.hpp).
+  std::string send_to_peer(const std::shared_ptr<Peer>& peer, const PairKey& pair, const EnvelopeBuffer& envelope,
                            std::size_t* backlog);
   // Under peer.mu: stamps one body with the next sequence number and
   // publishes it.
-  void send_body(Peer& peer, std::string body, Clock::time_point now);
+  void send_body(Peer& peer, Body body, Clock::time_point now);
   // Under peer.mu: moves bodies from the outbox into the session while its
   // unacknowledged bytes are under SessionLimits::parts_in_flight_bytes.
   void pump(Peer& peer, Clock::time_point now);
   // Bytes held for the peer: unacknowledged plus waiting in the outbox.
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
-  void publish(const std::string& subject, const std::string& bytes);
+  void publish(const std::string& subject, std::string_view bytes);
   // Under peer.mu: a frame to the peer with both ends' ids and epochs.
   Frame frame_to(const Peer& peer, FrameKind kind) const;
   void publish_heartbeat(bool bye = false);

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "host/cluster/wire.hpp"
 #include "host/pid.hpp"
 
 namespace host::cluster {
@@ -45,15 +46,15 @@ class Outbox {
   // Whether the pair has bodies waiting (then its next must wait too).
   bool holds(const PairKey& key) const { return queues_.count(key) != 0; }
   // Queues the pair's bodies after whatever it has waiting.
-  void push(const PairKey& key, std::vector<std::string> bodies);
+  void push(const PairKey& key, std::vector<Body> bodies);
   // The next body to send: the front of the pair whose turn it is; that
   // pair then goes to the back of the turns. nullopt when empty.
-  std::optional<std::string> next();
+  std::optional<Body> next();
   bool empty() const { return turns_.empty(); }
   std::size_t bytes() const { return bytes_; }
 
  private:
-  std::unordered_map<PairKey, std::deque<std::string>, PairKeyHash> queues_;
+  std::unordered_map<PairKey, std::deque<Body>, PairKeyHash> queues_;
   std::deque<PairKey> turns_;  // each pair with bodies waiting, once
   std::size_t bytes_ = 0;
 };

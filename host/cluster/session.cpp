@@ -23,7 +23,7 @@ Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch
   return Verdict::Current;
 }
 
-std::uint64_t Session::stamp(std::string body, Clock::time_point now) {
+std::uint64_t Session::stamp(Body body, Clock::time_point now) {
   // An empty ring starts the resend clock: an ack is owed from now.
   if (ring_.empty()) last_progress_ = now;
   const std::uint64_t seq = next_seq_++;

@@ -36,6 +36,8 @@
 #include <deque>
 #include <string>
 
+#include "host/cluster/wire.hpp"
+
 namespace host::cluster {
 
 struct SessionLimits {
@@ -93,7 +95,9 @@ class Session {
   // --- sender half ---
   // Keeps body in the resend ring under the next sequence number and
   // returns that number; the caller transmits it (with cumulative_ack()).
-  std::uint64_t stamp(std::string body, Clock::time_point now);
+  // The ring holds the body as a slice of its envelope's buffer (wire.hpp):
+  // resending frames it again, from the same bytes.
+  std::uint64_t stamp(Body body, Clock::time_point now);
   // The number the next stamp gives (a caller encodes its frame first).
   std::uint64_t next_seq() const { return next_seq_; }
   // The peer has everything up to `ack`: those leave the ring. An ack
@@ -138,7 +142,7 @@ class Session {
  private:
   struct Outgoing {
     std::uint64_t seq;
-    std::string body;
+    Body body;
   };
   SessionLimits limits_;
   // Epochs.

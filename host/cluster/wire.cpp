@@ -1,6 +1,7 @@
 // Frame and envelope bytes (wire.hpp).
 #include "host/cluster/wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace host::cluster {
@@ -61,8 +62,37 @@ struct Reader {
 
 }  // namespace
 
+namespace {
+
+// Little-endian into raw bytes (a data frame's header, written in place).
+template <typename T>
+char* put_raw(char* at, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return at + sizeof(T);
+}
+
+// A data frame's kDataHeaderBytes.
+char* put_data_header(char* at, const Frame& f) {
+  at = put_raw<std::uint8_t>(at, kMagic);
+  at = put_raw<std::uint8_t>(at, static_cast<std::uint8_t>(FrameKind::Data));
+  at = put_raw(at, f.from_node);
+  at = put_raw(at, f.to_node);
+  at = put_raw(at, f.from_epoch);
+  at = put_raw(at, f.to_epoch);
+  at = put_raw(at, f.seq);
+  return put_raw(at, f.ack);
+}
+
+}  // namespace
+
 std::string encode_frame(const Frame& f) {
   std::string out;
+  if (f.kind == FrameKind::Data) {
+    out.resize(kDataHeaderBytes);
+    (void)put_data_header(out.data(), f);
+    out.append(f.text);  // the rest of the frame
+    return out;
+  }
   out.reserve(40 + f.text.size());
   put_u8(out, kMagic);
   put_u8(out, static_cast<std::uint8_t>(f.kind));
@@ -73,11 +103,7 @@ std::string encode_frame(const Frame& f) {
   switch (f.kind) {
     case FrameKind::Heartbeat:
     case FrameKind::Bye: put_str(out, f.text); break;
-    case FrameKind::Data:
-      put_int(out, f.seq);
-      put_int(out, f.ack);
-      out.append(f.text);  // the rest of the frame
-      break;
+    case FrameKind::Data: break;  // above
     case FrameKind::Ack: put_int(out, f.ack); break;
   }
   return out;
@@ -116,9 +142,11 @@ std::optional<Frame> decode_frame(std::string_view bytes) {
   return f;
 }
 
-std::string encode_envelope(const Envelope& e) {
-  std::string out;
-  out.reserve(56 + e.name.size() + e.topic.size() + e.payload.size());
+namespace {
+
+std::size_t envelope_size(const Envelope& e) { return 51 + e.name.size() + e.topic.size() + e.payload.size(); }
+
+void put_envelope(std::string& out, const Envelope& e) {
   put_u8(out, static_cast<std::uint8_t>(e.op));
   put_pid(out, e.to);
   put_pid(out, e.from);
@@ -128,7 +156,27 @@ std::string encode_envelope(const Envelope& e) {
   put_str(out, e.name);
   put_str(out, e.topic);
   out.append(e.payload);  // the rest
+}
+
+}  // namespace
+
+std::string encode_envelope(const Envelope& e) {
+  std::string out;
+  out.reserve(envelope_size(e));
+  put_envelope(out, e);
   return out;
+}
+
+std::string encode_envelope_with_room(const Envelope& e, std::size_t more) {
+  std::string buf;
+  buf.reserve(kEnvelopeRoom + envelope_size(e) + more);
+  buf.resize(kEnvelopeRoom);
+  put_envelope(buf, e);
+  return buf;
+}
+
+EnvelopeBuffer encode_envelope_buffer(const Envelope& e) {
+  return std::make_shared<std::string>(encode_envelope_with_room(e));
 }
 
 std::optional<Envelope> decode_envelope(std::string_view bytes) {
@@ -176,10 +224,6 @@ constexpr std::uint64_t kMaxReservedBytes = 1ull << 30;
 
 namespace {
 
-void put_u64_le(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 std::uint64_t get_u64_le(std::string_view in) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
@@ -188,49 +232,123 @@ std::uint64_t get_u64_le(std::string_view in) {
 
 }  // namespace
 
-std::vector<std::string> split_into_bodies(std::string_view envelope, std::uint64_t transfer) {
-  std::vector<std::string> bodies;
-  if (envelope.size() <= kPartBytes) {
-    bodies.emplace_back(1, kWhole).append(envelope);
+Body::Body(std::string_view bytes) {
+  auto buf = std::make_shared<std::string>();
+  buf->reserve(kDataHeaderBytes + bytes.size());
+  buf->resize(kDataHeaderBytes);
+  buf->append(bytes);
+  buf_ = std::move(buf);
+  at_ = kDataHeaderBytes;
+  slice_ = bytes.size();
+}
+
+void Body::write_headers(const Frame& header, char* at) const {
+  at = put_data_header(at, header);
+  if (header_ == 0) return;  // given as bytes, its own header included
+  *at++ = kind_;
+  if (header_ == 1) return;
+  at = put_raw(at, transfer_);
+  (void)put_raw(at, total_);
+}
+
+std::string Body::bytes() const {
+  std::string out;
+  framed(Frame{}, [&](std::string_view frame) { out.assign(frame.substr(kDataHeaderBytes)); });
+  return out;
+}
+
+Body whole_body(const EnvelopeBuffer& envelope) {
+  Body b;
+  b.buf_ = envelope;
+  b.at_ = kEnvelopeRoom;
+  b.slice_ = envelope->size() - kEnvelopeRoom;
+  b.header_ = 1;
+  b.kind_ = kWhole;
+  b.total_ = b.slice_;
+  return b;
+}
+
+std::vector<Body> split_into_bodies(const EnvelopeBuffer& envelope, std::uint64_t transfer) {
+  std::vector<Body> bodies;
+  const std::size_t size = envelope->size() - kEnvelopeRoom;
+  auto body = [&](std::size_t at, std::size_t n, char kind, std::size_t header) {
+    Body& b = bodies.emplace_back();
+    b.buf_ = envelope;
+    b.at_ = kEnvelopeRoom + at;
+    b.slice_ = n;
+    b.header_ = header;
+    b.kind_ = kind;
+    b.transfer_ = transfer;
+    b.total_ = size;
+  };
+  if (size <= kPartBytes) {
+    bodies.push_back(whole_body(envelope));
     return bodies;
   }
-  bodies.reserve((envelope.size() + kPartBytes - 1) / kPartBytes);
-  for (std::size_t at = 0; at < envelope.size(); at += kPartBytes) {
-    const std::string_view part = envelope.substr(at, kPartBytes);
-    std::string& body = bodies.emplace_back();
-    body.reserve(kPartHeaderBytes + part.size());
-    body.push_back(at + part.size() < envelope.size() ? kMore : kLast);
-    put_u64_le(body, transfer);
-    put_u64_le(body, envelope.size());
-    body.append(part);
+  bodies.reserve((size + kPartBytes - 1) / kPartBytes);
+  for (std::size_t at = 0; at < size; at += kPartBytes) {
+    const std::size_t n = std::min(kPartBytes, size - at);
+    body(at, n, at + n < size ? kMore : kLast, kPartHeaderBytes);
   }
   return bodies;
 }
 
-std::optional<std::string_view> Reassembly::add(std::string_view body) {
+namespace {
+
+// The bytes of an envelope's fields (all before its payload) at the
+// front of `bytes`, or 0 when they are not all there.
+std::size_t envelope_head_bytes(std::string_view bytes) {
+  auto e = decode_envelope(bytes);
+  return e ? bytes.size() - e->payload.size() : 0;
+}
+
+}  // namespace
+
+std::optional<Envelope> Reassembly::add(std::string_view body) {
+  from_parts_ = false;
   if (body.empty()) return std::nullopt;
   const char kind = body.front();
-  if (kind == kWhole) return body.substr(1);
+  if (kind == kWhole) return decode_envelope(body.substr(1));
   if ((kind != kMore && kind != kLast) || body.size() < kPartHeaderBytes) return std::nullopt;
   const std::uint64_t transfer = get_u64_le(body.substr(1));
   const std::uint64_t total = get_u64_le(body.substr(9));
   body.remove_prefix(kPartHeaderBytes);
-  if (kind == kMore) {
-    auto [it, fresh] = partial_.try_emplace(transfer);
-    // Room for the whole at its first part (a size past what the
-    // sender's parts could make in a day is not believed).
-    if (fresh && total <= kMaxReservedBytes) it->second.reserve(total);
-    it->second.append(body);
-    buffered_ += body.size();
-    return std::nullopt;
-  }
   auto it = partial_.find(transfer);
-  if (it == partial_.end()) return std::nullopt;  // a last part without its first
-  buffered_ -= it->second.size();
-  done_ = std::move(it->second);
+  if (it == partial_.end()) {
+    if (kind == kLast) return std::nullopt;  // a last part without its first
+    it = partial_.try_emplace(transfer).first;
+    Partial& p = it->second;
+    const std::size_t head = envelope_head_bytes(body);
+    p.head.assign(body.substr(0, head));
+    buffered_ += head;
+    body.remove_prefix(head);
+    // Room for the whole payload at its first part (a size past what the
+    // sender's parts could make in a day is not believed).
+    if (total <= kMaxReservedBytes && total >= head) p.payload.reserve(total - head);
+  }
+  Partial& p = it->second;
+  p.payload.append(body);
+  buffered_ += body.size();
+  if (kind == kMore) return std::nullopt;
+  buffered_ -= p.head.size() + p.payload.size();
+  done_head_ = std::move(p.head);
+  done_payload_ = std::move(p.payload);
   partial_.erase(it);
-  done_.append(body);
-  return std::string_view(done_);
+  std::optional<Envelope> e;
+  if (!done_head_.empty()) {
+    e = decode_envelope(done_head_);
+    if (e) e->payload = done_payload_;
+  } else if ((e = decode_envelope(done_payload_))) {
+    // Fields longer than a part (a topic of 64 KB): the payload is the
+    // buffer's tail, shifted to its front so that it is owned as it is.
+    const std::size_t head = done_payload_.size() - e->payload.size();
+    done_head_.assign(done_payload_, 0, head);
+    done_payload_.erase(0, head);
+    e = decode_envelope(done_head_);
+    if (e) e->payload = done_payload_;
+  }
+  from_parts_ = e.has_value();
+  return e;
 }
 
 }  // namespace host::cluster

@@ -1,5 +1,6 @@
 // The cluster's frames as bytes on NATS: what a node publishes and how a
-// received one is read back. Threads: any (pure functions).
+// received one is read back. Threads: any (pure functions), but for a
+// Body, framed under its owner's lock (see Body).
 //
 // Every frame starts with a header: a magic byte, the frame kind, the
 // sender's node id and the addressee's (0 on the heartbeat subject), then
@@ -14,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,28 +106,108 @@ inline constexpr std::size_t kPartBytes = 64u << 10;
 // transfer's number and the whole envelope's size (the receiver makes room
 // for it at once rather than growing, and copying, as parts come).
 inline constexpr std::size_t kPartHeaderBytes = 17;
-std::vector<std::string> split_into_bodies(std::string_view envelope, std::uint64_t transfer = 0);
+// A data frame's bytes before its body: magic, kind, the two node ids and
+// epochs, seq and ack.
+inline constexpr std::size_t kDataHeaderBytes = 34;
+// The room an envelope buffer keeps before the envelope (EnvelopeBuffer):
+// a data frame's header and a part's, written there when it is published.
+inline constexpr std::size_t kEnvelopeRoom = kDataHeaderBytes + kPartHeaderBytes;
+
+// An envelope's bytes after kEnvelopeRoom bytes of room, shared by the
+// bodies that carry it (Body): encoded once, never copied into parts or
+// frames.
+using EnvelopeBuffer = std::shared_ptr<std::string>;
+EnvelopeBuffer encode_envelope_buffer(const Envelope& e);
+// The same bytes as a string (one made into an EnvelopeBuffer by a move),
+// for a caller that appends the payload itself (NatsNode::begin_message),
+// with capacity for `more` bytes of it.
+std::string encode_envelope_with_room(const Envelope& e, std::size_t more = 0);
+
+// One body as the sender keeps it until acknowledged: a slice of an
+// envelope buffer. Its own header (the kind, and a part's transfer and
+// size) and its frame's are written just before the slice at each
+// publication (framed), over the room for the first part and over the end
+// of the previous slice for the others, which is put back after: so that
+// a frame goes to NATS as one run of bytes with no copy of the slice.
+// Threads: framed writes into the shared buffer, so all bodies of one
+// buffer are framed under one lock (NatsNode's Peer::mu).
+class Body {
+ public:
+  Body() = default;
+  // A body of these bytes as they are (its kind byte first): for tests and
+  // for bodies made elsewhere.
+  explicit Body(std::string_view bytes);
+  // Bytes on the wire: its header and its slice.
+  std::size_t size() const { return header_ + slice_; }
+  // Calls fn(frame bytes), the data frame `header` (its text ignored)
+  // carrying this body, built in place; the buffer is as before after.
+  template <typename Fn>
+  void framed(const Frame& header, Fn&& fn) const {
+    const std::size_t n = kDataHeaderBytes + header_;
+    char* p = buf_->data() + at_ - n;
+    // Past the first slice the headers go over the previous slice's end.
+    const bool borrowed = at_ > kEnvelopeRoom;
+    char saved[kEnvelopeRoom];
+    if (borrowed) std::memcpy(saved, p, n);
+    write_headers(header, p);
+    fn(std::string_view(p, n + slice_));
+    if (borrowed) std::memcpy(p, saved, n);
+  }
+  // A copy of its bytes on the wire (tests).
+  std::string bytes() const;
+
+ private:
+  friend Body whole_body(const EnvelopeBuffer& envelope);
+  friend std::vector<Body> split_into_bodies(const EnvelopeBuffer& envelope, std::uint64_t transfer);
+  void write_headers(const Frame& header, char* at) const;
+  EnvelopeBuffer buf_;
+  std::size_t at_ = 0;      // the slice's start in buf_
+  std::size_t slice_ = 0;   // its length
+  std::size_t header_ = 0;  // 1 (whole) or kPartHeaderBytes; 0 for a body given as bytes
+  char kind_ = 0;
+  std::uint64_t transfer_ = 0;
+  std::uint64_t total_ = 0;  // the envelope's size
+};
+
+// The bodies that carry an envelope buffer's envelope: one whole, or parts
+// of kPartBytes numbered `transfer` (the sender's next for the peer).
+std::vector<Body> split_into_bodies(const EnvelopeBuffer& envelope, std::uint64_t transfer = 0);
+// The one body of an envelope of up to kPartBytes (split_into_bodies'
+// first, without a vector: a small message's common case).
+Body whole_body(const EnvelopeBuffer& envelope);
+
 // The receiver's side: bodies in session order in, whole envelopes out.
 // Parts of different transfers may interleave; each transfer's own parts
 // arrive in order (the session keeps order).
 class Reassembly {
  public:
-  // The envelope `body` completes (a view into body, or into this
-  // object's buffer until the next add), or nullopt: a part that is not
-  // the last, or a bad body (dropped, and with it its transfer's parts).
-  std::optional<std::string_view> add(std::string_view body);
-  // The envelope the last add completed from parts, moved out (the
-  // view add returned then points into it): its bytes become the
-  // delivered message's without another copy of a large one.
-  std::string take_done() { return std::move(done_); }
+  // The envelope `body` completes, decoded, or nullopt: a part that is not
+  // the last, or a bad body (dropped, and with it its transfer's parts),
+  // or one that is no envelope. Its views point into body (a whole one) or
+  // into this object until the next add.
+  std::optional<Envelope> add(std::string_view body);
+  // Whether the last envelope add returned was put together from parts:
+  // then take_payload moves its payload's bytes out (e.payload views
+  // them), and the delivered message owns them without another copy.
+  bool from_parts() const { return from_parts_; }
+  std::string take_payload() { return std::move(done_payload_); }
   // Bytes of envelopes begun and not finished.
   std::size_t buffered() const { return buffered_; }
   std::size_t transfers() const { return partial_.size(); }
 
  private:
-  std::unordered_map<std::uint64_t, std::string> partial_;
+  // An envelope coming in parts: its fields (the bytes before the
+  // payload, from the first part) apart from its payload, whose buffer is
+  // sized once from the first part's header, so that the payload is
+  // delivered as it lies (no shift to the front, no growth).
+  struct Partial {
+    std::string head;     // empty when the fields did not fit in the first part
+    std::string payload;  // then this holds the whole envelope
+  };
+  std::unordered_map<std::uint64_t, Partial> partial_;
   std::size_t buffered_ = 0;
-  std::string done_;
+  std::string done_head_, done_payload_;
+  bool from_parts_ = false;
 };
 
 }  // namespace host::cluster
