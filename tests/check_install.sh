@@ -11,6 +11,14 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 test -x "$prefix/bin/host" || { echo "install: no $prefix/bin/host" >&2; exit 1; }
 test -f "$prefix/share/host/stdlib/supervisor.lua" || { echo "install: no stdlib under $prefix/share/host" >&2; exit 1; }
+# libnats is opened only by --cluster (host/cluster/nats_loader.hpp): a
+# dependency of the program would cost every start the dynamic linker's
+# work for it.
+if ldd "$prefix/bin/host" | grep -q libnats; then
+  echo "install: $prefix/bin/host is linked with libnats, which only --cluster should open:" >&2
+  ldd "$prefix/bin/host" >&2
+  exit 1
+fi
 env -u HOST_STDLIB "$prefix/bin/host" run scripts/hello >/dev/null
 out="$(env -u HOST_STDLIB "$prefix/bin/host" run tests/install 2>&1)"
 case "$out" in

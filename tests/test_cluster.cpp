@@ -96,3 +96,20 @@ TEST_CASE("--node alone is a usage error; --cluster with no server to reach fail
   CHECK(r.code == 1);
   CHECK(contains(r.err, "cannot connect to the cluster"));
 }
+
+TEST_CASE("--cluster without libnats, or with a library lacking a function it calls, fails to start naming it") {
+  // HOST_NATS_LIBRARY stands in for a machine without libnats: the host
+  // opens libnats only for --cluster (host/cluster/nats_loader.cpp), before
+  // connecting, so no nats-server is needed.
+  const std::vector<std::string> argv = {HOST_BINARY, "run", kScripts, "--entry", "serve", "--node", "a",
+                                         "--cluster", "nats://127.0.0.1:" + std::to_string(free_port())};
+  auto r = host::testing::run_program(argv, {.timeout = 20000ms, .env = {{"HOST_NATS_LIBRARY", "/nonexistent/libnats.so"}}});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "cannot load libnats (HOST_NATS_LIBRARY=/nonexistent/libnats.so)"));
+  CHECK(contains(r.err, "libnats-dev"));
+  // The C library opens, but holds none of libnats's functions.
+  r = host::testing::run_program(argv, {.timeout = 20000ms, .env = {{"HOST_NATS_LIBRARY", "libc.so.6"}}});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "has no function natsConnection_Close"));
+  CHECK(contains(r.err, "libnats-dev"));
+}

@@ -22,6 +22,7 @@
 #include "host/program/reloader.hpp"
 #include "host/scheduler.hpp"
 #ifdef HOST_CLUSTER
+#include "host/cluster/nats_loader.hpp"
 #include "host/cluster/nats_node.hpp"
 #endif
 
@@ -111,6 +112,12 @@ int run(const cli::RunOptions& o) {
     no.name = o.node;
     no.url = o.cluster;
     no.timeout = std::chrono::milliseconds(static_cast<long long>(o.node_timeout * 1000));
+    // libnats is opened only now (nats_loader.hpp): a host without it
+    // installed runs everything but --cluster, and says what is missing.
+    if (std::string missing = cluster::load_nats(); !missing.empty()) {
+      std::fprintf(stderr, "host: %s\n", missing.c_str());
+      return 1;
+    }
     std::string err;
     bool name_taken = false;
     node = cluster::NatsNode::connect(no, err, name_taken);
