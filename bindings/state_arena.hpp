@@ -44,9 +44,9 @@ class StateArena {
   // the benchmarks' idle module, tests/lua/test_processes.lua checks a
   // like one); see chunk_pool.hpp for why it is not a whole number of pages.
   static constexpr std::size_t kFirstChunkBytes = 14 * 1024;
-  // Its second: a process just past its first chunk (an echo connection's,
-  // 0.9 KB past: BENCHMARKS.md) pays 2 KB for it, where a 16 KB chunk cost
-  // it the 4 KB page it touched. A block that does not fit it (over 2 KB
+  // Its second: a process just past its first chunk (an idle echo
+  // connection's, about 1.2 KB past: BENCHMARKS.md) pays 2 KB for it, where
+  // a 16 KB chunk cost it the 4 KB page it touched. A block that does not fit it (over 2 KB
   // less the header) opens a 16 KB chunk instead.
   static constexpr std::size_t kSecondChunkBytes = 2 * 1024;
   static constexpr std::size_t kMaxSmall = 2048;
