@@ -3,10 +3,10 @@
 // pool's lock (each thread trades whole batches with it, so the lock is
 // taken once per batch, not per chunk).
 //
-// A pool of slab chunks (a state's first chunks) carves new chunks side by
-// side out of mmap'd slabs of kSlabChunks, so that neighbours share the
-// pages at their edges and an idle process costs about its chunk's bytes of
-// RSS, not a whole number of pages. Slabs are never unmapped: a slab chunk
+// A pool of slab chunks (a state's first chunks, or its second) carves new
+// chunks side by side out of mmap'd slabs of kSlabChunks, so that
+// neighbours share the pages at their edges and an idle process costs about
+// its chunks' bytes of RSS, not a whole number of pages. Slabs are never unmapped: a slab chunk
 // given back beyond the pool's cap stays pooled but gives its inner pages
 // back to the system (madvise), so that a burst of processes does not pin
 // its peak memory. A pool of malloc'd chunks frees those beyond its cap.

@@ -15,42 +15,54 @@ namespace host::lua {
 namespace {
 
 // A chunk starts with one header line (16 bytes, to keep blocks 16-byte
-// aligned) whose first word links the arena's chunks together.
+// aligned): its first word links the arena's chunks together, its second
+// says the chunk's kind (release gives it back to that kind's pool).
 constexpr std::size_t kHeader = 16;
 
-// Two kinds of chunk, each with its own pool (chunk_pool.hpp): a state's
-// first chunk (kFirstChunkBytes, all an idle process keeps) carved from
-// slabs, so that an idle process costs about its chunk's bytes of RSS; later
-// chunks (kChunkBytes) from malloc. Never destroyed: states may close while static destructors run.
-ChunkPool& pool(bool first) {
-  static ChunkPool* p = new ChunkPool(StateArena::kChunkBytes, false, config::kArenaPoolMaxChunks);
-  static ChunkPool* f = new ChunkPool(StateArena::kFirstChunkBytes, true, config::kArenaPoolMaxChunks);
-  return first ? *f : *p;
+// Three kinds of chunk, each with its own pool (chunk_pool.hpp): a state's
+// first chunk (kFirstChunkBytes, all an idle process keeps) and its second
+// (kSecondChunkBytes) carved from slabs, so that a process costs about its
+// chunks' bytes of RSS; later chunks (kChunkBytes) from malloc.
+enum Kind : std::size_t { kLater, kFirst, kSecond, kKinds };
+
+constexpr std::size_t bytes_of(std::size_t kind) {
+  return kind == kFirst ? StateArena::kFirstChunkBytes
+                        : kind == kSecond ? StateArena::kSecondChunkBytes : StateArena::kChunkBytes;
+}
+
+// Never destroyed: states may close while static destructors run.
+ChunkPool& pool(std::size_t kind) {
+  static ChunkPool* pools[kKinds] = {
+      new ChunkPool(bytes_of(kLater), false, config::kArenaPoolMaxChunks),
+      new ChunkPool(bytes_of(kFirst), true, config::kArenaPoolMaxChunks),
+      new ChunkPool(bytes_of(kSecond), true, config::kArenaPoolMaxChunks),
+  };
+  return *pools[kind];
 }
 
 // Each thread's own chunks of each kind, so most takes and gives touch no
 // lock. Given back to the pools when the thread ends.
 struct LocalChunks {
-  std::vector<void*> chunks[2];  // [later, first]
+  std::vector<void*> chunks[kKinds];
   ~LocalChunks() {
-    for (bool first : {false, true}) pool(first).give(chunks[first], chunks[first].size());
+    for (std::size_t k = 0; k < kKinds; ++k) pool(k).give(chunks[k], chunks[k].size());
   }
 };
 thread_local LocalChunks local;
 
-void* take_chunk(bool first) {
-  auto& mine = local.chunks[first];
-  if (mine.empty()) pool(first).take(mine, config::kArenaLocalBatch);
-  if (mine.empty()) return first ? nullptr : std::malloc(StateArena::kChunkBytes);
+void* take_chunk(std::size_t kind) {
+  auto& mine = local.chunks[kind];
+  if (mine.empty()) pool(kind).take(mine, config::kArenaLocalBatch);
+  if (mine.empty()) return kind == kLater ? std::malloc(StateArena::kChunkBytes) : nullptr;
   void* c = mine.back();
   mine.pop_back();
   return c;
 }
 
-void give_chunk(void* c, bool first) {
-  auto& mine = local.chunks[first];
+void give_chunk(void* c, std::size_t kind) {
+  auto& mine = local.chunks[kind];
   mine.push_back(c);
-  if (mine.size() > 2 * config::kArenaLocalBatch) pool(first).give(mine, config::kArenaLocalBatch);
+  if (mine.size() > 2 * config::kArenaLocalBatch) pool(kind).give(mine, config::kArenaLocalBatch);
 }
 
 }  // namespace
@@ -61,13 +73,17 @@ void* StateArena::allocate_slow(std::size_t n) {
 }
 
 void* StateArena::carve_from_new_chunk(std::size_t size) {
-  // The tail of the old chunk (less than one block) stays unused.
-  const bool first = chunk_list_ == nullptr;
-  const std::size_t bytes = first ? kFirstChunkBytes : kChunkBytes;
-  void* c = take_chunk(first);
+  // The tail of the old chunk (less than one block) stays unused. A block
+  // the second chunk cannot hold skips it: a later chunk instead.
+  std::size_t kind = kLater;
+  if (chunks_ == 0) kind = kFirst;
+  else if (chunks_ == 1 && size <= kSecondChunkBytes - kHeader) kind = kSecond;
+  void* c = take_chunk(kind);
   if (!c) return nullptr;
+  const std::size_t bytes = bytes_of(kind);
   ARENA_POISON(static_cast<char*>(c) + kHeader, bytes - kHeader);
-  *static_cast<void**>(c) = chunk_list_;
+  static_cast<void**>(c)[0] = chunk_list_;
+  static_cast<std::size_t*>(c)[1] = kind;
   chunk_list_ = c;
   ++chunks_;
   char* p = static_cast<char*>(c) + kHeader;
@@ -140,10 +156,10 @@ void StateArena::release() {
   void* c = chunk_list_;
   while (c) {
     ARENA_UNPOISON(c, kHeader);
-    void* next = *static_cast<void**>(c);
-    const bool first = next == nullptr;  // the oldest chunk, last on the list
-    ARENA_POISON(static_cast<char*>(c) + kHeader, (first ? kFirstChunkBytes : kChunkBytes) - kHeader);
-    give_chunk(c, first);
+    void* next = static_cast<void**>(c)[0];
+    const std::size_t kind = static_cast<std::size_t*>(c)[1];
+    ARENA_POISON(static_cast<char*>(c) + kHeader, bytes_of(kind) - kHeader);
+    give_chunk(c, kind);
     c = next;
   }
   chunk_list_ = nullptr;

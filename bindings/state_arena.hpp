@@ -8,11 +8,12 @@
 // sixth of a ping-pong round trip in malloc/free (perf), and a state created
 // on one worker and closed on another freed into another thread's arena.
 // Here small blocks come from per-size-class free lists carved out of
-// chunks: a state's first one of 14 KB (what an idle process holds; carved
-// side by side from slabs so that it costs its bytes, not whole pages, of
-// RSS), the later ones of 16 KB. Closing a state gives its chunks back whole
-// (no free per object), and the next state takes them with their pages
-// already mapped.
+// chunks: a state's first one of 14 KB (what an idle process holds), its
+// second of 2 KB (what an idle connection's process needs past that: its
+// module, its socket), both carved side by side from slabs so that they
+// cost their bytes, not whole pages, of RSS; the later ones of 16 KB.
+// Closing a state gives its chunks back whole (no free per object), and the
+// next state takes them with their pages already mapped.
 //
 // Blocks above kMaxSmall (big strings, big table parts, the global state)
 // go to malloc, on a list the arena keeps, so that release() frees them too:
@@ -43,6 +44,11 @@ class StateArena {
   // the benchmarks' idle module, tests/lua/test_processes.lua checks a
   // like one); see chunk_pool.hpp for why it is not a whole number of pages.
   static constexpr std::size_t kFirstChunkBytes = 14 * 1024;
+  // Its second: a process just past its first chunk (an idle echo
+  // connection's, about 1.2 KB past: BENCHMARKS.md) pays 2 KB for it, where
+  // a 16 KB chunk cost it the 4 KB page it touched. A block that does not fit it (over 2 KB
+  // less the header) opens a 16 KB chunk instead.
+  static constexpr std::size_t kSecondChunkBytes = 2 * 1024;
   static constexpr std::size_t kMaxSmall = 2048;
 
   StateArena() = default;

@@ -142,12 +142,12 @@ inline constexpr std::chrono::nanoseconds kStreamQuiet{500};
 inline constexpr std::chrono::microseconds kStreamWait{20};
 
 // Lua state arenas (bindings/state_arena.hpp): chunks of closed states wait
-// in a pool of their kind (first or later chunks) for the next states. Each
-// thread keeps up to twice the batch itself and trades whole batches with
-// the shared pools, which keep at most kArenaPoolMaxChunks each (256 MB of
-// 16 KB chunks) and free the rest (a first chunk, carved from a slab, gives
-// back its inner pages), so a burst of 100k processes does not pin its peak
-// memory forever.
+// in a pool of their kind (first, second or later chunks) for the next
+// states. Each thread keeps up to twice the batch itself and trades whole
+// batches with the shared pools, which keep at most kArenaPoolMaxChunks each
+// (256 MB of 16 KB chunks) and free the rest (a first or second chunk,
+// carved from a slab, gives back its inner pages, if it has any), so a
+// burst of 100k processes does not pin its peak memory forever.
 inline constexpr std::size_t kArenaLocalBatch = 32;
 inline constexpr std::size_t kArenaPoolMaxChunks = 16384;
 

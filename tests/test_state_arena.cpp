@@ -4,7 +4,8 @@
 // state runs on it (and can be dropped without lua_close: the arena frees
 // its large blocks too), a block for the arena's life shares its chunk, and
 // arenas on several threads trade chunks through the shared pool without
-// losing or sharing one. A state's first chunk is the smaller kind, and
+// losing or sharing one. A state's first chunk is the smaller kind, its
+// second smaller still (and skipped by a block it cannot hold), and
 // lua_newstate's globals hash part is the block small_globals takes for it.
 // A chunk pool keeps what it is given up to its cap; past it a slab chunk
 // keeps its place without its inner pages, a malloc'd one is freed.
@@ -249,34 +250,62 @@ TEST_CASE("arenas on several threads trade chunks through the pool without shari
   }
 }
 
-TEST_CASE("a state's first chunk holds kFirstChunkBytes, the later ones kChunkBytes") {
-  // Counted in 128-byte blocks: a chunk gives its 16-byte header and any
-  // tail shorter than a block to nothing else.
+TEST_CASE("a state's first chunk holds kFirstChunkBytes, its second kSecondChunkBytes, the later ones kChunkBytes") {
+  // A fresh thread: its chunk cache holds only what this arena gives back.
+  std::thread([] {
+    // Counted in 128-byte blocks: a chunk gives its 16-byte header and any
+    // tail shorter than a block to nothing else.
+    StateArena arena;
+    std::vector<unsigned char*> blocks;
+    auto fill_chunk = [&] {
+      const std::size_t before = arena.chunk_count();
+      std::size_t n = 0;
+      for (;;) {
+        auto* p = static_cast<unsigned char*>(arena.allocate(128));
+        REQUIRE(p != nullptr);
+        std::memset(p, static_cast<int>(blocks.size() & 0xff), 128);
+        blocks.push_back(p);
+        if (arena.chunk_count() != before) return n;  // p opened the next chunk
+        ++n;
+      }
+    };
+    arena.allocate(128);  // opens the first chunk
+    CHECK(arena.chunk_count() == 1);
+    CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
+    const unsigned char* second = blocks.back();
+    CHECK(fill_chunk() + 1 == (StateArena::kSecondChunkBytes - 16) / 128);
+    const unsigned char* later = blocks.back();
+    CHECK(fill_chunk() + 1 == (StateArena::kChunkBytes - 16) / 128);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      REQUIRE(std::all_of(blocks[i], blocks[i] + 128, [&](unsigned char c) { return c == (i & 0xff); }));
+    arena.release();
+    CHECK(arena.chunk_count() == 0);
+    // Released, the arena starts again from a first chunk, and each chunk
+    // went back to its own kind's pool: this thread's newest of each kind
+    // comes back as that kind (a 2 KB chunk taken as a 16 KB one would be
+    // overrun).
+    blocks.clear();
+    arena.allocate(128);
+    CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
+    CHECK(blocks.back() == second);
+    CHECK(fill_chunk() + 1 == (StateArena::kSecondChunkBytes - 16) / 128);
+    CHECK(blocks.back() == later);
+  }).join();
+}
+
+TEST_CASE("a block the second chunk cannot hold opens a later chunk") {
   StateArena arena;
-  std::vector<unsigned char*> blocks;
-  auto fill_chunk = [&] {
-    const std::size_t before = arena.chunk_count();
-    std::size_t n = 0;
-    for (;;) {
-      auto* p = static_cast<unsigned char*>(arena.allocate(128));
-      REQUIRE(p != nullptr);
-      std::memset(p, static_cast<int>(blocks.size() & 0xff), 128);
-      blocks.push_back(p);
-      if (arena.chunk_count() != before) return n;  // p opened the next chunk
-      ++n;
-    }
-  };
   arena.allocate(128);  // opens the first chunk
-  CHECK(arena.chunk_count() == 1);
-  CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
-  CHECK(fill_chunk() + 1 == (StateArena::kChunkBytes - 16) / 128);
-  for (std::size_t i = 0; i < blocks.size(); ++i)
-    REQUIRE(std::all_of(blocks[i], blocks[i] + 128, [&](unsigned char c) { return c == (i & 0xff); }));
-  arena.release();
-  CHECK(arena.chunk_count() == 0);
-  // Released, the arena starts again from a first chunk.
-  arena.allocate(128);
-  CHECK(fill_chunk() + 1 == (StateArena::kFirstChunkBytes - 16) / 128);
+  while (arena.try_allocate_small(128) != nullptr) continue;  // fills it
+  REQUIRE(arena.chunk_count() == 1);
+  auto* big = static_cast<unsigned char*>(arena.allocate(StateArena::kMaxSmall));
+  REQUIRE(big != nullptr);
+  CHECK(arena.chunk_count() == 2);
+  std::memset(big, 0x5a, StateArena::kMaxSmall);
+  // The rest of that chunk holds the later chunk's room, not a 2 KB chunk's.
+  std::size_t n = 0;
+  while (arena.try_allocate_small(128)) ++n;
+  CHECK(n == (StateArena::kChunkBytes - 16 - StateArena::kMaxSmall) / 128);
 }
 
 namespace {
