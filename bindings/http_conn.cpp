@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <lua.hpp>
@@ -505,27 +507,39 @@ std::string number_text(double d) {
 }
 
 // A header's value as text: a string or a number; else an error's words.
-bool value_text(lua_State* L, int idx, const std::string& name, std::string* out, std::string* err) {
+// Appends "name: value\r\n" for the header value at idx (a string or a
+// number); false and *err (naming the header) for any other value, or
+// one that holds CR, LF or NUL.
+bool add_header(lua_State* L, int idx, std::string_view name, std::string* h, std::string* err) {
+  std::string number;
+  std::string_view text;
   if (lua_type(L, idx) == LUA_TSTRING) {
     std::size_t n;
     const char* s = lua_tolstring(L, idx, &n);
-    out->assign(s, n);
+    text = std::string_view(s, n);
   } else if (lua_type(L, idx) == LUA_TNUMBER) {
-    *out = number_text(lua_tonumber(L, idx));
+    number = number_text(lua_tonumber(L, idx));
+    text = number;
   } else {
-    *err = "invalid: header '" + name + "' has a value that is not a string or number";
+    *err = "invalid: header '" + std::string(name) + "' has a value that is not a string or number";
     return false;
   }
-  if (!io::is_field_value(*out)) {
-    *err = "invalid: header '" + name + "' holds CR, LF or NUL";
+  if (!io::is_field_value(text)) {
+    *err = "invalid: header '" + std::string(name) + "' holds CR, LF or NUL";
     return false;
   }
+  h->append(name);
+  h->append(": ", 2);
+  h->append(text);
+  h->append("\r\n", 2);
   return true;
 }
 
-// The head of a response from the handler's status (index 2) and headers
-// (3); false and *err on a status or header that cannot be written.
-bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std::string* out, bool* close_after,
+// Appends the head of a response from the handler's status (index 2) and
+// headers (3) to *h (the connection's output, whose buffer stays from one
+// response to the next: no string is made per header); false and *err on
+// a status or header that cannot be written, with *h as it was.
+bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std::string* h, bool* close_after,
                    std::string* err) {
   const bool is_num = lua_type(L, 2) == LUA_TNUMBER;
   const double sv = is_num ? lua_tonumber(L, 2) : 0;
@@ -533,16 +547,20 @@ bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std:
     *err = "invalid: status " + (is_num ? number_text(sv) : std::string("not a number")) + " (an integer from 200 to 999)";
     return false;
   }
+  const std::size_t start = h->size();
+  const auto fail = [&] {
+    h->resize(start);
+    return false;
+  };
   const int status = static_cast<int>(sv);
   const bool no_body = status == 204 || status == 304;
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + io::reason(status) + "\r\n";
+  const char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
+                        static_cast<char>('0' + status % 10), ' '};
+  h->append("HTTP/1.1 ", 9);
+  h->append(code, 4);
+  h->append(io::reason(status));
+  h->append("\r\n", 2);
   bool has_date = false, asked_close = false;
-  auto add = [&](const std::string& name, const std::string& text) {
-    h += name;
-    h += ": ";
-    h += text;
-    h += "\r\n";
-  };
   if (lua_istable(L, 3)) {
     lua_pushnil(L);
     while (lua_next(L, 3) != 0) {
@@ -551,69 +569,68 @@ bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std:
         lua_pop(L, 2);
         *err = listed ? "invalid: headers must be a table of names to values"
                       : "invalid: header name not a string (letters, digits and !#$%&'*+-.^_`|~)";
-        return false;
+        return fail();
       }
       std::size_t kn;
       const char* kp = lua_tolstring(L, -2, &kn);
-      const std::string key(kp, kn);
+      const std::string_view key(kp, kn);
       if (!io::is_token(key)) {
         lua_pop(L, 2);
-        *err = "invalid: header name '" + key + "' (letters, digits and !#$%&'*+-.^_`|~)";
-        return false;
+        *err = "invalid: header name '" + std::string(key) + "' (letters, digits and !#$%&'*+-.^_`|~)";
+        return fail();
       }
-      const std::string name = io::lower(key);
-      if (name == "content-length" || name == "transfer-encoding") {  // the host frames the body itself
+      if (io::iequals(key, "content-length") || io::iequals(key, "transfer-encoding")) {  // the host frames the body itself
         lua_pop(L, 1);
         continue;
       }
-      if (name == "date") has_date = true;
-      if (name == "connection") {
+      if (io::iequals(key, "date")) has_date = true;
+      if (io::iequals(key, "connection")) {
         if (lua_type(L, -1) == LUA_TSTRING && io::iequals(lua_tostring(L, -1), "close")) asked_close = true;
         lua_pop(L, 1);
         continue;
       }
-      std::string text;
       if (lua_istable(L, -1)) {
         const int n = static_cast<int>(lua_objlen(L, -1));
         for (int i = 1; i <= n; ++i) {
           lua_rawgeti(L, -1, i);
-          const bool ok = value_text(L, -1, key, &text, err);
+          const bool ok = add_header(L, -1, key, h, err);
           lua_pop(L, 1);
           if (!ok) {
             lua_pop(L, 2);
-            return false;
+            return fail();
           }
-          add(key, text);
         }
-      } else {
-        if (!value_text(L, -1, key, &text, err)) {
-          lua_pop(L, 2);
-          return false;
-        }
-        add(key, text);
+      } else if (!add_header(L, -1, key, h, err)) {
+        lua_pop(L, 2);
+        return fail();
       }
       lua_pop(L, 1);
     }
   } else if (!lua_isnil(L, 3)) {
     *err = "invalid: headers must be a table";
-    return false;
+    return fail();
   }
-  if (!has_date) h += io::date_header();
+  if (!has_date) *h += io::date_header();
   // A stream to an HTTP/1.0 client, which knows no chunks, is ended by
   // the close.
   const bool raw = chunked && c->minor == 0;
   if (!no_body && !raw) {
-    if (chunked) h += "Transfer-Encoding: chunked\r\n";
-    else h += "Content-Length: " + std::to_string(length) + "\r\n";
+    if (chunked) *h += "Transfer-Encoding: chunked\r\n";
+    else {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
+      h->append("Content-Length: ", 16);
+      h->append(digits, static_cast<std::size_t>(end - digits));
+      h->append("\r\n", 2);
+    }
   }
   const bool draining = c->tracked && c->tracked->draining.load(std::memory_order_relaxed);
   io::HttpRequestParser& p = *c->parser;
   *close_after = asked_close || raw || !c->keep_alive || draining || c->flight_streamed ||
                  (c->eof && p.ready.empty() && !p.in_message);
-  if (*close_after) h += "Connection: close\r\n";
-  else if (c->minor == 0) h += "Connection: keep-alive\r\n";
-  h += "\r\n";
-  *out = std::move(h);
+  if (*close_after) *h += "Connection: close\r\n";
+  else if (c->minor == 0) *h += "Connection: keep-alive\r\n";
+  h->append("\r\n", 2);
   return true;
 }
 
@@ -669,9 +686,9 @@ int m_respond(lua_State* L) {
     lua_pushliteral(L, "invalid: body must be a string");
     return 2;
   }
-  std::string head, err;
+  std::string err;
   bool close_after = false;
-  if (!response_head(L, c, blen, stream_body, &head, &close_after, &err)) {
+  if (!response_head(L, c, blen, stream_body, &c->out, &close_after, &err)) {
     lua_pushnil(L);
     lua_pushlstring(L, err.data(), err.size());
     return 2;
@@ -681,7 +698,6 @@ int m_respond(lua_State* L) {
   c->no_body = c->responding_head || status == 204 || status == 304;
   c->raw_stream = stream_body && c->minor == 0;
   if (c->tracked) c->tracked->in_flight.store(false, std::memory_order_relaxed);
-  c->out += head;
   if (!c->no_body && body) c->out.append(body, blen);
   if (stream_body) c->head_written = true;
   else answered(L, c);
