@@ -67,16 +67,8 @@ int Primitives::lazy_global(lua_State* L) {
   if (lua_type(L, 2) != LUA_TSTRING) return 0;
   const char* k = lua_tostring(L, 2);
   if (!std::strcmp(k, "require")) {
-    // Ours until the package library opens (Primitives::require), whose
-    // opener then puts LuaJIT's in its place.
-    raw_global(L, "package");
-    if (lua_istable(L, -1)) {
-      raw_global(L, "require");
-      return 1;
-    }
-    lua_pushcfunction(L, require);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_GLOBALSINDEX, "require");  // rawset: _G has no __newindex
+    open_package(L);
+    raw_global(L, "require");
     return 1;
   }
   // ffi is only require'd, as in plain LuaJIT.

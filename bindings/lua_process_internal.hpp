@@ -259,7 +259,6 @@ struct Primitives {
   static bool untrack_finalizer(lua_State* L, HostFinalizer* f);
   static int wall_time(lua_State* L);
   static void open_package(lua_State* L);
-  static int require(lua_State* L);
   static int load_std(lua_State* L);
   static int load_api(lua_State* L);
   static int searcher(lua_State* L);

@@ -18,12 +18,6 @@
 #include "bindings/socket_ref.hpp"
 
 namespace host::lua {
-namespace {
-// Registry key of LuaJIT's require (open_package); the mark in
-// package.loaded of a module being loaded by ours (require).
-char kLuaJitRequire;
-char kLoading;
-}  // namespace
 
 // A kLuaHalf module: its chunk, compiled at the runtime's first use of it,
 // called with the waiting call, its command, the wall clock and the TCP
@@ -110,10 +104,6 @@ void Primitives::open_package(lua_State* L) {
   lua_pop(L, 1);
   if (opened) return;
   open_lib(L, "package");
-  // LuaJIT's require, for copies of ours (require) taken before.
-  lua_pushlightuserdata(L, &kLuaJitRequire);
-  raw_global(L, "require");
-  lua_rawset(L, LUA_REGISTRYINDEX);
   raw_global(L, "package");
   lua_getfield(L, -1, "loaders");
   // Shift the loaders up by one and put ours at 1 (before preload). The
@@ -130,57 +120,6 @@ void Primitives::open_package(lua_State* L) {
   lua_pop(L, 1);
   wrap_needs_close(L, -1, "loadlib");
   lua_pop(L, 1);
-}
-
-// require until a script names `package` (lazy_global gives it): what
-// LuaJIT's does, for the modules our searcher finds (the script
-// directory's, stdlib's, the registry's, the standard libraries, C modules
-// on package.cpath), without opening the package library, whose opener
-// (paths from the environment, the loaders, its functions) was a tenth of
-// a short process's cost. Anything else, or once package is open, goes to
-// LuaJIT's require, which gives the same results and messages as before.
-int Primitives::require(lua_State* L) {
-  const char* name = luaL_checkstring(L, 1);
-  lua_settop(L, 1);
-  auto& p = of(L);
-  p.push_loaded(L);  // 2
-  lua_getfield(L, 2, "package");
-  const bool opened = lua_istable(L, -1);
-  lua_pop(L, 1);
-  if (!opened) {
-    lua_getfield(L, 2, name);
-    if (lua_toboolean(L, -1)) {
-      if (lua_touserdata(L, -1) == &kLoading) return luaL_error(L, "loop or previous error loading module '%s'", name);
-      return 1;
-    }
-    lua_pop(L, 1);
-    lua_pushcfunction(L, searcher);
-    lua_pushvalue(L, 1);
-    lua_call(L, 1, 1);  // 3: the loader, or why there is none here
-    if (lua_isfunction(L, 3)) {
-      lua_pushlightuserdata(L, &kLoading);
-      lua_setfield(L, 2, name);
-      lua_pushvalue(L, 1);
-      lua_call(L, 1, 1);
-      if (!lua_isnil(L, -1)) lua_setfield(L, 2, name);
-      else lua_pop(L, 1);
-      lua_getfield(L, 2, name);
-      if (lua_touserdata(L, -1) == &kLoading) {  // it returned nothing: true, as in LuaJIT
-        lua_pushboolean(L, 1);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, 2, name);
-      }
-      return 1;
-    }
-    lua_settop(L, 1);
-    open_package(L);
-  }
-  lua_settop(L, 1);
-  lua_pushlightuserdata(L, &kLuaJitRequire);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  lua_insert(L, 1);
-  lua_call(L, 1, 1);
-  return 1;
 }
 
 int Primitives::load_std(lua_State* L) {

@@ -143,24 +143,6 @@ return { main = function()
       for i = 1, 4 do assert(process.spawn_monitored("fixtures.finalizers:burst", 100)) end
       for _ = 1, 4 do T.eq(T.next_event("exit").result, 100, "concurrent bursts") end
     end },
-    { "require works the same before and after the package library opens", function()
-      assert(process.spawn_monitored("fixtures.lazy_require:run"))
-      local ev = T.next_event("exit")
-      T.eq(ev.error, nil)
-      local r = ev.result
-      T.eq(r.nothing, true, "a module that returns nothing gives true")
-      T.eq(r.same, true, "a second require gives the same value")
-      T.match(r.loop, "loop or previous error loading module 'fixtures.require_loop'")
-      T.match(r.loop_again, "loop or previous error loading module 'fixtures.require_loop'")
-      T.eq(r.std, true, "a standard library by name")
-      T.eq(r.package_unopened, true, "require alone does not open package")
-      T.match(r.missing, "module 'no_such_module_q8' not found:")
-      T.match(r.missing, "no field package.preload%['no_such_module_q8'%]")
-      T.eq(r.package_opened, true)
-      T.eq(r.loaded, true, "package.loaded holds what was required before it opened")
-      T.eq(r.global_luajit, true, "the package library brings LuaJIT's require")
-      T.eq(r.preload, "preloaded preloaded_q9", "a copy taken before follows package.preload")
-    end },
     { "the base library opens on first use and keeps the globals a process set before", function()
       assert(process.spawn_monitored("fixtures.lazy_base:untouched"))
       local r = T.next_event("exit").result
