@@ -508,7 +508,12 @@ void LuaProcess::Close() {
   // spawn's work: BENCHMARKS.md's ledger, entry 1), unless finalizers or machine code may exist;
   // the arena frees it all at once. The host's own finalizers run first
   // (a failure among them leaves the rest to lua_close).
-  if (!needs_close_ && finalizers_.first()) run_host_finalizers();
+  if (!needs_close_ && finalizers_.first()) {
+    run_host_finalizers();
+    // A finalizer outlived the time limit, and the runaway monitor gave
+    // up on this thread and finished the process: nothing here is ours.
+    Worker::park_if_abandoned();
+  }
   if (needs_close_) {
     arena_.begin_teardown();  // the chunks go back whole below
     lua_setallocf(L_, &LuaProcess::allocate_global, this);  // lua_close frees the global state last

@@ -39,10 +39,11 @@ end
 local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
 
 -- The handler's error with its traceback, as one value. The debug
--- library is named only here: a connection whose handler never fails
--- does not open it.
+-- library is taken only here (by require: a handler's module may have
+-- its own global `debug`): a connection whose handler never fails does
+-- not open it.
 local function with_traceback(err)
-  return { err = err, tb = debug.traceback(tostring(err), 2) }
+  return { err = err, tb = require("debug").traceback(tostring(err), 2) }
 end
 
 -- The request's method and path are the client's: they go in as values,
