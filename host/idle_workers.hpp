@@ -29,13 +29,21 @@
 //
 // With a poller attached (idle_poller.hpp), one parking worker at a time
 // blocks in the poller instead of the futex (the poll role). A wake then
-// leaves its token as always and, where the role is held, interrupts the
-// poll instead of the futex:
+// leaves its token as always and, where the role is held and its poll not
+// yet interrupted, interrupts the poll instead of the futex:
 //   poller:    prepare_park(); recheck; try_claim_poll() [role = held];
 //              fence; take_token() or recheck the queues; else block in
 //              the poller; release_poll(); cancel_park().
-//   submitter: as above; wake_one(): token++; if the role is held, take
-//              it back and interrupt the poll, else wake the futex.
+//   submitter: as above; wake_one(): token++; if the role is held and not
+//              interrupted, mark it interrupted and interrupt the poll,
+//              else wake the futex.
+// The role stays with its holder until it leaves the poller, interrupted
+// or not: so at most one thread ever blocks in the poller, and each
+// interrupt reaches the one it was meant for. (When a wake took the role
+// away at once, the next parker could claim it and block before the
+// interrupted holder had returned; the poller's wake then went to either
+// thread, and the other slept on in the poller with no role, where neither
+// a wake nor stop() would reach it: shutdown gave its thread up.)
 // The token's add and the role's claim are both sequentially consistent
 // read-modify-writes, each followed by a read of the other: either the
 // poller sees the token and does not block, or the submitter sees the role
@@ -124,16 +132,16 @@ class IdleWorkers {
   // True when the caller now holds the role; it must then check for a
   // token (take_token) and work before it blocks.
   [[nodiscard]] bool try_claim_poll() {
-    bool held = false;
-    if (!poll_held_.compare_exchange_strong(held, true, std::memory_order_seq_cst)) return false;
+    int free = kPollFree;
+    if (!poll_role_.compare_exchange_strong(free, kPollHeld, std::memory_order_seq_cst)) return false;
     std::atomic_thread_fence(std::memory_order_seq_cst);  // partner: the token's add in wake_one
     return true;
   }
-  // The holder gives the role up (a waker may have taken it already).
-  void release_poll() { poll_held_.store(false, std::memory_order_seq_cst); }
+  // The holder gives the role up once it has left the poller.
+  void release_poll() { poll_role_.store(kPollFree, std::memory_order_seq_cst); }
   // Whether some worker blocks (or is about to) in the poller: others
   // need not poll it too.
-  bool poll_held() const { return poll_held_.load(std::memory_order_relaxed); }
+  bool poll_held() const { return poll_role_.load(std::memory_order_relaxed) != kPollFree; }
   // Consumes a wake token if one is left; false when none (or stopped).
   bool take_token() {
     int t = tokens_.load(std::memory_order_acquire);
@@ -166,10 +174,13 @@ class IdleWorkers {
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
  private:
-  // Takes the role back from a worker blocked in the poller and interrupts
-  // its poll; false when none holds it.
+  // Interrupts the poll of the worker that holds the role, once: false when
+  // none holds it, or its poll was interrupted already (that interrupt
+  // still ends it; this wake goes to the futex, for another worker).
   bool interrupt_poll() {
-    if (!poll_held_.load(std::memory_order_seq_cst) || !poll_held_.exchange(false, std::memory_order_seq_cst))
+    int held = kPollHeld;
+    if (poll_role_.load(std::memory_order_seq_cst) != kPollHeld ||
+        !poll_role_.compare_exchange_strong(held, kPollInterrupted, std::memory_order_seq_cst))
       return false;
     poller_.load(std::memory_order_acquire)->interrupt();
     return true;
@@ -187,7 +198,10 @@ class IdleWorkers {
   alignas(64) std::atomic<int> tokens_{0};
   std::atomic<std::uint64_t> wakes_{0};
   std::atomic<IdlePoller*> poller_{nullptr};
-  alignas(64) std::atomic<bool> poll_held_{false};  // the poll role: a worker blocks in poller_
+  // The poll role: free, held by a worker that blocks (or is about to) in
+  // poller_, or held with that poll interrupted.
+  static constexpr int kPollFree = 0, kPollHeld = 1, kPollInterrupted = 2;
+  alignas(64) std::atomic<int> poll_role_{kPollFree};
 };
 
 }  // namespace host

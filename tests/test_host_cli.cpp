@@ -301,11 +301,11 @@ TEST_CASE("processes that only wait in receive do not hold the host for the grac
   d.write("main.lua",
           "local M = {}\n"
           "function M.main()\n"
-          "  for _ = 1, 3 do process.spawn('main:server') end\n"
-          "  local echo = process.spawn('main:server')\n"
-          "  process.send(echo, 'ping', 1)\n"
-          "  local m = process.receive(5)\n"
-          "  log.info('root got %s', m.topic)\n"
+          "  for i = 1, 4 do process.send(process.spawn('main:server'), 'ping', i) end\n"
+          "  for _ = 1, 4 do\n"  // each in its loop before the root ends, however loaded the machine
+          "    local m = process.receive(5)\n"
+          "    log.info('root got %s', m.topic)\n"
+          "  end\n"
           "end\n"
           "function M.server()\n"  // a receive loop that opened its events and never reads them
           "  process.events()\n"

@@ -332,3 +332,40 @@ TEST_CASE("idle workers with a poller: no wakeup is lost, whether work comes by 
   SUBCASE("one consumer: every wake goes through the poll") { race_with_poller(1); }
   SUBCASE("three consumers: the poll and the futex") { race_with_poller(3); }
 }
+
+TEST_CASE("idle workers with a poller: the role stays with an interrupted holder until it leaves the poller") {
+  // A wake interrupts the holder's poll. Were the role free at once, the
+  // next parker could claim it and block beside the holder before that one
+  // returned; the poller's wake-up would then go to either, and the other
+  // would sleep on in the poller with no role, out of reach of every wake
+  // and of stop() (a shutdown gave such a thread up).
+  IdleWorkers idle(2);
+  std::atomic<long> available{0};
+  CountingPoller poller(idle, available);
+  idle.set_poller(&poller);
+  auto interrupts = [&] {
+    std::uint64_t n = 0;
+    (void)!read(poller.wakefd, &n, sizeof n);
+    return n;
+  };
+  idle.prepare_park();
+  REQUIRE(idle.try_claim_poll());  // A, about to block
+  CHECK(idle.wake_one());          // interrupts A's poll
+  CHECK(idle.poll_held());
+  idle.prepare_park();
+  CHECK_FALSE(idle.try_claim_poll());  // B parks on the futex instead
+  CHECK(idle.wake_one());              // a second wake: to the futex, not A's poll again
+  CHECK(interrupts() == 1);
+  CHECK(idle.commit_park());  // B takes a token
+  CHECK(idle.take_token());   // A leaves its poll and takes the other
+  idle.release_poll();
+  idle.cancel_park();
+  CHECK_FALSE(idle.poll_held());
+  idle.prepare_park();
+  REQUIRE(idle.try_claim_poll());  // B, back to park, blocks in the poller
+  idle.stop();                     // and stop() reaches its poll
+  CHECK(interrupts() == 1);
+  idle.release_poll();
+  idle.cancel_park();
+  CHECK(idle.parked() == 0);
+}
