@@ -1,5 +1,5 @@
 // The cluster's session layer (host/cluster/session.hpp) and its frames
-// (wire.hpp): every message arrives once and in order over a transport
+// (wire.hpp, batch.hpp): every message arrives once and in order over a transport
 // that drops, duplicates and reorders, and a corrupt frame is refused.
 #include <doctest/doctest.h>
 
@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/cluster/batch.hpp"
 #include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
@@ -675,3 +676,43 @@ TEST_CASE("the outbox keeps each pair's order and takes the pairs in turn") {
   CHECK(box.bytes() == 0);
   CHECK_FALSE(box.holds(p));
 }
+
+TEST_CASE("a burst of small frames waits in the batch, in order; a frame alone after a pause goes at once") {
+  using namespace host::cluster;
+  Batch b;
+  const auto t = Batch::Clock::now();
+  CHECK_FALSE(b.hold(16, true, t));             // alone: at once
+  CHECK(b.hold(16, true, t + 10us));            // within kBurstGap of the last: waits
+  b.add("one");
+  CHECK(b.hold(100000, true, t + 1s));          // large, but behind a waiting frame: waits too
+  b.add(std::string(100000, 'x'));
+  CHECK(b.hold(8, false, t + 2s));              // an ack keeps its place as well
+  b.add("ack");
+  auto chunks = b.take();
+  CHECK(b.empty());
+  CHECK(b.flushing());
+  CHECK(b.hold(16, true, t + 3s));              // while the flusher publishes: waits
+  std::vector<std::string> got;
+  for (const std::string& c : chunks)
+    CHECK(for_each_in_batch(c, [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got == std::vector<std::string>{"one", std::string(100000, 'x'), "ack"});
+  CHECK(chunks.size() == 3);  // no chunk grows far past kBatchChunkBytes (NATS's max_payload)
+  b.flushed(std::move(chunks.back()));
+  CHECK_FALSE(b.flushing());
+  CHECK_FALSE(b.hold(100000, true, t + 4s));    // large with nothing waiting: at once (no copy)
+  CHECK_FALSE(b.hold(16, true, t + 5s));        // small after a pause: at once
+
+  // Read back: a batch cut short gives the frames before the cut, then
+  // says so; a frame (another magic byte) is no batch.
+  b.add("first");
+  b.add("second");
+  const std::string whole = b.take().front();
+  got.clear();
+  CHECK_FALSE(for_each_in_batch(std::string_view(whole).substr(0, whole.size() - 1),
+                                [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got == std::vector<std::string>{"first"});
+  got.clear();
+  CHECK_FALSE(for_each_in_batch(std::string_view(whole).substr(1), [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got.empty());
+}
+
