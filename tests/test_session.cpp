@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host/cluster/batch.hpp"
+#include "host/cluster/buffer_pool.hpp"
 #include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
@@ -716,3 +717,32 @@ TEST_CASE("a burst of small frames waits in the batch, in order; a frame alone a
   CHECK(got.empty());
 }
 
+TEST_CASE("a large message's buffer is kept when given back and handed out again; small ones are not") {
+  using namespace host::cluster;
+  // Larger than any buffer the tests before kept (the pool is the
+  // process's), so that it is the one handed out again.
+  const std::size_t large = kPoolBytes / 2;
+  std::string big = take_buffer("head", large);
+  const std::size_t before = pooled_buffers();
+  CHECK(big == "head");
+  CHECK(big.capacity() >= large);
+  const char* memory = big.data();
+  give_back(std::move(big));
+  CHECK(pooled_buffers() == before + 1);
+  std::string again = take_buffer("h2", large - 1);  // a smaller request fits in it
+  CHECK(again == "h2");
+  CHECK(again.data() == memory);
+  CHECK(pooled_buffers() == before);
+  give_back(std::string(16, 's'));  // small: left to malloc
+  CHECK(pooled_buffers() == before);
+  {
+    auto shared = share_buffer(std::move(again));  // given back when its last holder is done
+    CHECK(pooled_buffers() == before);
+  }
+  CHECK(pooled_buffers() == before + 1);
+  // The bound: past kPoolBytes in all, a buffer is freed.
+  std::vector<std::string> many;
+  for (std::size_t i = 0; i <= kPoolBytes / kPooledMinBytes; ++i) many.push_back(take_buffer({}, kPooledMinBytes));
+  for (std::string& s : many) give_back(std::move(s));
+  CHECK(pooled_buffers() <= kPoolBytes / kPooledMinBytes);
+}

@@ -7,6 +7,7 @@
 
 #include <nats/nats.h>
 
+#include "host/cluster/buffer_pool.hpp"
 #include "host/cluster/wire.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
@@ -367,12 +368,12 @@ std::string NatsNode::send_begun(const Pid& to, std::string_view node, const Pid
     if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
     // Every name on the node as one receiver: a pair's order holds
     // whatever process holds the name when each arrives.
-    return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, std::make_shared<std::string>(std::move(message)),
+    return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, share_buffer(std::move(message)),
                         backlog);
   }
   auto peer = find(to.node);
   if (!peer) return make_error(ErrorKind::NotFound, "no process " + to.to_string() + " (no connected node has its id)");
-  return send_to_peer(peer, PairKey{from, to}, std::make_shared<std::string>(std::move(message)), backlog);
+  return send_to_peer(peer, PairKey{from, to}, share_buffer(std::move(message)), backlog);
 }
 
 std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
