@@ -12,6 +12,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "bindings/socket_object.hpp"
+#include "host/cluster/buffer_pool.hpp"
 #include "host/cluster/wire.hpp"
 #include "host/commands.hpp"
 #include "host/config.hpp"
@@ -160,6 +161,12 @@ int Primitives::send_remote(lua_State* L, LuaProcess& p, const Pid& to, std::str
   const char* topic = check_string(L, 2, &tn);
   RemoteNodes* remote = p.rt_.scheduler().remote();
   std::string message = remote->begin_message(to, name, std::string_view(topic, tn), p.ctx_.self);
+  // A large string goes into a kept buffer with room for it (no fresh
+  // memory per message, no growth while encoding: buffer_pool.hpp).
+  if (lua_type(L, 3) == LUA_TSTRING) {
+    const std::size_t room = message.size() + lua_objlen(L, 3) + 16;
+    if (room >= cluster::kPooledMinBytes) message = cluster::take_buffer(message, room);
+  }
   // A nil payload (or none) travels as no bytes, as a local send's does.
   if (!lua_isnoneornil(L, 3)) {
     socket_moves_begin();

@@ -1,5 +1,5 @@
 // The cluster's session layer (host/cluster/session.hpp) and its frames
-// (wire.hpp): every message arrives once and in order over a transport
+// (wire.hpp, batch.hpp): every message arrives once and in order over a transport
 // that drops, duplicates and reorders, and a corrupt frame is refused.
 #include <doctest/doctest.h>
 
@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "host/cluster/batch.hpp"
+#include "host/cluster/buffer_pool.hpp"
 #include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
@@ -674,4 +676,73 @@ TEST_CASE("the outbox keeps each pair's order and takes the pairs in turn") {
   CHECK(box.empty());
   CHECK(box.bytes() == 0);
   CHECK_FALSE(box.holds(p));
+}
+
+TEST_CASE("a burst of small frames waits in the batch, in order; a frame alone after a pause goes at once") {
+  using namespace host::cluster;
+  Batch b;
+  const auto t = Batch::Clock::now();
+  CHECK_FALSE(b.hold(16, true, t));             // alone: at once
+  CHECK(b.hold(16, true, t + 10us));            // within kBurstGap of the last: waits
+  b.add("one");
+  CHECK(b.hold(100000, true, t + 1s));          // large, but behind a waiting frame: waits too
+  b.add(std::string(100000, 'x'));
+  CHECK(b.hold(8, false, t + 2s));              // an ack keeps its place as well
+  b.add("ack");
+  auto chunks = b.take();
+  CHECK(b.empty());
+  CHECK(b.flushing());
+  CHECK(b.hold(16, true, t + 3s));              // while the flusher publishes: waits
+  std::vector<std::string> got;
+  for (const std::string& c : chunks)
+    CHECK(for_each_in_batch(c, [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got == std::vector<std::string>{"one", std::string(100000, 'x'), "ack"});
+  CHECK(chunks.size() == 3);  // no chunk grows far past kBatchChunkBytes (NATS's max_payload)
+  b.flushed(std::move(chunks.back()));
+  CHECK_FALSE(b.flushing());
+  CHECK_FALSE(b.hold(100000, true, t + 4s));    // large with nothing waiting: at once (no copy)
+  CHECK_FALSE(b.hold(16, true, t + 5s));        // small after a pause: at once
+
+  // Read back: a batch cut short gives the frames before the cut, then
+  // says so; a frame (another magic byte) is no batch.
+  b.add("first");
+  b.add("second");
+  const std::string whole = b.take().front();
+  got.clear();
+  CHECK_FALSE(for_each_in_batch(std::string_view(whole).substr(0, whole.size() - 1),
+                                [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got == std::vector<std::string>{"first"});
+  got.clear();
+  CHECK_FALSE(for_each_in_batch(std::string_view(whole).substr(1), [&](std::string_view f) { got.emplace_back(f); }));
+  CHECK(got.empty());
+}
+
+TEST_CASE("a large message's buffer is kept when given back and handed out again; small ones are not") {
+  using namespace host::cluster;
+  // Larger than any buffer the tests before kept (the pool is the
+  // process's), so that it is the one handed out again.
+  const std::size_t large = kPoolBytes / 2;
+  std::string big = take_buffer("head", large);
+  const std::size_t before = pooled_buffers();
+  CHECK(big == "head");
+  CHECK(big.capacity() >= large);
+  const char* memory = big.data();
+  give_back(std::move(big));
+  CHECK(pooled_buffers() == before + 1);
+  std::string again = take_buffer("h2", large - 1);  // a smaller request fits in it
+  CHECK(again == "h2");
+  CHECK(again.data() == memory);
+  CHECK(pooled_buffers() == before);
+  give_back(std::string(16, 's'));  // small: left to malloc
+  CHECK(pooled_buffers() == before);
+  {
+    auto shared = share_buffer(std::move(again));  // given back when its last holder is done
+    CHECK(pooled_buffers() == before);
+  }
+  CHECK(pooled_buffers() == before + 1);
+  // The bound: past kPoolBytes in all, a buffer is freed.
+  std::vector<std::string> many;
+  for (std::size_t i = 0; i <= kPoolBytes / kPooledMinBytes; ++i) many.push_back(take_buffer({}, kPooledMinBytes));
+  for (std::string& s : many) give_back(std::move(s));
+  CHECK(pooled_buffers() <= kPoolBytes / kPooledMinBytes);
 }

@@ -7,6 +7,7 @@
 
 #include <nats/nats.h>
 
+#include "host/cluster/buffer_pool.hpp"
 #include "host/cluster/wire.hpp"
 #include "host/config.hpp"
 #include "host/error.hpp"
@@ -146,6 +147,7 @@ void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, SpawnFn spawn
     }
   }
   publish_heartbeat();
+  flusher_ = std::thread([this] { flush_loop(); });
   ticker_ = std::thread([this] { tick_loop(); });
   log::logger().info("cluster: node {} (id {}) joined {}", options_.name, id_, options_.url);
 }
@@ -158,6 +160,14 @@ void NatsNode::stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  // What waits in batches goes before the bye: the flusher empties its
+  // queue, then ends.
+  {
+    std::lock_guard lock(flush_mu_);
+    flush_stopping_ = true;
+  }
+  flush_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
   if (!conn_) return;
   if (scheduler_) {
     publish_heartbeat(/*bye=*/true);
@@ -182,6 +192,48 @@ void NatsNode::publish(const std::string& subject, std::string_view bytes) {
   // A failure (disconnected with a full buffer, closed) loses the frame as
   // NATS itself may: the session resends data, heartbeats repeat.
   (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
+}
+
+void NatsNode::emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now) {
+  if (!peer.batch.hold(frame.size(), data, now)) {
+    publish(peer.subject, frame);
+    return;
+  }
+  peer.batch.add(frame);
+  if (peer.batch.queued) return;  // the flusher has it in hand already
+  peer.batch.queued = true;
+  {
+    std::lock_guard lock(flush_mu_);
+    flush_queue_.push_back(peer.shared_from_this());
+  }
+  flush_cv_.notify_one();
+}
+
+void NatsNode::flush_loop() {
+  std::unique_lock lock(flush_mu_);
+  for (;;) {
+    flush_cv_.wait(lock, [this] { return flush_stopping_ || !flush_queue_.empty(); });
+    if (flush_queue_.empty()) return;  // stopping, and nothing left to publish
+    std::shared_ptr<Peer> peer = std::move(flush_queue_.front());
+    flush_queue_.pop_front();
+    lock.unlock();
+    flush(*peer);
+    lock.lock();
+  }
+}
+
+void NatsNode::flush(Peer& peer) {
+  std::unique_lock lock(peer.mu);
+  // Published outside the lock, so that senders append meanwhile (behind
+  // these chunks: Batch::hold); what came meanwhile goes next, in turn.
+  while (!peer.batch.empty() && !peer.down) {
+    std::deque<std::string> chunks = peer.batch.take();
+    lock.unlock();
+    for (const std::string& chunk : chunks) publish(peer.subject, chunk);
+    lock.lock();
+    peer.batch.flushed(std::move(chunks.back()));
+  }
+  peer.batch.queued = false;
 }
 
 Frame NatsNode::frame_to(const Peer& peer, FrameKind kind) const {
@@ -235,7 +287,7 @@ void NatsNode::send_body(Peer& peer, Body body, Clock::time_point now) {
   Frame f = frame_to(peer, FrameKind::Data);
   f.seq = peer.session.next_seq();
   f.ack = peer.session.cumulative_ack();
-  body.framed(f, [&](std::string_view frame) { publish(peer.subject, frame); });
+  body.framed(f, [&](std::string_view frame) { emit(peer, frame, /*data=*/true, now); });
   peer.session.ack_sent();
   (void)peer.session.stamp(std::move(body), now);
 }
@@ -316,12 +368,12 @@ std::string NatsNode::send_begun(const Pid& to, std::string_view node, const Pid
     if (!peer) return make_error(ErrorKind::NotFound, "node " + std::string(node) + " is not connected");
     // Every name on the node as one receiver: a pair's order holds
     // whatever process holds the name when each arrives.
-    return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, std::make_shared<std::string>(std::move(message)),
+    return send_to_peer(peer, PairKey{from, Pid{peer->id, 0, 0}}, share_buffer(std::move(message)),
                         backlog);
   }
   auto peer = find(to.node);
   if (!peer) return make_error(ErrorKind::NotFound, "no process " + to.to_string() + " (no connected node has its id)");
-  return send_to_peer(peer, PairKey{from, to}, std::make_shared<std::string>(std::move(message)), backlog);
+  return send_to_peer(peer, PairKey{from, to}, share_buffer(std::move(message)), backlog);
 }
 
 std::string NatsNode::deliver_event(const Pid& to, const Event& event) {
@@ -570,7 +622,14 @@ void NatsNode::on_name_msg(natsConnection* nc, natsSubscription*, natsMsg* msg, 
 void NatsNode::on_node_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
   auto* node = static_cast<NatsNode*>(self);
   if (node->enter_callback()) {
-    node->received(std::string_view(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg))));
+    const std::string_view bytes(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    // Several frames in one message (batch.hpp), in the order sent; a
+    // batch cut short gives the frames before the cut, each checked again.
+    if (!bytes.empty() && static_cast<std::uint8_t>(bytes.front()) == kBatchMagic) {
+      (void)for_each_in_batch(bytes, [node](std::string_view frame) { node->received(frame); });
+    } else {
+      node->received(bytes);
+    }
     node->in_callbacks_.fetch_sub(1, std::memory_order_seq_cst);
   }
   natsMsg_Destroy(msg);
@@ -601,7 +660,7 @@ void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
     // And this session's epoch (an ack of nothing), rather than at the
     // next heartbeat: see tick_loop.
     std::lock_guard lock(peer->mu);
-    publish(peer->subject, encode_frame(frame_to(*peer, FrameKind::Ack)));
+    emit(*peer, encode_frame(frame_to(*peer, FrameKind::Ack)), /*data=*/false, Clock::now());
   }
   tell_node_watchers(peer->name, true);
   if (up_hook_) up_hook_(id, peer->name);
@@ -646,7 +705,7 @@ void NatsNode::received(std::string_view bytes) {
       if (peer->session.ack_due_now()) {
         Frame a = frame_to(*peer, FrameKind::Ack);
         a.ack = peer->session.cumulative_ack();
-        publish(peer->subject, encode_frame(a));
+        emit(*peer, encode_frame(a), /*data=*/false, now);
         peer->session.ack_sent();
       }
     }
@@ -856,7 +915,7 @@ void NatsNode::tick_loop() {
           if (peer->session.ack_due_at_tick() || (heartbeat && !peer->session.peer_knows_epoch())) {
             Frame a = frame_to(*peer, FrameKind::Ack);
             a.ack = peer->session.cumulative_ack();
-            publish(peer->subject, encode_frame(a));
+            emit(*peer, encode_frame(a), /*data=*/false, now);
             peer->session.ack_sent();
           }
           // Not while disconnected: what was published then waits in NATS's
@@ -866,7 +925,7 @@ void NatsNode::tick_loop() {
             Frame f = frame_to(*peer, FrameKind::Data);
             f.seq = seq;
             f.ack = peer->session.cumulative_ack();
-            body.framed(f, [&](std::string_view frame) { publish(peer->subject, frame); });
+            body.framed(f, [&](std::string_view frame) { emit(*peer, frame, /*data=*/true, now); });
           });
           pump(*peer, now);
         }

@@ -4,7 +4,8 @@
 // Threads: the calls of RemoteNodes from any thread; NATS's own threads
 // run the subscriptions' callbacks (heartbeats, frames to this node); one
 // ticker thread of its own sends heartbeats, acks and resends and takes
-// silent peers down.
+// silent peers down; one flusher thread publishes the frames that wait in
+// the peers' batches (batch.hpp).
 //
 // Subjects. `host.cluster` carries every node's heartbeat (its id and
 // name, every 500 ms) and its bye when it ends; `host.node.<ID>` a node's
@@ -38,6 +39,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,6 +50,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "host/cluster/batch.hpp"
 #include "host/cluster/outbox.hpp"
 #include "host/cluster/session.hpp"
 #include "host/cluster/wire.hpp"
@@ -119,7 +122,7 @@ class NatsNode final : public RemoteNodes {
   std::optional<std::uint32_t> id_of(std::string_view name) const;
 
  private:
-  struct Peer {
+  struct Peer : std::enable_shared_from_this<Peer> {
     Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor);
     const std::uint32_t id;
     const std::string name;
@@ -129,6 +132,8 @@ class NatsNode final : public RemoteNodes {
     // What waits to enter the session (large envelopes' parts, and what
     // their pairs send after them): see outbox.hpp.
     Outbox outbox;
+    // Frames waiting to be published together (batch.hpp).
+    Batch batch;
     std::atomic<std::uint64_t> next_transfer{1};  // the next large envelope's number (wire.hpp)
     Session::Clock::time_point last_heard;
     bool down = false;  // taken down: nothing more goes out or comes in
@@ -185,6 +190,13 @@ class NatsNode final : public RemoteNodes {
   // Bytes held for the peer: unacknowledged plus waiting in the outbox.
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
   void publish(const std::string& subject, std::string_view bytes);
+  // Under peer.mu: a frame to the peer, published now or put in its batch
+  // for the flusher (batch.hpp says when); `data`: a data frame (a burst
+  // is one of data frames; acks keep their place but make none).
+  void emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now);
+  // The flusher thread: publishes the batches emit queued, in order.
+  void flush_loop();
+  void flush(Peer& peer);
   // Under peer.mu: a frame to the peer with both ends' ids and epochs.
   Frame frame_to(const Peer& peer, FrameKind kind) const;
   void publish_heartbeat(bool bye = false);
@@ -241,6 +253,11 @@ class NatsNode final : public RemoteNodes {
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
+  std::mutex flush_mu_;  // pairs with flush_cv_, guards flush_queue_ and flush_stopping_
+  std::condition_variable flush_cv_;
+  std::deque<std::shared_ptr<Peer>> flush_queue_;  // peers whose batch waits for the flusher
+  bool flush_stopping_ = false;
+  std::thread flusher_;
   std::atomic<bool> stopped_{false};
   std::atomic<int> in_callbacks_{0};  // subscription callbacks running now (stop waits for none)
   bool enter_callback();

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "host/cluster/buffer_pool.hpp"
+
 namespace host::cluster {
 
 namespace {
@@ -168,15 +170,15 @@ std::string encode_envelope(const Envelope& e) {
 }
 
 std::string encode_envelope_with_room(const Envelope& e, std::size_t more) {
-  std::string buf;
-  buf.reserve(kEnvelopeRoom + envelope_size(e) + more);
+  // A large one's buffer is a kept one when there is one (buffer_pool.hpp).
+  std::string buf = take_buffer({}, kEnvelopeRoom + envelope_size(e) + more);
   buf.resize(kEnvelopeRoom);
   put_envelope(buf, e);
   return buf;
 }
 
 EnvelopeBuffer encode_envelope_buffer(const Envelope& e) {
-  return std::make_shared<std::string>(encode_envelope_with_room(e));
+  return share_buffer(encode_envelope_with_room(e));
 }
 
 std::optional<Envelope> decode_envelope(std::string_view bytes) {
