@@ -131,7 +131,19 @@ struct Conn {
   double linger_until = 0;
 };
 
-Conn* check_conn(lua_State* L) { return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta)); }
+// The methods hold the connection's metatable as their upvalue: the check
+// compares it with the object's, where luaL_checkudata would look its name
+// up in the registry (a string made and hashed) on every call, twice a
+// request. Anything else gets luaL_checkudata's error.
+Conn* check_conn(lua_State* L) {
+  void* p = lua_touserdata(L, 1);
+  if (p != nullptr && lua_getmetatable(L, 1)) {
+    const bool ours = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+    if (ours) return static_cast<Conn*>(p);
+  }
+  return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta));
+}
 
 void close_now(lua_State* L, Conn* c) {
   if (c->dead) return;
@@ -172,47 +184,46 @@ Io flush(lua_State* L, Conn* c) {
   return Io::kEnd;
 }
 
-// The request as the handler gets it.
-void push_request(lua_State* L, Conn* c, io::HttpRequest& r) {
+// The request as the handler gets it, as the values conn:next() returns
+// (stdlib/http/conn.lua makes its table with a constructor, which costs
+// far less than a field set from C for each): method, path, query (nil
+// when the URL has none), headers, body (nil when streamed) and whether
+// it is HTTP/1.0. Returns how many it pushed.
+int push_request(lua_State* L, io::HttpRequest& r) {
   std::string path;
   io::HttpQuery query;
   io::split_target(r, &path, &query);
   const auto headers = io::group_headers(r);
-  lua_createtable(L, 0, 8);
   lua_pushlstring(L, r.method.data(), r.method.size());
-  lua_setfield(L, -2, "method");
   lua_pushlstring(L, path.data(), path.size());
-  lua_setfield(L, -2, "path");
-  lua_createtable(L, 0, static_cast<int>(query.size()));
-  for (const auto& [k, vs] : query) {
-    lua_pushlstring(L, k.data(), k.size());
-    if (vs.size() == 1) {
-      lua_pushlstring(L, vs[0].data(), vs[0].size());
-    } else {
-      lua_createtable(L, static_cast<int>(vs.size()), 0);
-      for (std::size_t i = 0; i < vs.size(); ++i) {
-        lua_pushlstring(L, vs[i].data(), vs[i].size());
-        lua_rawseti(L, -2, static_cast<int>(i + 1));
+  if (query.empty()) {
+    lua_pushnil(L);
+  } else {
+    lua_createtable(L, 0, static_cast<int>(query.size()));
+    for (const auto& [k, vs] : query) {
+      lua_pushlstring(L, k.data(), k.size());
+      if (vs.size() == 1) {
+        lua_pushlstring(L, vs[0].data(), vs[0].size());
+      } else {
+        lua_createtable(L, static_cast<int>(vs.size()), 0);
+        for (std::size_t i = 0; i < vs.size(); ++i) {
+          lua_pushlstring(L, vs[i].data(), vs[i].size());
+          lua_rawseti(L, -2, static_cast<int>(i + 1));
+        }
       }
+      lua_rawset(L, -3);
     }
-    lua_rawset(L, -3);
   }
-  lua_setfield(L, -2, "query");
   lua_createtable(L, 0, static_cast<int>(headers.size()));
   for (const auto& [name, value] : headers) {
     lua_pushlstring(L, name.data(), name.size());
     lua_pushlstring(L, value.data(), value.size());
     lua_rawset(L, -3);
   }
-  lua_setfield(L, -2, "headers");
-  if (!r.streamed) {
-    lua_pushlstring(L, r.body.data(), r.body.size());
-    lua_setfield(L, -2, "body");
-  }
-  lua_pushlstring(L, c->remote.data(), c->remote.size());
-  lua_setfield(L, -2, "remote");
-  lua_pushstring(L, r.minor == 0 ? "1.0" : "1.1");
-  lua_setfield(L, -2, "version");
+  if (r.streamed) lua_pushnil(L);
+  else lua_pushlstring(L, r.body.data(), r.body.size());
+  lua_pushboolean(L, r.minor == 0);
+  return 6;
 }
 
 // Reads once more into the parser: kDone (something came, or the client
@@ -279,7 +290,7 @@ void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool,
   if (probe(L, c)) watch(L, c);
 }
 
-// The next request (1: its table), or the connection's end (1: nil; 2:
+// The next request (its values, push_request), or the connection's end (1: nil; 2:
 // nil, "idle" where it waits idle past hibernate_after: the caller may
 // give the socket up), or -1 (wait; *dir, c->deadline).
 int attempt_next(lua_State* L, Conn* c, bool* reading) {
@@ -347,9 +358,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       c->head_written = false;
       ++c->served;
       if (c->tracked) c->tracked->in_flight.store(true, std::memory_order_relaxed);
-      push_request(L, c, r);
+      const int n = push_request(L, r);
       watch(L, c);
-      return 1;
+      return n;
     }
     if ((p.no_more && !p.in_message) || c->eof) {
       c->closing = true;
@@ -656,8 +667,9 @@ void answered(lua_State* L, Conn* c) {
 
 // ---- the methods
 
-// conn:next(): the next request, nil at the connection's end, or nil,
-// "idle" (hibernate_after passed with nothing coming).
+// conn:next(): the next request's method, path, query, headers, body
+// and whether it is HTTP/1.0 (push_request); nil at the connection's
+// end, or nil, "idle" (hibernate_after passed with nothing coming).
 int m_next(lua_State* L) {
   Conn* c = check_conn(L);
   if (int n = busy(L, c)) return n;
@@ -778,6 +790,14 @@ int m_gone(lua_State* L) {
   Conn* c = check_conn(L);
   if (!c->gone && !c->dead && c->in_flight && !c->flight_streamed && c->op == Conn::kNone) (void)probe(L, c);
   lua_pushboolean(L, c->gone || c->dead);
+  return 1;
+}
+
+// conn:remote(): the client's "IP:PORT" (asked once a connection, not
+// made again for each request).
+int m_remote(lua_State* L) {
+  Conn* c = check_conn(L);
+  lua_pushlstring(L, c->remote.data(), c->remote.size());
   return 1;
 }
 
@@ -1019,10 +1039,14 @@ int open_http_conn(lua_State* L) {
     static const luaL_Reg methods[] = {
         {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
         {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
-        {nullptr, nullptr},
+        {"remote", m_remote}, {nullptr, nullptr},
     };
-    lua_createtable(L, 0, 9);
-    luaL_register(L, nullptr, methods);
+    lua_createtable(L, 0, 10);
+    for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
+      lua_pushvalue(L, -2);
+      lua_pushcclosure(L, m->func, 1);
+      lua_setfield(L, -2, m->name);
+    }
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, m_gc);
     lua_setfield(L, -2, "__gc");
