@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -49,6 +50,7 @@
 
 #include "bindings/lua_process.hpp"
 #include "bindings/socket_ref.hpp"
+#include "host/commands.hpp"
 #include "host/io/http_request_parser.hpp"
 #include "host/io/io_services.hpp"
 #include "host/io/tcp_socket.hpp"
@@ -128,6 +130,15 @@ struct Conn {
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
+  // The wait for a keep-alive connection's next request: its deadline
+  // (hibernate_after or keepalive_timeout past the last response; -1
+  // while next() waits for anything else), and a sleep that watches it
+  // (idle_timer, due at idle_timer_at), kept from one request to the
+  // next: that wait arms no timer of its own (a timer armed and cancelled
+  // a request), and the sleep fires once a deadline at most.
+  double idle_deadline = -1;
+  std::uint64_t idle_timer = 0;
+  double idle_timer_at = 0;
   double linger_until = 0;
 };
 
@@ -149,6 +160,7 @@ void close_now(lua_State* L, Conn* c) {
   if (c->dead) return;
   c->dead = true;
   c->watch_tag = 0;
+  c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
   if (c->sock) c->sock->close();
   c->out.clear();
@@ -290,11 +302,46 @@ void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool,
   if (probe(L, c)) watch(L, c);
 }
 
+void idle_timer_fired(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+void arm_idle_timer(lua_State* L, Conn* c, double at, double t) {
+  if (c->idle_timer != 0) io_unwatch(L, c->idle_timer);
+  IoWaitCall call{cmd::kSleep, io_call_tag(L)};
+  call.arg = static_cast<std::int64_t>(std::min(std::max(at - t, 0.0) * 1e9, 9e18));
+  c->idle_timer = call.tag;
+  c->idle_timer_at = at;
+  io_watch(L, std::move(call), c, idle_timer_fired);
+}
+
+// next() waits idle until at: without a timer of its own; the idle
+// sleep, armed where none is due by then.
+void wait_idle(lua_State* L, Conn* c, double at, double t) {
+  c->deadline = -1;
+  c->idle_deadline = at;
+  if (c->idle_timer == 0 || c->idle_timer_at > at) arm_idle_timer(L, c, at, t);
+}
+
+// The idle sleep is due: where next() still waits idle, it ends that wait
+// once its deadline passed (its retry, resume_conn, finds it so), or
+// sleeps again until the deadline, which requests since have moved on.
+// Anything else waits with a timeout of its own; the next idle wait arms
+// the sleep again.
+void idle_timer_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* c = static_cast<Conn*>(owner);
+  if (c->idle_timer != tag) return;
+  c->idle_timer = 0;
+  if (c->dead || c->op != Conn::kNext || c->tag == 0 || c->idle_deadline < 0) return;
+  const double t = now();
+  if (t < c->idle_deadline) arm_idle_timer(L, c, c->idle_deadline, t);
+  else io_expire(L, c->tag);
+}
+
 // The next request (its values, push_request), or the connection's end (1: nil; 2:
 // nil, "idle" where it waits idle past hibernate_after: the caller may
 // give the socket up), or -1 (wait; *dir, c->deadline).
 int attempt_next(lua_State* L, Conn* c, bool* reading) {
   io::HttpRequestParser& p = *c->parser;
+  c->idle_deadline = -1;
   for (;;) {
     if (c->dead) {
       lua_pushnil(L);
@@ -383,18 +430,20 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       }
     } else if (lim.hibernate_after > 0 && lim.hibernate_after < lim.keepalive_timeout &&
                c->sock->stream()->buffered() == 0) {
-      c->deadline = c->idle_since + lim.hibernate_after;
-      if (t >= c->deadline) {
+      const double at = c->idle_since + lim.hibernate_after;
+      if (t >= at) {
         lua_pushnil(L);
         lua_pushliteral(L, "idle");
         return 2;
       }
+      wait_idle(L, c, at, t);
     } else {
-      c->deadline = c->idle_since + lim.keepalive_timeout;
-      if (t >= c->deadline) {
+      const double at = c->idle_since + lim.keepalive_timeout;
+      if (t >= at) {
         close_now(L, c);
         continue;
       }
+      wait_idle(L, c, at, t);
     }
     *reading = true;
     return -1;
@@ -779,6 +828,7 @@ int m_park(lua_State* L) {
     return 1;
   }
   c->dead = true;
+  c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
   tcp_push(L, std::move(c->sock), kClient);
   return 1;
