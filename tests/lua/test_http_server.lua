@@ -454,13 +454,15 @@ return { main = function(host)
       -- The wait for the next request has no timer of its own: one sleep a
       -- connection, due at the first deadline, sleeps again when requests
       -- came since (bindings/http_conn.cpp, idle_timer_fired).
-      local srv, port = serve { hibernate_after = 0.2 }
+      -- Requests 0.15 s apart for 0.9 s: the sleep due at the first
+      -- deadline (0.5 s) must find the connection busy and sleep again.
+      local srv, port = serve { hibernate_after = 0.5 }
       local c = connect(port)
       local _, first = get(c, "/who")
       for i = 1, 6 do
-        time.sleep(0.08)
+        time.sleep(0.15)
         local _, h, b = get(c, "/who")
-        T.eq(h["x-pid"], first["x-pid"], "requests 0.08 s apart keep the process (request " .. i .. ")")
+        T.eq(h["x-pid"], first["x-pid"], "requests 0.15 s apart keep the process (request " .. i .. ")")
         T.eq(b, tostring(i + 1))
       end
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "then idle, it gives it up")
