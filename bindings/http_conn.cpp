@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -49,6 +50,7 @@
 
 #include "bindings/lua_process.hpp"
 #include "bindings/socket_ref.hpp"
+#include "host/commands.hpp"
 #include "host/io/http_request_parser.hpp"
 #include "host/io/io_services.hpp"
 #include "host/io/tcp_socket.hpp"
@@ -128,15 +130,37 @@ struct Conn {
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
+  // The wait for a keep-alive connection's next request: its deadline
+  // (hibernate_after or keepalive_timeout past the last response; -1
+  // while next() waits for anything else), and a sleep that watches it
+  // (idle_timer, due at idle_timer_at), kept from one request to the
+  // next: that wait arms no timer of its own (a timer armed and cancelled
+  // a request), and the sleep fires once a deadline at most.
+  double idle_deadline = -1;
+  std::uint64_t idle_timer = 0;
+  double idle_timer_at = 0;
   double linger_until = 0;
 };
 
-Conn* check_conn(lua_State* L) { return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta)); }
+// The methods hold the connection's metatable as their upvalue: the check
+// compares it with the object's, where luaL_checkudata would look its name
+// up in the registry (a string made and hashed) on every call, twice a
+// request. Anything else gets luaL_checkudata's error.
+Conn* check_conn(lua_State* L) {
+  void* p = lua_touserdata(L, 1);
+  if (p != nullptr && lua_getmetatable(L, 1)) {
+    const bool ours = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+    if (ours) return static_cast<Conn*>(p);
+  }
+  return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta));
+}
 
 void close_now(lua_State* L, Conn* c) {
   if (c->dead) return;
   c->dead = true;
   c->watch_tag = 0;
+  c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
   if (c->sock) c->sock->close();
   c->out.clear();
@@ -172,47 +196,46 @@ Io flush(lua_State* L, Conn* c) {
   return Io::kEnd;
 }
 
-// The request as the handler gets it.
-void push_request(lua_State* L, Conn* c, io::HttpRequest& r) {
+// The request as the handler gets it, as the values conn:next() returns
+// (stdlib/http/conn.lua makes its table with a constructor, which costs
+// far less than a field set from C for each): method, path, query (nil
+// when the URL has none), headers, body (nil when streamed) and whether
+// it is HTTP/1.0. Returns how many it pushed.
+int push_request(lua_State* L, io::HttpRequest& r) {
   std::string path;
   io::HttpQuery query;
   io::split_target(r, &path, &query);
   const auto headers = io::group_headers(r);
-  lua_createtable(L, 0, 8);
   lua_pushlstring(L, r.method.data(), r.method.size());
-  lua_setfield(L, -2, "method");
   lua_pushlstring(L, path.data(), path.size());
-  lua_setfield(L, -2, "path");
-  lua_createtable(L, 0, static_cast<int>(query.size()));
-  for (const auto& [k, vs] : query) {
-    lua_pushlstring(L, k.data(), k.size());
-    if (vs.size() == 1) {
-      lua_pushlstring(L, vs[0].data(), vs[0].size());
-    } else {
-      lua_createtable(L, static_cast<int>(vs.size()), 0);
-      for (std::size_t i = 0; i < vs.size(); ++i) {
-        lua_pushlstring(L, vs[i].data(), vs[i].size());
-        lua_rawseti(L, -2, static_cast<int>(i + 1));
+  if (query.empty()) {
+    lua_pushnil(L);
+  } else {
+    lua_createtable(L, 0, static_cast<int>(query.size()));
+    for (const auto& [k, vs] : query) {
+      lua_pushlstring(L, k.data(), k.size());
+      if (vs.size() == 1) {
+        lua_pushlstring(L, vs[0].data(), vs[0].size());
+      } else {
+        lua_createtable(L, static_cast<int>(vs.size()), 0);
+        for (std::size_t i = 0; i < vs.size(); ++i) {
+          lua_pushlstring(L, vs[i].data(), vs[i].size());
+          lua_rawseti(L, -2, static_cast<int>(i + 1));
+        }
       }
+      lua_rawset(L, -3);
     }
-    lua_rawset(L, -3);
   }
-  lua_setfield(L, -2, "query");
   lua_createtable(L, 0, static_cast<int>(headers.size()));
   for (const auto& [name, value] : headers) {
     lua_pushlstring(L, name.data(), name.size());
     lua_pushlstring(L, value.data(), value.size());
     lua_rawset(L, -3);
   }
-  lua_setfield(L, -2, "headers");
-  if (!r.streamed) {
-    lua_pushlstring(L, r.body.data(), r.body.size());
-    lua_setfield(L, -2, "body");
-  }
-  lua_pushlstring(L, c->remote.data(), c->remote.size());
-  lua_setfield(L, -2, "remote");
-  lua_pushstring(L, r.minor == 0 ? "1.0" : "1.1");
-  lua_setfield(L, -2, "version");
+  if (r.streamed) lua_pushnil(L);
+  else lua_pushlstring(L, r.body.data(), r.body.size());
+  lua_pushboolean(L, r.minor == 0);
+  return 6;
 }
 
 // Reads once more into the parser: kDone (something came, or the client
@@ -279,11 +302,46 @@ void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool,
   if (probe(L, c)) watch(L, c);
 }
 
-// The next request (1: its table), or the connection's end (1: nil; 2:
+void idle_timer_fired(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+void arm_idle_timer(lua_State* L, Conn* c, double at, double t) {
+  if (c->idle_timer != 0) io_unwatch(L, c->idle_timer);
+  IoWaitCall call{cmd::kSleep, io_call_tag(L)};
+  call.arg = static_cast<std::int64_t>(std::min(std::max(at - t, 0.0) * 1e9, 9e18));
+  c->idle_timer = call.tag;
+  c->idle_timer_at = at;
+  io_watch(L, std::move(call), c, idle_timer_fired);
+}
+
+// next() waits idle until at: without a timer of its own; the idle
+// sleep, armed where none is due by then.
+void wait_idle(lua_State* L, Conn* c, double at, double t) {
+  c->deadline = -1;
+  c->idle_deadline = at;
+  if (c->idle_timer == 0 || c->idle_timer_at > at) arm_idle_timer(L, c, at, t);
+}
+
+// The idle sleep is due: where next() still waits idle, it ends that wait
+// once its deadline passed (its retry, resume_conn, finds it so), or
+// sleeps again until the deadline, which requests since have moved on.
+// Anything else waits with a timeout of its own; the next idle wait arms
+// the sleep again.
+void idle_timer_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* c = static_cast<Conn*>(owner);
+  if (c->idle_timer != tag) return;
+  c->idle_timer = 0;
+  if (c->dead || c->op != Conn::kNext || c->tag == 0 || c->idle_deadline < 0) return;
+  const double t = now();
+  if (t < c->idle_deadline) arm_idle_timer(L, c, c->idle_deadline, t);
+  else io_expire(L, c->tag);
+}
+
+// The next request (its values, push_request), or the connection's end (1: nil; 2:
 // nil, "idle" where it waits idle past hibernate_after: the caller may
 // give the socket up), or -1 (wait; *dir, c->deadline).
 int attempt_next(lua_State* L, Conn* c, bool* reading) {
   io::HttpRequestParser& p = *c->parser;
+  c->idle_deadline = -1;
   for (;;) {
     if (c->dead) {
       lua_pushnil(L);
@@ -347,9 +405,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       c->head_written = false;
       ++c->served;
       if (c->tracked) c->tracked->in_flight.store(true, std::memory_order_relaxed);
-      push_request(L, c, r);
+      const int n = push_request(L, r);
       watch(L, c);
-      return 1;
+      return n;
     }
     if ((p.no_more && !p.in_message) || c->eof) {
       c->closing = true;
@@ -372,18 +430,20 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       }
     } else if (lim.hibernate_after > 0 && lim.hibernate_after < lim.keepalive_timeout &&
                c->sock->stream()->buffered() == 0) {
-      c->deadline = c->idle_since + lim.hibernate_after;
-      if (t >= c->deadline) {
+      const double at = c->idle_since + lim.hibernate_after;
+      if (t >= at) {
         lua_pushnil(L);
         lua_pushliteral(L, "idle");
         return 2;
       }
+      wait_idle(L, c, at, t);
     } else {
-      c->deadline = c->idle_since + lim.keepalive_timeout;
-      if (t >= c->deadline) {
+      const double at = c->idle_since + lim.keepalive_timeout;
+      if (t >= at) {
         close_now(L, c);
         continue;
       }
+      wait_idle(L, c, at, t);
     }
     *reading = true;
     return -1;
@@ -656,8 +716,9 @@ void answered(lua_State* L, Conn* c) {
 
 // ---- the methods
 
-// conn:next(): the next request, nil at the connection's end, or nil,
-// "idle" (hibernate_after passed with nothing coming).
+// conn:next(): the next request's method, path, query, headers, body
+// and whether it is HTTP/1.0 (push_request); nil at the connection's
+// end, or nil, "idle" (hibernate_after passed with nothing coming).
 int m_next(lua_State* L) {
   Conn* c = check_conn(L);
   if (int n = busy(L, c)) return n;
@@ -767,6 +828,7 @@ int m_park(lua_State* L) {
     return 1;
   }
   c->dead = true;
+  c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
   tcp_push(L, std::move(c->sock), kClient);
   return 1;
@@ -778,6 +840,14 @@ int m_gone(lua_State* L) {
   Conn* c = check_conn(L);
   if (!c->gone && !c->dead && c->in_flight && !c->flight_streamed && c->op == Conn::kNone) (void)probe(L, c);
   lua_pushboolean(L, c->gone || c->dead);
+  return 1;
+}
+
+// conn:remote(): the client's "IP:PORT" (asked once a connection, not
+// made again for each request).
+int m_remote(lua_State* L) {
+  Conn* c = check_conn(L);
+  lua_pushlstring(L, c->remote.data(), c->remote.size());
   return 1;
 }
 
@@ -1019,10 +1089,14 @@ int open_http_conn(lua_State* L) {
     static const luaL_Reg methods[] = {
         {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
         {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
-        {nullptr, nullptr},
+        {"remote", m_remote}, {nullptr, nullptr},
     };
-    lua_createtable(L, 0, 9);
-    luaL_register(L, nullptr, methods);
+    lua_createtable(L, 0, 10);
+    for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
+      lua_pushvalue(L, -2);
+      lua_pushcclosure(L, m->func, 1);
+      lua_setfield(L, -2, m->name);
+    }
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, m_gc);
     lua_setfield(L, -2, "__gc");

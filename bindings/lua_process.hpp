@@ -328,6 +328,12 @@ void io_forget(lua_State* L, void* owner);
 // a completion already on its way is ignored). Both within a step.
 void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
 void io_unwatch(lua_State* L, std::uint64_t tag);
+// Ends the task's wait of tag now, as its timeout would: its yields are
+// cancelled and its continuation runs with an empty payload, within this
+// step. So a wait can go without a timer of its own where a watch (a
+// sleep the connection keeps from one wait to the next) says when its
+// time is up. False where no task waits with that tag.
+bool io_expire(lua_State* L, std::uint64_t tag);
 // Cancels this process the way process.cancel does: its cancel event
 // where it opened its events, else its end (reason "canceled: REASON").
 void cancel_self(lua_State* L, std::string reason);

@@ -251,6 +251,7 @@ struct Primitives {
   static void io_forget(lua_State* L, void* owner);
   static void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont);
   static void io_unwatch(lua_State* L, std::uint64_t tag);
+  static bool io_expire(lua_State* L, std::uint64_t tag);
   static void cancel_self(lua_State* L, std::string reason);
   static std::size_t memory_room(lua_State* L);
   static io::IoServices& io_services(lua_State* L);

@@ -62,6 +62,24 @@ void Primitives::io_unwatch(lua_State* L, std::uint64_t tag) {
   w.erase(it);
 }
 
+bool Primitives::io_expire(lua_State* L, std::uint64_t tag) {
+  LuaProcess& p = of(L);
+  if (!p.io_waits_) return false;
+  auto& w = *p.io_waits_;
+  auto it = std::find_if(w.begin(), w.end(), [tag](const LuaProcess::IoWait& e) { return e.tag == tag; });
+  if (it == w.end() || it->watch) return false;
+  const LuaProcess::IoWait wait = *it;
+  w.erase(it);
+  // A wait made earlier in this step is taken back before it starts (a
+  // cancel would come before it in dispatch, and miss it).
+  if (!p.step_out_->drop_yield(wait.command, tag)) p.step_out_->cancel_yield(wait.command, tag);
+  if (wait.timer && !p.step_out_->drop_yield(cmd::kSleep, tag)) p.step_out_->cancel_yield(cmd::kSleep, tag);
+  lua_State* co = p.kernel_.take_call(L, tag);
+  if (!co) return true;  // its task is gone
+  wait.cont(L, co, wait.owner, tag, false, {});
+  return true;
+}
+
 void Primitives::cancel_self(lua_State* L, std::string reason) {
   LuaProcess& p = of(L);
   (void)p.rt_.scheduler().cancel(p.ctx_.self, std::move(reason), p.ctx_.self);
@@ -91,6 +109,7 @@ void io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
   Primitives::io_watch(L, std::move(call), owner, cont);
 }
 void io_unwatch(lua_State* L, std::uint64_t tag) { Primitives::io_unwatch(L, tag); }
+bool io_expire(lua_State* L, std::uint64_t tag) { return Primitives::io_expire(L, tag); }
 void cancel_self(lua_State* L, std::string reason) { Primitives::cancel_self(L, std::move(reason)); }
 std::size_t memory_room(lua_State* L) { return Primitives::memory_room(L); }
 io::IoServices& io_services(lua_State* L) { return Primitives::io_services(L); }

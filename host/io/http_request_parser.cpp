@@ -115,25 +115,45 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_query(std::s
 
 }  // namespace
 
+namespace {
+
+// ASCII only, by table: std::tolower and std::isalnum are calls into the
+// C library (its locale) for each character, and these run over each
+// response header's name.
+constexpr char ascii_lower(char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch; }
+
+// RFC 9110's token characters (tchar).
+constexpr bool is_tchar(unsigned char ch) {
+  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch != 0 && std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(ch)) != std::string_view::npos);
+}
+
+struct TokenTable {
+  bool ok[256] = {};
+  constexpr TokenTable() {
+    for (int i = 0; i < 256; ++i) ok[i] = is_tchar(static_cast<unsigned char>(i));
+  }
+};
+constexpr TokenTable kToken;
+
+}  // namespace
+
 std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (char& ch : s) ch = ascii_lower(ch);
   return s;
 }
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
   return true;
 }
 
-// RFC 9110's token characters, which a header name is made of.
 bool is_token(std::string_view s) {
   if (s.empty()) return false;
-  for (unsigned char ch : s) {
-    if (std::isalnum(ch)) continue;
-    if (!std::strchr("!#$%&'*+-.^_`|~", ch) || ch == 0) return false;
-  }
+  for (unsigned char ch : s)
+    if (!kToken.ok[ch]) return false;
   return true;
 }
 

@@ -83,8 +83,14 @@ function M.serve(sock, id, entry, conf)
   local fresh = require("host.reloaded")
   local handler, load_error = load_handler(entry, module, method)
 
-  local req, why = conn:next()
-  while req do
+  -- The client's address, the same for each request on the connection.
+  local remote = conn:remote()
+  -- A request comes as values (bindings/http_conn.cpp, push_request), its
+  -- table made here: a constructor costs far less than setting each field
+  -- from C. At the connection's end verb is nil, and path says why where
+  -- it is "idle".
+  local verb, path, query, headers, body, http10 = conn:next()
+  while verb do
     if next(fresh) ~= nil then
       -- The changed modules and the handler's own (which may hold a
       -- changed one it required), loaded again at their newest versions.
@@ -96,33 +102,36 @@ function M.serve(sock, id, entry, conf)
       loaded[module] = nil
       handler, load_error = load_handler(entry, module, method)
     end
-    setmetatable(req, Request)
-    local status, headers, body
+    local req = setmetatable({
+      method = verb, path = path, query = query or {}, headers = headers, body = body, remote = remote,
+      version = http10 and "1.0" or "1.1",
+    }, Request)
+    local status, rheaders, rbody
     if load_error then
       failed(req, "cannot load the handler", load_error.err, load_error.tb)
-      status, headers, body = 500, internal_error, "internal server error\n"
+      status, rheaders, rbody = 500, internal_error, "internal server error\n"
     else
       local done, s, h, b = xpcall(handler, with_traceback, req)
       if done then
-        status, headers, body = s, h, b
+        status, rheaders, rbody = s, h, b
       else
         failed(req, "handler failed", s.err, s.tb)
-        status, headers, body = 500, internal_error, "internal server error\n"
+        status, rheaders, rbody = 500, internal_error, "internal server error\n"
       end
     end
-    if type(body) == "function" then
-      M.stream(conn, req, status, headers, body)
+    if type(rbody) == "function" then
+      M.stream(conn, req, status, rheaders, rbody)
     else
-      if type(body) == "number" then body = tostring(body) end
-      local ok, err = conn:respond(status, headers, body)
+      if type(rbody) == "number" then rbody = tostring(rbody) end
+      local ok, err = conn:respond(status, rheaders, rbody)
       if not ok and err and err ~= "closed" then  -- the response could not be written as given
         failed(req, "bad response", err)
         conn:respond(500, internal_error, "internal server error\n")
       end
     end
-    req, why = conn:next()
+    verb, path, query, headers, body, http10 = conn:next()
   end
-  if why == "idle" and conf.acceptor then
+  if path == "idle" and conf.acceptor then
     -- Idle: the socket goes back to the acceptor, which starts another
     -- process when the next request comes.
     local parked = conn:park()

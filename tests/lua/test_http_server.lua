@@ -450,6 +450,34 @@ return { main = function(host)
       c2:close()
       srv2:close()
     end },
+    { "a connection kept busy keeps its process past hibernate_after; one left idle closes at keepalive_timeout", function()
+      -- The wait for the next request has no timer of its own: one sleep a
+      -- connection, due at the first deadline, sleeps again when requests
+      -- came since (bindings/http_conn.cpp, idle_timer_fired).
+      -- Requests 0.15 s apart for 0.9 s: the sleep due at the first
+      -- deadline (0.5 s) must find the connection busy and sleep again.
+      local srv, port = serve { hibernate_after = 0.5 }
+      local c = connect(port)
+      local _, first = get(c, "/who")
+      for i = 1, 6 do
+        time.sleep(0.15)
+        local _, h, b = get(c, "/who")
+        T.eq(h["x-pid"], first["x-pid"], "requests 0.15 s apart keep the process (request " .. i .. ")")
+        T.eq(b, tostring(i + 1))
+      end
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "then idle, it gives it up")
+      c:close()
+      srv:close()
+      local srv2, port2 = serve { hibernate_after = false, keepalive_timeout = 0.3 }
+      local c2 = connect(port2)
+      T.eq(get(c2, "/who"), 200)
+      local t0 = time.now()
+      T.ok(closed(c2), "the idle connection closed")
+      local waited = time.now() - t0
+      T.ok(waited > 0.2 and waited < 3, "at keepalive_timeout (after " .. waited .. " s)")
+      c2:close()
+      srv2:close()
+    end },
     { "a connection that never sends a request starts no process", function()
       local srv, port = serve()
       local base = T.count_processes("http.conn:serve")
