@@ -9,8 +9,8 @@
 // function's arguments read, values pushed and moved), table_walk (the
 // codec's table reads), raw_slots (values written into a table's array
 // part: the decoder's and the shape cache's), small_globals (the globals
-// table's hash part) and gc_pressure (the collector's threshold near the
-// memory limit).
+// table's hash part), small_strings (the string table) and gc_pressure
+// (the collector's threshold near the memory limit).
 //
 // Whether the layout holds is decided once, as the program starts
 // (luajit_private.cpp checks every operation against the C API on states
@@ -48,17 +48,25 @@ inline constexpr std::size_t kAsizeOffset = 48;
 inline constexpr std::size_t kHmaskOffset = 52;
 inline constexpr std::size_t kFreetopOffset = 56;
 // A GC object's header: its collector marks (a byte at 8; black, 0x04:
-// traversed in this cycle) and its type (a byte at 9; 11 for a table).
+// traversed in this cycle) and its type (a byte at 9; 11 for a table, 4
+// for a string).
 inline constexpr std::size_t kMarkedOffset = 8;
 inline constexpr std::size_t kGctOffset = 9;
 inline constexpr unsigned char kMarkBlack = 0x04;
 inline constexpr unsigned char kGctTable = 11;
+inline constexpr unsigned char kGctString = 4;
 // Node: its value, then its key (TValues), then its chain link: 24 bytes.
 inline constexpr std::size_t kNodeBytes = 24;
 inline constexpr std::size_t kNodeKeyOffset = 8;
-// GCstr: 24 bytes, its length (32 bits) at 20, its bytes right after it.
+// GCstr: 24 bytes, its length (32 bits) at 20, its bytes right after it;
+// the link to the next string of its string table chain (its nextgc) at 0,
+// which hash algorithm made its hash (a byte; 0: the primary one) at 11,
+// the hash (32 bits) at 16.
 inline constexpr std::size_t kStrBytes = 24;
 inline constexpr std::size_t kStrLenOffset = 20;
+inline constexpr std::size_t kStrNextOffset = 0;
+inline constexpr std::size_t kStrHashAlgOffset = 11;
+inline constexpr std::size_t kStrHashOffset = 16;
 // lua_State: its global state at 16, the first argument of a running C
 // function (base) at 32, the slot above its last (top) at 40, the end of
 // its stack's usable part (maxstack) at 48: a push must leave top below
@@ -82,6 +90,13 @@ inline constexpr std::size_t kGcEstimateOffset = 96;
 inline constexpr std::size_t kGcStepmulOffset = 104;
 inline constexpr std::size_t kGcPauseOffset = 108;
 inline constexpr unsigned char kGcPhasePause = 0;
+// The string table (global_State's str): its slots (a pointer to mask + 1
+// chain heads, each a string's address whose low bit, where set, marks a
+// chain moved to the secondary hash) at 152, mask (32 bits) at 160, the
+// number of strings in it at 164.
+inline constexpr std::size_t kStrTabOffset = 152;
+inline constexpr std::size_t kStrMaskOffset = 160;
+inline constexpr std::size_t kStrNumOffset = 164;
 }  // namespace layout
 
 // --- Values (TValues) --------------------------------------------------------
@@ -244,6 +259,37 @@ inline void write_hash_part(void* table, const HashPart& h) {
 // The bytes of a hash part of n nodes.
 inline constexpr std::size_t hash_part_bytes(std::size_t n) { return n * layout::kNodeBytes; }
 
+// --- The string table ------------------------------------------------------------
+struct StringTable {
+  unsigned char* slots;
+  std::uint32_t mask;
+  std::uint32_t count;
+};
+inline StringTable string_table_of(const unsigned char* g) {
+  return {const_cast<unsigned char*>(load_ptr(g + layout::kStrTabOffset)), load32(g + layout::kStrMaskOffset),
+          load32(g + layout::kStrNumOffset)};
+}
+// Moves every string of g's table, whose chains must all use the primary
+// hash (no low bit set, as in a fresh state's), into `slots` (mask + 1 of
+// them, zeroed), which becomes the table. The old slots are neither read
+// again nor freed. LuaJIT's own resize does the same with its own
+// allocation.
+inline void rehash_strings(unsigned char* g, unsigned char* slots, std::uint32_t mask) {
+  const StringTable old = string_table_of(g);
+  for (std::uint32_t i = 0; i <= old.mask; ++i) {
+    const unsigned char* s = load_ptr(old.slots + 8 * i);
+    while (s) {
+      const unsigned char* next = load_ptr(s + layout::kStrNextOffset);
+      unsigned char* head = slots + 8 * (load32(s + layout::kStrHashOffset) & mask);
+      std::memcpy(const_cast<unsigned char*>(s) + layout::kStrNextOffset, head, 8);
+      std::memcpy(head, &s, 8);
+      s = next;
+    }
+  }
+  std::memcpy(g + layout::kStrTabOffset, &slots, sizeof slots);
+  std::memcpy(g + layout::kStrMaskOffset, &mask, sizeof mask);
+}
+
 // --- A state's stack -----------------------------------------------------------
 // The first slot of the running C function, the slot above the last, and
 // whether `bytes` more fit below the stack's end.
@@ -287,6 +333,9 @@ inline void* allocator_data(lua_State* L) {
   return const_cast<unsigned char*>(load_ptr(global_state(L) + layout::kGlobalAllocdOffset));
 }
 inline std::uint64_t gc_total(lua_State* L) { return load64(global_state(L) + layout::kGcTotalOffset); }
+inline void set_gc_total(lua_State* L, std::uint64_t v) {
+  std::memcpy(global_state(L) + layout::kGcTotalOffset, &v, sizeof v);
+}
 inline std::uint64_t gc_threshold(lua_State* L) { return load64(global_state(L) + layout::kGcThresholdOffset); }
 inline void set_gc_threshold(lua_State* L, std::uint64_t v) {
   std::memcpy(global_state(L) + layout::kGcThresholdOffset, &v, sizeof v);
