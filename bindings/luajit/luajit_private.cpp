@@ -246,7 +246,7 @@ void* probe_strings_allocate(void* ud, void* ptr, std::size_t, std::size_t nsize
 
 // The string table is where the layout says, 256 slots holding every
 // string lua_newstate made, each in the chain its primary hash picks;
-// rehash_strings into 128 slots keeps every string found (the same object
+// halve_string_table into 128 slots keeps every string found (the same object
 // interned again, from C and from the lexer), and LuaJIT then grows the
 // table past 128 strings, collects and closes the state as usual.
 bool check_strings() {
@@ -274,15 +274,20 @@ bool check_strings() {
     lua_pushstring(L, names[i]);
     before[i] = lua_tostring(L, -1);
   }
-  auto* slots = static_cast<unsigned char*>(std::calloc(128, 8));
+  auto* slots = static_cast<unsigned char*>(std::malloc(128 * 8));
   if (!slots) return false;
   const std::uint64_t total = gc_total(L);
-  rehash_strings(g, slots, 127);
+  halve_string_table(g, slots);
   set_gc_total(L, total - 128 * 8);
   std::free(first);
   const StringTable moved = string_table_of(g);
   if (moved.slots != slots || moved.mask != 127 || moved.count != t.count + 1 || total_by_api(L) != total - 128 * 8)
     return false;
+  std::uint32_t kept = 0;
+  for (std::uint32_t i = 0; i <= moved.mask; ++i)
+    for (const unsigned char* s = load_ptr(moved.slots + 8 * i); s; s = load_ptr(s + LL::kStrNextOffset))
+      if (++kept > moved.count || (load32(s + LL::kStrHashOffset) & moved.mask) != i) return false;
+  if (kept != moved.count) return false;
   auto same = [&] {
     for (std::size_t i = 0; i < std::size(names); ++i) {
       lua_pushstring(L, names[i]);

@@ -269,23 +269,25 @@ inline StringTable string_table_of(const unsigned char* g) {
   return {const_cast<unsigned char*>(load_ptr(g + layout::kStrTabOffset)), load32(g + layout::kStrMaskOffset),
           load32(g + layout::kStrNumOffset)};
 }
-// Moves every string of g's table, whose chains must all use the primary
-// hash (no low bit set, as in a fresh state's), into `slots` (mask + 1 of
-// them, zeroed), which becomes the table. The old slots are neither read
-// again nor freed. LuaJIT's own resize does the same with its own
-// allocation.
-inline void rehash_strings(unsigned char* g, unsigned char* slots, std::uint32_t mask) {
+// Makes `slots` (half as many as g's table has) g's string table: its
+// slot i holds the chains of the old slots i and i + half, since a
+// string in either has the same hash bits below half. Every chain must
+// use the primary hash (no low bit set, as in a fresh state's). The old
+// slots are neither read again nor freed. (LuaJIT's own resize rehashes
+// string by string; this walks only the chains two old slots share.)
+inline void halve_string_table(unsigned char* g, unsigned char* slots) {
   const StringTable old = string_table_of(g);
-  for (std::uint32_t i = 0; i <= old.mask; ++i) {
-    const unsigned char* s = load_ptr(old.slots + 8 * i);
-    while (s) {
-      const unsigned char* next = load_ptr(s + layout::kStrNextOffset);
-      unsigned char* head = slots + 8 * (load32(s + layout::kStrHashOffset) & mask);
-      std::memcpy(const_cast<unsigned char*>(s) + layout::kStrNextOffset, head, 8);
-      std::memcpy(head, &s, 8);
-      s = next;
-    }
+  const std::uint32_t half = (old.mask + 1) / 2;
+  for (std::uint32_t i = 0; i < half; ++i) {
+    const unsigned char* a = load_ptr(old.slots + 8 * i);
+    const unsigned char* b = load_ptr(old.slots + 8 * (i + half));
+    std::memcpy(slots + 8 * i, a ? &a : &b, 8);
+    if (!a || !b) continue;
+    unsigned char* tail = const_cast<unsigned char*>(a);
+    while (const unsigned char* next = load_ptr(tail + layout::kStrNextOffset)) tail = const_cast<unsigned char*>(next);
+    std::memcpy(tail + layout::kStrNextOffset, &b, 8);
   }
+  const std::uint32_t mask = half - 1;
   std::memcpy(g + layout::kStrTabOffset, &slots, sizeof slots);
   std::memcpy(g + layout::kStrMaskOffset, &mask, sizeof mask);
 }

@@ -6,7 +6,6 @@
 #if HOST_LUAJIT_PRIVATE
 
 #include <atomic>
-#include <cstring>
 
 #include <lua.hpp>
 
@@ -35,8 +34,8 @@ bool holds_strings(lua_State* L, const void* scratch) {
 }
 
 void shrink(lua_State* L, void* slots) {
-  std::memset(slots, 0, kBytes);
-  LP::rehash_strings(LP::global_state(L), static_cast<unsigned char*>(slots), kSlots - 1);
+  static_assert(kSlots * 2 == kNewstateSlots, "the table is halved");
+  LP::halve_string_table(LP::global_state(L), static_cast<unsigned char*>(slots));
   LP::set_gc_total(L, LP::gc_total(L) - (kNewstateBytes - kBytes));
 }
 
