@@ -278,11 +278,18 @@ inline StringTable string_table_of(const unsigned char* g) {
 inline void halve_string_table(unsigned char* g, unsigned char* slots) {
   const StringTable old = string_table_of(g);
   const std::uint32_t half = (old.mask + 1) / 2;
+  // The lower half copied whole, then the upper half's chains added: most
+  // slots of a fresh state's table are empty, so this is mostly one load
+  // and test a slot.
+  std::memcpy(slots, old.slots, 8 * std::size_t{half});
   for (std::uint32_t i = 0; i < half; ++i) {
-    const unsigned char* a = load_ptr(old.slots + 8 * i);
     const unsigned char* b = load_ptr(old.slots + 8 * (i + half));
-    std::memcpy(slots + 8 * i, a ? &a : &b, 8);
-    if (!a || !b) continue;
+    if (!b) continue;
+    const unsigned char* a = load_ptr(slots + 8 * i);
+    if (!a) {
+      std::memcpy(slots + 8 * i, &b, 8);
+      continue;
+    }
     unsigned char* tail = const_cast<unsigned char*>(a);
     while (const unsigned char* next = load_ptr(tail + layout::kStrNextOffset)) tail = const_cast<unsigned char*>(next);
     std::memcpy(tail + layout::kStrNextOffset, &b, 8);
