@@ -100,10 +100,12 @@ void* LuaProcess::allocate_slow(void* ptr, std::size_t osize, std::size_t nsize)
 
 void* LuaProcess::allocate_global(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
   auto* self = static_cast<LuaProcess*>(ud);
-  // The global state's allocation and free, and the globals hash part, are
-  // out of line: the rest tail-calls allocate, saving no registers (which
+  // The global state's allocation and free, the globals hash part and the
+  // string table are out of line: the rest tail-calls allocate, saving no registers (which
   // counts in a spawn: lua_newstate makes some 50 allocations; BENCHMARKS.md's source figures).
-  if (ptr ? ptr == self->global_state_ : (!self->global_state_ || nsize == small_globals::kHashBytes)) [[unlikely]]
+  if (ptr ? ptr == self->global_state_
+          : (!self->global_state_ || nsize == small_globals::kHashBytes || nsize == small_strings::kNewstateBytes))
+      [[unlikely]]
     return self->allocate_newstate_special(ptr, osize, nsize);
   return allocate(ud, ptr, osize, nsize);
 }
@@ -119,9 +121,13 @@ void* LuaProcess::allocate_newstate_special(void* ptr, std::size_t osize, std::s
     }
     return g;
   }
-  // lua_newstate's globals hash part: a scratch block (small_globals.hpp).
-  if (!ptr && !L_ && !globals_scratch_) {
+  // lua_newstate's globals hash part and string table: scratch blocks
+  // (small_globals.hpp, small_strings.hpp).
+  if (!ptr && !L_ && !globals_scratch_ && nsize == small_globals::kHashBytes) {
     if ((globals_scratch_ = small_globals::take_scratch())) return globals_scratch_;
+  }
+  if (!ptr && !L_ && !strings_scratch_ && nsize == small_strings::kNewstateBytes) {
+    if ((strings_scratch_ = small_strings::take_scratch())) return strings_scratch_;
   }
   // Freed last (by lua_close, or by a lua_newstate that failed): it goes
   // with the arena. LuaJIT never resizes it.
@@ -203,6 +209,14 @@ bool LuaProcess::Prepare() {
   L_ = lua_newstate(&LuaProcess::allocate_global, this);
   if (!L_) return false;
   if (globals_scratch_ && !small_globals::holds_globals(L_, globals_scratch_)) return prepare_without_small_globals();
+  if (strings_scratch_) {
+    if (!small_strings::holds_strings(L_, strings_scratch_)) return prepare_without_small_strings();
+    // LuaJIT's table is in the scratch block: dropped unused, the state
+    // leaves it to the next one (no lua_close, which would free it).
+    void* slots = allocate(this, nullptr, 0, small_strings::kBytes);
+    if (!slots) return drop_unused_state();
+    small_strings::shrink(L_, slots);
+  }
   lua_setallocf(L_, &LuaProcess::allocate, this);
   // No collection while the kernel is set up (and until Init has loaded the
   // script's module): everything it allocates stays alive, so a collection
@@ -252,11 +266,24 @@ bool LuaProcess::prepare_without_small_globals() {
   // to do), and this and the next states keep LuaJIT's own globals table.
   log::logger().debug("{}; the globals tables stay as LuaJIT makes them", kTablesUnexpected);
   small_globals::disable();
+  drop_unused_state();
+  return Prepare();
+}
+
+bool LuaProcess::prepare_without_small_strings() {
+  // As prepare_without_small_globals, for the string table.
+  log::logger().debug("LuaJIT's string table is not where small_strings expects; it stays as LuaJIT makes it");
+  small_strings::disable();
+  drop_unused_state();
+  return Prepare();
+}
+
+bool LuaProcess::drop_unused_state() {
   arena_.release();
   set_used(0);
   L_ = nullptr;
-  global_state_ = globals_scratch_ = nullptr;
-  return Prepare();
+  global_state_ = globals_scratch_ = strings_scratch_ = nullptr;
+  return false;
 }
 
 void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, loaded_ref_); }
@@ -525,7 +552,7 @@ void LuaProcess::Close() {
   arena_.release();
   L_ = nullptr;
   global_state_ = nullptr;
-  globals_scratch_ = nullptr;
+  globals_scratch_ = strings_scratch_ = nullptr;
   if (counted_) rt_.forget_process(ctx_.self);
 }
 

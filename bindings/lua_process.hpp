@@ -30,6 +30,7 @@
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
 #include "bindings/luajit/small_globals.hpp"
+#include "bindings/luajit/small_strings.hpp"
 #include "bindings/state_arena.hpp"
 #include "bindings/shape_cache.hpp"
 #include "bindings/string_cache.hpp"
@@ -101,6 +102,11 @@ class LuaProcess final : public Process, private KernelHost {
   void install_globals();
   // Prepare again, with small_globals switched off for good.
   bool prepare_without_small_globals();
+  // Prepare again, with small_strings switched off for good.
+  bool prepare_without_small_strings();
+  // Forgets a state lua_newstate made and nothing has run on (its memory
+  // goes with the arena, no lua_close); false, for Prepare to return.
+  bool drop_unused_state();
   // Pushes package.loaded (the registry's _LOADED), which Prepare makes.
   void push_loaded(lua_State* L) const;
   // Pushes the `process` API table.
@@ -241,6 +247,7 @@ class LuaProcess final : public Process, private KernelHost {
   std::uint32_t jit_hot_stamp_ = 0;
   void* global_state_ = nullptr;  // LuaJIT's, in the arena for the state's life (allocate)
   void* globals_scratch_ = nullptr;  // where lua_newstate's globals hash part went (small_globals.hpp)
+  void* strings_scratch_ = nullptr;  // where lua_newstate's string table went (small_strings.hpp)
   std::shared_ptr<const Module> preloaded_;  // whose chunk Preload left in the registry
   std::string self_;    // this PID as a string, made by the first process.pid()
   std::string entry_;   // "module:method" it runs

@@ -9,7 +9,7 @@
 // on one worker and closed on another freed into another thread's arena.
 // Here small blocks come from per-size-class free lists carved out of
 // chunks: a state's first one of 14 KB (what an idle process holds), its
-// second of 2 KB (what an idle connection's process needs past that: its
+// second of 1 KB (what an idle connection's process needs past that: its
 // module, its socket), both carved side by side from slabs so that they
 // cost their bytes, not whole pages, of RSS; the later ones of 16 KB.
 // Closing a state gives its chunks back whole (no free per object), and the
@@ -45,10 +45,12 @@ class StateArena {
   // like one); see chunk_pool.hpp for why it is not a whole number of pages.
   static constexpr std::size_t kFirstChunkBytes = 14 * 1024;
   // Its second: a process just past its first chunk (an idle echo
-  // connection's, about 1.2 KB past: BENCHMARKS.md) pays 2 KB for it, where
-  // a 16 KB chunk cost it the 4 KB page it touched. A block that does not fit it (over 2 KB
-  // less the header) opens a 16 KB chunk instead.
-  static constexpr std::size_t kSecondChunkBytes = 2 * 1024;
+  // connection's, a few hundred bytes past since small_strings:
+  // BENCHMARKS.md) pays 1 KB for it, where a 16 KB chunk cost it the 4 KB
+  // page it touched (2 KB while the connection was 1.2 KB past). A block
+  // that does not fit it (over 1 KB less the header) opens a 16 KB chunk
+  // instead.
+  static constexpr std::size_t kSecondChunkBytes = 1024;
   static constexpr std::size_t kMaxSmall = 2048;
 
   StateArena() = default;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -231,10 +232,88 @@ bool check_collector() {
   return !gc_between_cycles(L);
 }
 
+// Records the first 2 KB block lua_newstate asks for: its string table.
+void* probe_strings_allocate(void* ud, void* ptr, std::size_t, std::size_t nsize) {
+  if (nsize == 0) {
+    std::free(ptr);
+    return nullptr;
+  }
+  void* out = std::realloc(ptr, nsize);
+  auto** first = static_cast<void**>(ud);
+  if (!ptr && nsize == 256 * 8 && !*first) *first = out;
+  return out;
+}
+
+// The string table is where the layout says, 256 slots holding every
+// string lua_newstate made, each in the chain its primary hash picks;
+// halve_string_table into 128 slots keeps every string found (the same object
+// interned again, from C and from the lexer), and LuaJIT then grows the
+// table past 128 strings, collects and closes the state as usual.
+bool check_strings() {
+  void* first = nullptr;
+  const State state(lua_newstate(&probe_strings_allocate, &first), &lua_close);
+  lua_State* L = state.get();
+  if (!L || !first) return false;
+  unsigned char* g = global_state(L);
+  const StringTable t = string_table_of(g);
+  if (t.slots != first || t.mask != 255 || t.count == 0 || t.count >= 128) return false;
+  std::uint32_t found = 0;
+  for (std::uint32_t i = 0; i <= t.mask; ++i) {
+    const unsigned char* s = load_ptr(t.slots + 8 * i);
+    if (reinterpret_cast<std::uintptr_t>(s) % 8 != 0) return false;  // (a secondary-hash mark, or no pointer)
+    for (; s; s = load_ptr(s + LL::kStrNextOffset)) {
+      if (++found > t.count || s[LL::kGctOffset] != LL::kGctString || s[LL::kStrHashAlgOffset] != 0 ||
+          (load32(s + LL::kStrHashOffset) & t.mask) != i)
+        return false;
+    }
+  }
+  if (found != t.count) return false;
+  const char* const names[] = {"__index", "while", "function", "__gc", "kept through the move"};
+  const char* before[std::size(names)];
+  for (std::size_t i = 0; i < std::size(names); ++i) {
+    lua_pushstring(L, names[i]);
+    before[i] = lua_tostring(L, -1);
+  }
+  auto* slots = static_cast<unsigned char*>(std::malloc(128 * 8));
+  if (!slots) return false;
+  const std::uint64_t total = gc_total(L);
+  halve_string_table(g, slots);
+  set_gc_total(L, total - 128 * 8);
+  std::free(first);
+  const StringTable moved = string_table_of(g);
+  if (moved.slots != slots || moved.mask != 127 || moved.count != t.count + 1 || total_by_api(L) != total - 128 * 8)
+    return false;
+  std::uint32_t kept = 0;
+  for (std::uint32_t i = 0; i <= moved.mask; ++i)
+    for (const unsigned char* s = load_ptr(moved.slots + 8 * i); s; s = load_ptr(s + LL::kStrNextOffset))
+      if (++kept > moved.count || (load32(s + LL::kStrHashOffset) & moved.mask) != i) return false;
+  if (kept != moved.count) return false;
+  auto same = [&] {
+    for (std::size_t i = 0; i < std::size(names); ++i) {
+      lua_pushstring(L, names[i]);
+      const bool ok = lua_tostring(L, -1) == before[i];
+      lua_pop(L, 1);
+      if (!ok) return false;
+    }
+    return true;
+  };
+  if (!same()) return false;
+  if (luaL_loadstring(L, "local t = {} while false do end return 'kept through the move', t.__index") != 0 ||
+      lua_pcall(L, 0, 1, 0) != 0 || lua_tostring(L, -1) != before[4])
+    return false;
+  lua_pop(L, 1);
+  if (!lua_checkstack(L, 700)) return false;
+  for (int i = 0; i < 600; ++i) lua_pushfstring(L, "string %d", i);  // grows the table twice
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  lua_settop(L, std::size(names));
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return string_table_of(g).mask >= 511 && same();
+}
+
 }  // namespace
 
 bool layout_holds() {
-  static const bool ok = check_stack() && check_tables() && check_collector();
+  static const bool ok = check_stack() && check_tables() && check_collector() && check_strings();
   return ok;
 }
 

@@ -9,8 +9,8 @@
 // function's arguments read, values pushed and moved), table_walk (the
 // codec's table reads), raw_slots (values written into a table's array
 // part: the decoder's and the shape cache's), small_globals (the globals
-// table's hash part) and gc_pressure (the collector's threshold near the
-// memory limit).
+// table's hash part), small_strings (the string table) and gc_pressure
+// (the collector's threshold near the memory limit).
 //
 // Whether the layout holds is decided once, as the program starts
 // (luajit_private.cpp checks every operation against the C API on states
@@ -48,17 +48,25 @@ inline constexpr std::size_t kAsizeOffset = 48;
 inline constexpr std::size_t kHmaskOffset = 52;
 inline constexpr std::size_t kFreetopOffset = 56;
 // A GC object's header: its collector marks (a byte at 8; black, 0x04:
-// traversed in this cycle) and its type (a byte at 9; 11 for a table).
+// traversed in this cycle) and its type (a byte at 9; 11 for a table, 4
+// for a string).
 inline constexpr std::size_t kMarkedOffset = 8;
 inline constexpr std::size_t kGctOffset = 9;
 inline constexpr unsigned char kMarkBlack = 0x04;
 inline constexpr unsigned char kGctTable = 11;
+inline constexpr unsigned char kGctString = 4;
 // Node: its value, then its key (TValues), then its chain link: 24 bytes.
 inline constexpr std::size_t kNodeBytes = 24;
 inline constexpr std::size_t kNodeKeyOffset = 8;
-// GCstr: 24 bytes, its length (32 bits) at 20, its bytes right after it.
+// GCstr: 24 bytes, its length (32 bits) at 20, its bytes right after it;
+// the link to the next string of its string table chain (its nextgc) at 0,
+// which hash algorithm made its hash (a byte; 0: the primary one) at 11,
+// the hash (32 bits) at 16.
 inline constexpr std::size_t kStrBytes = 24;
 inline constexpr std::size_t kStrLenOffset = 20;
+inline constexpr std::size_t kStrNextOffset = 0;
+inline constexpr std::size_t kStrHashAlgOffset = 11;
+inline constexpr std::size_t kStrHashOffset = 16;
 // lua_State: its global state at 16, the first argument of a running C
 // function (base) at 32, the slot above its last (top) at 40, the end of
 // its stack's usable part (maxstack) at 48: a push must leave top below
@@ -82,6 +90,13 @@ inline constexpr std::size_t kGcEstimateOffset = 96;
 inline constexpr std::size_t kGcStepmulOffset = 104;
 inline constexpr std::size_t kGcPauseOffset = 108;
 inline constexpr unsigned char kGcPhasePause = 0;
+// The string table (global_State's str): its slots (a pointer to mask + 1
+// chain heads, each a string's address whose low bit, where set, marks a
+// chain moved to the secondary hash) at 152, mask (32 bits) at 160, the
+// number of strings in it at 164.
+inline constexpr std::size_t kStrTabOffset = 152;
+inline constexpr std::size_t kStrMaskOffset = 160;
+inline constexpr std::size_t kStrNumOffset = 164;
 }  // namespace layout
 
 // --- Values (TValues) --------------------------------------------------------
@@ -244,6 +259,46 @@ inline void write_hash_part(void* table, const HashPart& h) {
 // The bytes of a hash part of n nodes.
 inline constexpr std::size_t hash_part_bytes(std::size_t n) { return n * layout::kNodeBytes; }
 
+// --- The string table ------------------------------------------------------------
+struct StringTable {
+  unsigned char* slots;
+  std::uint32_t mask;
+  std::uint32_t count;
+};
+inline StringTable string_table_of(const unsigned char* g) {
+  return {const_cast<unsigned char*>(load_ptr(g + layout::kStrTabOffset)), load32(g + layout::kStrMaskOffset),
+          load32(g + layout::kStrNumOffset)};
+}
+// Makes `slots` (half as many as g's table has) g's string table: its
+// slot i holds the chains of the old slots i and i + half, since a
+// string in either has the same hash bits below half. Every chain must
+// use the primary hash (no low bit set, as in a fresh state's). The old
+// slots are neither read again nor freed. (LuaJIT's own resize rehashes
+// string by string; this walks only the chains two old slots share.)
+inline void halve_string_table(unsigned char* g, unsigned char* slots) {
+  const StringTable old = string_table_of(g);
+  const std::uint32_t half = (old.mask + 1) / 2;
+  // The lower half copied whole, then the upper half's chains added: most
+  // slots of a fresh state's table are empty, so this is mostly one load
+  // and test a slot.
+  std::memcpy(slots, old.slots, 8 * std::size_t{half});
+  for (std::uint32_t i = 0; i < half; ++i) {
+    const unsigned char* b = load_ptr(old.slots + 8 * (i + half));
+    if (!b) continue;
+    const unsigned char* a = load_ptr(slots + 8 * i);
+    if (!a) {
+      std::memcpy(slots + 8 * i, &b, 8);
+      continue;
+    }
+    unsigned char* tail = const_cast<unsigned char*>(a);
+    while (const unsigned char* next = load_ptr(tail + layout::kStrNextOffset)) tail = const_cast<unsigned char*>(next);
+    std::memcpy(tail + layout::kStrNextOffset, &b, 8);
+  }
+  const std::uint32_t mask = half - 1;
+  std::memcpy(g + layout::kStrTabOffset, &slots, sizeof slots);
+  std::memcpy(g + layout::kStrMaskOffset, &mask, sizeof mask);
+}
+
 // --- A state's stack -----------------------------------------------------------
 // The first slot of the running C function, the slot above the last, and
 // whether `bytes` more fit below the stack's end.
@@ -287,6 +342,9 @@ inline void* allocator_data(lua_State* L) {
   return const_cast<unsigned char*>(load_ptr(global_state(L) + layout::kGlobalAllocdOffset));
 }
 inline std::uint64_t gc_total(lua_State* L) { return load64(global_state(L) + layout::kGcTotalOffset); }
+inline void set_gc_total(lua_State* L, std::uint64_t v) {
+  std::memcpy(global_state(L) + layout::kGcTotalOffset, &v, sizeof v);
+}
 inline std::uint64_t gc_threshold(lua_State* L) { return load64(global_state(L) + layout::kGcThresholdOffset); }
 inline void set_gc_threshold(lua_State* L, std::uint64_t v) {
   std::memcpy(global_state(L) + layout::kGcThresholdOffset, &v, sizeof v);
