@@ -67,8 +67,12 @@ int Primitives::lazy_global(lua_State* L) {
   if (lua_type(L, 2) != LUA_TSTRING) return 0;
   const char* k = lua_tostring(L, 2);
   if (!std::strcmp(k, "require")) {
+    push_require(L);  // the host's own until the package library opens (lua_process_require.cpp)
+    return 1;
+  }
+  if (!std::strcmp(k, "module")) {  // the package library's, as in plain LuaJIT
     open_package(L);
-    raw_global(L, "require");
+    raw_global(L, "module");
     return 1;
   }
   // ffi is only require'd, as in plain LuaJIT.
@@ -343,6 +347,7 @@ void Primitives::plain_globals(lua_State* L) {
   for (const auto& [name, open] : kLibraries)
     if (std::strcmp(name, "ffi") != 0) name_global(name);  // ffi is only require'd, as in plain LuaJIT
   name_global("require");
+  name_global("module");
   for (const ModuleLine& m : p.rt_.module_lines())
     if (m.global) name_global(m.name);
   lua_pushnil(L);

@@ -11,6 +11,7 @@
 //   lua_process_waits.cpp     time, the waiting call, the timers' command (KernelHost's)
 //   lua_process_env.cpp       the lazy environment: _G's metatable, the libraries, assert
 //   lua_process_modules.cpp   require's searcher, the host's Lua modules, sockets
+//   lua_process_require.cpp   require before the package library opens
 //   lua_process_delivery.cpp  a step's events into the Lua state: hand-over, inbox, kernel
 //   lua_process_jit.cpp       the JIT probe
 #pragma once
@@ -263,6 +264,13 @@ struct Primitives {
   static int load_std(lua_State* L);
   static int load_api(lua_State* L);
   static int searcher(lua_State* L);
+
+  // lua_process_require.cpp: require before the package library opens.
+  static bool own_require_ready();
+  static void keep_luajit_require(lua_State* L);
+  static bool package_open(lua_State* L);
+  static void push_require(lua_State* L);
+  static int require(lua_State* L);
 
   // lua_process_jit.cpp: the JIT probe.
   static void jit_probe_hook(lua_State* L, lua_Debug*);

@@ -99,11 +99,9 @@ int Primitives::wall_time(lua_State* L) {
 // API and LuaJIT's libraries by name; then LuaJIT's own searchers, whose
 // path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
 void Primitives::open_package(lua_State* L) {
-  raw_global(L, "package");
-  bool opened = lua_istable(L, -1);
-  lua_pop(L, 1);
-  if (opened) return;
+  if (package_open(L)) return;
   open_lib(L, "package");
+  keep_luajit_require(L);
   raw_global(L, "package");
   lua_getfield(L, -1, "loaders");
   // Shift the loaders up by one and put ours at 1 (before preload). The

@@ -187,7 +187,7 @@ return { main = function()
       T.eq(T.next_event("exit").result, "the preload's")
     end },
 
-    { "require('json') loads cjson only at its first use: json.null, encode or decode", function()
+    { "require('json') loads cjson and its codec only at its first use: json.null, encode or decode", function()
       local want = { null = "userdata", encode = '{"a":[]}', decode = true }
       for _, first in ipairs({ "null", "encode", "decode" }) do
         assert(process.spawn_monitored("fixtures.c_module_user:json_first", first))
@@ -195,6 +195,8 @@ return { main = function()
         T.eq(ev.error, nil, first)
         T.eq(ev.result.before, false, first .. ": not loaded by require")
         T.eq(ev.result.after, true, first .. ": loaded by its first use")
+        T.eq(ev.result.codec_before, false, first .. ": the codec not loaded by require")
+        T.eq(ev.result.codec_after, true, first .. ": the codec loaded by its first use")
         T.eq(ev.result.got, want[first], first)
       end
     end },

@@ -143,6 +143,45 @@ return { main = function()
       for i = 1, 4 do assert(process.spawn_monitored("fixtures.finalizers:burst", 100)) end
       for _ = 1, 4 do T.eq(T.next_event("exit").result, 100, "concurrent bursts") end
     end },
+    { "require works the same before and after the package library opens", function()
+      assert(process.spawn_monitored("fixtures.lazy_require:run"))
+      local ev = T.next_event("exit")
+      T.eq(ev.error, nil)
+      local r = ev.result
+      T.eq(r.nothing, true, "a module that returns nothing gives true")
+      T.eq(r.same, true, "a second require gives the same value")
+      T.match(r.loop, "loop or previous error loading module 'fixtures.require_loop'")
+      T.match(r.loop_again, "loop or previous error loading module 'fixtures.require_loop'")
+      T.eq(r.std, true, "a standard library by name")
+      T.eq(r.package_unopened, true, "require alone does not open package")
+      T.match(r.missing, "module 'no_such_module_q8' not found:")
+      T.match(r.missing, "no field package.preload%['no_such_module_q8'%]")
+      T.eq(r.package_opened, true)
+      T.eq(r.loaded, true, "package.loaded holds what was required before it opened")
+      T.eq(r.global_luajit, true, "the package library brings LuaJIT's require")
+      T.eq(r.preload, "preloaded preloaded_q9", "a copy taken before follows package.preload")
+      T.eq(r.loaded_after, "set after", "a copy taken before follows package.loaded")
+    end },
+    { "an old-style module(..., package.seeall) loads through require before package opens", function()
+      assert(process.spawn_monitored("fixtures.lazy_require:old_style"))
+      local ev = T.next_event("exit")
+      T.eq(ev.error, nil)
+      T.eq(ev.result.hello, "hello from fixtures.old_style_module")
+      T.eq(ev.result.loaded, true, "require gives the table module put in package.loaded")
+      T.eq(ev.result.global, true, "module makes the global, as in LuaJIT")
+    end },
+    { "a module that opens package as require loads it meets require's mark as a loop", function()
+      assert(process.spawn_monitored("fixtures.lazy_require:opens_package"))
+      local ev = T.next_event("exit")
+      T.eq(ev.error, nil)
+      local r = ev.result
+      T.eq(r.seen, true, "package.loaded holds require's mark during the load")
+      T.eq(r.ok, false, "LuaJIT's require does not return the mark as the module")
+      T.match(r.err, "loop or previous error loading module 'fixtures.require_opens_package'")
+      T.eq(r.value, true, "a module that returns nothing gives true")
+      T.eq(r.loaded, true)
+      T.eq(r.again, true)
+    end },
     { "the base library opens on first use and keeps the globals a process set before", function()
       assert(process.spawn_monitored("fixtures.lazy_base:untouched"))
       local r = T.next_event("exit").result
