@@ -100,9 +100,33 @@ int Primitives::wall_time(lua_State* L) {
 // path is LUA_PATH/LUA_CPATH if set, else LuaJIT's default.
 void Primitives::open_package(lua_State* L) {
   if (package_open(L)) return;
+  // The opener sets the globals require, module and package. The library
+  // opens late (when named: lazy_global), so a script may have set its
+  // own before (a require wrapper, a global named module): those stay, as
+  // they would have with the library open from the start; our own require
+  // gives way to LuaJIT's. A script's package is put aside while it opens
+  // (LuaJIT's opener would add its functions to that table, or raise).
+  static constexpr const char* kSetByOpener[] = {"require", "module", "package"};
+  const int saved = lua_gettop(L) + 1;
+  for (const char* name : kSetByOpener) {
+    raw_global(L, name);
+    lua_pushstring(L, name);
+    lua_pushnil(L);
+    lua_rawset(L, LUA_GLOBALSINDEX);
+  }
   open_lib(L, "package");
   keep_luajit_require(L);
-  raw_global(L, "package");
+  for (int i = 0; i < 3; ++i) {
+    const int v = saved + i;
+    if (lua_isnil(L, v) || (i == 0 && lua_tocfunction(L, v) == require)) continue;
+    lua_pushstring(L, kSetByOpener[i]);
+    lua_pushvalue(L, v);
+    lua_rawset(L, LUA_GLOBALSINDEX);
+  }
+  lua_settop(L, saved - 1);
+  of(L).push_loaded(L);
+  lua_getfield(L, -1, "package");  // the library's table, whatever the global
+  lua_remove(L, -2);
   lua_getfield(L, -1, "loaders");
   // Shift the loaders up by one and put ours at 1 (before preload). The
   // others run only for modules outside the script directory and stdlib,

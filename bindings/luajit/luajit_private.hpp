@@ -35,6 +35,10 @@ namespace host::lua::luajit_private {
 
 // Whether every layout check passes (run once; seam::checked's answer).
 bool layout_holds();
+// Whether the string table is as small_strings expects too (run once): on
+// its own, so that a string table that differs turns off that one
+// feature, not every user of the seam.
+bool strings_layout_holds();
 
 // --- The layout ------------------------------------------------------------
 namespace layout {

@@ -18,11 +18,14 @@ namespace {
 namespace LP = luajit_private;
 
 std::atomic<bool> enabled{true};
+// Checked once, at start (not in the allocator call that asks for the
+// scratch).
+const bool layout_ok = LP::strings_layout_holds();
 
 }  // namespace
 
 void* take_scratch() {
-  if (!seam::available() || !enabled.load(std::memory_order_relaxed)) return nullptr;
+  if (!seam::available() || !layout_ok || !enabled.load(std::memory_order_relaxed)) return nullptr;
   alignas(16) static thread_local unsigned char block[kNewstateBytes];
   return block;
 }
