@@ -21,6 +21,15 @@ local function ask(pid, topic, payload)
   return m.payload
 end
 
+-- Runs fixtures.lazy_require's `entry` in a process of its own (each
+-- starts with the package library closed) and returns its result.
+local function lazy_require(entry)
+  assert(process.spawn_monitored("fixtures.lazy_require:" .. entry))
+  local ev = T.next_event("exit")
+  T.eq(ev.error, nil, entry)
+  return ev.result
+end
+
 return { main = function()
   return T.run {
     { "spawn refuses a missing module, a syntax error, a missing method", function()
@@ -144,10 +153,7 @@ return { main = function()
       for _ = 1, 4 do T.eq(T.next_event("exit").result, 100, "concurrent bursts") end
     end },
     { "require works the same before and after the package library opens", function()
-      assert(process.spawn_monitored("fixtures.lazy_require:run"))
-      local ev = T.next_event("exit")
-      T.eq(ev.error, nil)
-      local r = ev.result
+      local r = lazy_require("run")
       T.eq(r.nothing, true, "a module that returns nothing gives true")
       T.eq(r.same, true, "a second require gives the same value")
       T.match(r.loop, "loop or previous error loading module 'fixtures.require_loop'")
@@ -163,18 +169,13 @@ return { main = function()
       T.eq(r.loaded_after, "set after", "a copy taken before follows package.loaded")
     end },
     { "an old-style module(..., package.seeall) loads through require before package opens", function()
-      assert(process.spawn_monitored("fixtures.lazy_require:old_style"))
-      local ev = T.next_event("exit")
-      T.eq(ev.error, nil)
-      T.eq(ev.result.hello, "hello from fixtures.old_style_module")
-      T.eq(ev.result.loaded, true, "require gives the table module put in package.loaded")
-      T.eq(ev.result.global, true, "module makes the global, as in LuaJIT")
+      local r = lazy_require("old_style")
+      T.eq(r.hello, "hello from fixtures.old_style_module")
+      T.eq(r.loaded, true, "require gives the table module put in package.loaded")
+      T.eq(r.global, true, "module makes the global, as in LuaJIT")
     end },
     { "globals a script set before the package library opens stay when it opens", function()
-      assert(process.spawn_monitored("fixtures.lazy_require:own_globals"))
-      local ev = T.next_event("exit")
-      T.eq(ev.error, nil)
-      local r = ev.result
+      local r = lazy_require("own_globals")
       T.eq(r.missing_ok, false)
       T.match(r.missing, "module 'no_such_module_q6' not found:")
       T.eq(r.fake, "fake db", "the script's require wrapper is still the global")
@@ -184,10 +185,7 @@ return { main = function()
       T.eq(r.library_loaders, true, "the library is open all the same")
     end },
     { "a module that opens package as require loads it meets require's mark as a loop", function()
-      assert(process.spawn_monitored("fixtures.lazy_require:opens_package"))
-      local ev = T.next_event("exit")
-      T.eq(ev.error, nil)
-      local r = ev.result
+      local r = lazy_require("opens_package")
       T.eq(r.seen, true, "package.loaded holds require's mark during the load")
       T.eq(r.ok, false, "LuaJIT's require does not return the mark as the module")
       T.match(r.err, "loop or previous error loading module 'fixtures.require_opens_package'")
