@@ -68,13 +68,9 @@ function M.serve(sock, id, entry, conf)
   local conn = require("host.http").conn(sock, conf, id, conf.tls_cert, conf.tls_key)
   if not conn then return end
   current_conn = conn
-  -- Split once by the server (conn_config); a caller of its own may give
-  -- only the entry.
+  -- The entry, split once by the server (http/server.lua's conn_config).
   local module, method = conf.module, conf.method
-  if not module then
-    module, method = entry:match("^([^:]+):?(.*)$")
-    if method == "" then method = "main" end
-  end
+  assert(module and method, "http.conn.serve: conf.module and conf.method must be set (http/server.lua conn_config)")
   -- With --watch, the names of the modules this process loaded that were
   -- changed on disk since (the host fills it). A keep-alive connection
   -- lives as long as its client keeps it busy: between two requests it
