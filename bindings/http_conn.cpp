@@ -866,7 +866,7 @@ void finalize_conn(lua_State* L, void* object) {
 
 int m_gc(lua_State* L) {
   auto* c = static_cast<Conn*>(lua_touserdata(L, 1));
-  if (untrack_finalizer(L, &c->fin)) finalize_conn(L, c);
+  run_finalizer(L, &c->fin);
   return 0;
 }
 
@@ -1060,7 +1060,7 @@ int t_untrack(lua_State* L) {
 
 int t_gc(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_touserdata(L, 1));
-  if (untrack_finalizer(L, &h->fin)) finalize_track(L, h);
+  run_finalizer(L, &h->fin);
   return 0;
 }
 
