@@ -2,9 +2,9 @@
 -- request needs only now and then: a failure and its 500, a body sent as
 -- a function (chunked) or read in pieces, the handler loaded again after
 -- a change (--watch). conn.lua loads it at its first use: each new
--- connection loads conn.lua's bytecode, and with this in it that load
--- was a tenth of a connection's cost, for code most connections never
--- run.
+-- connection loads conn.lua's bytecode, and this code, which most
+-- connections never run, was 4% of a new connection's instructions
+-- there (BENCHMARKS.md, "A new connection's cost, continued").
 local type, tostring, xpcall, pairs = type, tostring, xpcall, pairs
 
 local M = {}
