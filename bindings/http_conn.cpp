@@ -1018,6 +1018,23 @@ void finalize_track(lua_State*, void* object) {
   h->id = 0;
 }
 
+int t_untrack(lua_State* L);
+int t_drain(lua_State* L);
+int t_gc(lua_State* L);
+
+// The handles' metatable, made at the first track: only the acceptor
+// tracks, and each connection's process opens this module too (its
+// opener made both metatables; this one was a fifth of the opener's cost there).
+void push_track_meta(lua_State* L) {
+  if (!luaL_newmetatable(L, kTrackMeta)) return;
+  static const luaL_Reg methods[] = {{"untrack", t_untrack}, {"drain", t_drain}, {nullptr, nullptr}};
+  lua_createtable(L, 0, 2);
+  luaL_register(L, nullptr, methods);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, t_gc);
+  lua_setfield(L, -2, "__gc");
+}
+
 // http.track(sock, tls): the acceptor's handle on a connection (a
 // duplicate of its descriptor) and the id its process is given; or nil.
 int f_track(lua_State* L) {
@@ -1042,7 +1059,7 @@ int f_track(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
   new (h) TrackHandle{id, {}};
   track_finalizer(L, &h->fin, finalize_track, h);
-  luaL_getmetatable(L, kTrackMeta);
+  push_track_meta(L);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1099,15 +1116,6 @@ int open_http_conn(lua_State* L) {
     }
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, m_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, kTrackMeta)) {
-    static const luaL_Reg methods[] = {{"untrack", t_untrack}, {"drain", t_drain}, {nullptr, nullptr}};
-    lua_createtable(L, 0, 2);
-    luaL_register(L, nullptr, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, t_gc);
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);

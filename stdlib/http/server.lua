@@ -179,6 +179,13 @@ function M.accept(owner, lst, conf)
   local events, inbox = process.events(), process.inbox()
   local self = process.pid()
   conf.acceptor = self
+  -- What each connection's process is given: conf less what only the
+  -- acceptor reads (the entry goes as an argument of its own). Every key
+  -- and string is made again in each new process, as its arguments are
+  -- decoded.
+  local conn_conf = {}
+  for k, v in pairs(conf) do conn_conf[k] = v end
+  conn_conf.max_connections, conn_conf.entry, conn_conf.conn_entry = nil, nil, nil
   local conns, by_pid, count, closed = {}, {}, 0, false
 
   local function done(id, failed)
@@ -199,7 +206,7 @@ function M.accept(owner, lst, conf)
       sock:close()
       return done(id, false)
     end
-    local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conf)
+    local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conn_conf)
     if not pid then
       log.warn("http: cannot start a process for a connection: %s", tostring(serr))
       return done(id, true)
