@@ -172,10 +172,11 @@ class LuaProcess final : public Process, private KernelHost {
   void deliver_events(lua_State* L, std::span<Event> events);
   // Pushes a message event's from, topic and value; false (logged, nothing
   // pushed) when its value cannot be decoded.
-  bool push_message(lua_State* L, const Event& ev);
+  bool push_message(lua_State* L, Event& ev);
   // Its value alone: false (logged, nothing pushed) when it cannot be
-  // decoded.
-  bool push_payload(lua_State* L, const Event& ev);
+  // decoded. A large payload's bytes are given back once decoded (the
+  // event's payload is then empty).
+  bool push_payload(lua_State* L, Event& ev);
   // push_payload's flat table of a shape the process keeps receiving,
   // made by the shape's payload constructor (ShapeCache); false, nothing
   // pushed, for any other payload. Inside step_body only (it calls Lua).

@@ -17,6 +17,7 @@
 #include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "bindings/luajit/stack_args.hpp"
+#include "host/cluster/buffer_pool.hpp"
 #include "host/assert.hpp"
 #include "host/log.hpp"
 
@@ -32,7 +33,7 @@ namespace {
 // Both inlined into their callers (deliver_events, queue_run): out of line
 // they cost every message a call and its register saves
 // (BENCHMARKS.md's source figures).
-[[gnu::always_inline]] inline bool LuaProcess::push_payload(lua_State* L, const Event& ev) {
+[[gnu::always_inline]] inline bool LuaProcess::push_payload(lua_State* L, Event& ev) {
   // No bytes: nil (what send writes for a nil payload, and what a native
   // sender's empty payload reads as).
   if (ev.payload.empty()) {
@@ -42,12 +43,20 @@ namespace {
   if (push_simple_value(L, ev.payload, &received_strings_)) return true;
   if (push_shaped_payload(L, ev.payload)) return true;
   std::string err;
-  if (push_one_value(L, ev.payload, &err, &received_strings_)) return true;
+  if (push_one_value(L, ev.payload, &err, &received_strings_)) {
+    // A large payload is dead once decoded: its buffer goes back for the
+    // node's next large message (one put together from parts is a kept
+    // buffer: host/cluster/buffer_pool.hpp). Only on the decoder's path:
+    // the inline paths above take no payload this large.
+    if (ev.payload.size() >= cluster::kPooledMinBytes) [[unlikely]]
+      cluster::give_back(std::move(ev.payload));
+    return true;
+  }
   log_dropped(ev, err);
   return false;
 }
 
-[[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, const Event& ev) {
+[[gnu::always_inline]] inline bool LuaProcess::push_message(lua_State* L, Event& ev) {
   peers_.push_sender(L, ev.from);
   received_strings_.push_topic(L, ev.topic);
   if (push_payload(L, ev)) return true;
@@ -73,7 +82,7 @@ namespace {
   }
   const Event* prev = nullptr;  // the last message pushed
   int n = 0;
-  for (const Event& ev : run) {
+  for (Event& ev : run) {
     if (prev && ev.from == prev->from && StringCache::same(ev.topic, prev->topic)) {
       if (popped) {
         lua_pushvalue(L, kept);
@@ -261,7 +270,7 @@ bool LuaProcess::hand_over_inside(lua_State* L) {
   // shapes and the decoder), on the main thread, idle during a step, and
   // moved to the task, without deliver_events, message() and run around
   // the resume (what that saves: BENCHMARKS.md's ledger, entry 6).
-  const Event& ev = step_events_[0];
+  Event& ev = step_events_[0];
   // inbox.lua's form takes no message from the host (from nil): it could
   // not tell it from nil, "timeout".
   lua_State* co = ev.kind == EventKind::Message && ev.from.valid() ? kernel_.raw_receiver() : nullptr;

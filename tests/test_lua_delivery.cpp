@@ -14,6 +14,7 @@
 
 #include "bindings/codec.hpp"
 #include "bindings/lua_runtime.hpp"
+#include "host/cluster/buffer_pool.hpp"
 #include "tests/native_processes.hpp"
 #include "tests/watchdog.hpp"
 
@@ -175,4 +176,26 @@ TEST_CASE("a sender far ahead of its receiver lets it run, and every message arr
       CHECK(before == 0);  // no yield gets through a C call: the sends only queue
     }
   }
+}
+
+TEST_CASE("a large payload's buffer goes back to the node's kept buffers once the process has decoded it") {
+  // What a cluster node's receiver does with a large message put together
+  // from parts (host/cluster/buffer_pool.hpp): the payload is a kept
+  // buffer, and the next large message reuses its mapped pages.
+  Delivery d;
+  const std::string text(300u << 10, 'q');  // over kPooledMinBytes
+  lua_settop(d.codec.L, 0);
+  lua_pushlstring(d.codec.L, text.data(), text.size());
+  std::string bytes;
+  REQUIRE(lua::encode_values(d.codec.L, 1, 1, bytes).empty());
+  std::string payload = host::cluster::take_buffer(bytes, bytes.size());
+  const char* memory = payload.data();
+  const std::size_t kept = host::cluster::pooled_buffers();
+  auto collector = d.rt.spawn("fixtures.collector", d.codec.number(1));
+  REQUIRE(collector);
+  REQUIRE(d.s.send(collector.pid, "big", std::move(payload), Pid{}).empty());
+  CHECK(d.collected(collector.pid) == text);
+  CHECK(host::cluster::pooled_buffers() == kept + 1);
+  std::string again = host::cluster::take_buffer({}, bytes.size());
+  CHECK(again.data() == memory);
 }

@@ -1,6 +1,7 @@
 // Large message buffers kept for reuse (buffer_pool.hpp).
 #include "host/cluster/buffer_pool.hpp"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -12,6 +13,8 @@ struct Pool {
   std::mutex mu;
   std::vector<std::string> kept;
   std::size_t bytes = 0;
+  // Whether a large buffer was ever asked for (see give_back).
+  std::atomic<bool> used{false};
 };
 
 // One for the process: buffers go from a node's sending side to its next
@@ -27,6 +30,7 @@ std::string take_buffer(std::string_view head, std::size_t capacity) {
   std::string out;
   if (capacity >= kPooledMinBytes) {
     Pool& p = pool();
+    if (!p.used.load(std::memory_order_relaxed)) p.used.store(true, std::memory_order_relaxed);
     std::lock_guard lock(p.mu);
     // The smallest that fits: a larger one stays for a larger message.
     std::size_t best = p.kept.size();
@@ -49,6 +53,7 @@ void give_back(std::string&& buf) {
   const std::size_t cap = buf.capacity();
   if (cap < kPooledMinBytes) return;
   Pool& p = pool();
+  if (!p.used.load(std::memory_order_relaxed)) return;
   std::string dropped;  // freed outside the lock when not kept
   std::lock_guard lock(p.mu);
   if (p.bytes + cap > kPoolBytes) {

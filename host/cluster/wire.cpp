@@ -325,8 +325,9 @@ std::optional<Envelope> Reassembly::add(std::string_view body) {
     buffered_ += head;
     body.remove_prefix(head);
     // Room for the whole payload at its first part (a size past what the
-    // sender's parts could make in a day is not believed).
-    if (total <= kMaxReservedBytes && total >= head) p.payload.reserve(total - head);
+    // sender's parts could make in a day is not believed): a kept buffer
+    // for a large one, whose pages are mapped (buffer_pool.hpp).
+    if (total <= kMaxReservedBytes && total >= head) p.payload = take_buffer({}, total - head);
   }
   Partial& p = it->second;
   p.payload.append(body);

@@ -188,7 +188,9 @@ class Reassembly {
   std::optional<Envelope> add(std::string_view body);
   // Whether the last envelope add returned was put together from parts:
   // then take_payload moves its payload's bytes out (e.payload views
-  // them), and the delivered message owns them without another copy.
+  // them), and the delivered message owns them without another copy. A
+  // large one's buffer is a kept one (buffer_pool.hpp), for its receiver
+  // to give back.
   bool from_parts() const { return from_parts_; }
   std::string take_payload() { return std::move(done_payload_); }
   // Bytes of envelopes begun and not finished.
