@@ -220,9 +220,11 @@ TEST_CASE("a process's running programs are killed when it ends, however it ends
     if (std::string(how) == "start_and_wait") {
       for (int i = 0; i < 2000 && c.rt.io().exec.programs() < 2; ++i) std::this_thread::sleep_for(1ms);
       REQUIRE(c.rt.io().exec.programs() == 2);
+      CHECK(c.rt.io().netpoll.open_count() == 6);  // their pipes, on the process's side
       c.s.terminate(p.pid);
     }
     REQUIRE(c.exits.wait(p.pid));
+    CHECK(c.rt.io().netpoll.open_count() == 0);  // the pipes closed before the exit was told
     ExitInfo info = c.exits.get(p.pid);
     // Its result, or the error's first line: the sleeps' OS pids.
     std::string pids = info.failed ? info.error.substr(info.error.find("pids ") + 5) : text_of(info.result);
