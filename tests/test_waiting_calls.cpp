@@ -249,6 +249,21 @@ constexpr int kChurn = 2000;
 constexpr int kChurn = 10000;
 #endif
 
+TEST_CASE("a send to a program that has ended answers closed, SIGPIPE not ignored (as an embedder's may not)") {
+  Calls c;
+  struct sigaction old {};
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &dfl, &old);
+  auto p = c.rt.spawn("fixtures.exec_reader:send_to_gone", std::string(1, '\0'));
+  REQUIRE(p);
+  REQUIRE(c.exits.wait(p.pid));
+  ExitInfo info = c.exits.get(p.pid);
+  sigaction(SIGPIPE, &old, nullptr);
+  REQUIRE_MESSAGE(!info.failed, info.error);
+  CHECK(text_of(info.result) == "nil,closed");
+}
+
 TEST_CASE("10,000 connections made and closed leave the descriptor count where it started") {
   Calls c;
   // The I/O thread and its loop exist before the count (its own descriptors).
