@@ -1,10 +1,13 @@
 -- The exec module (docs/LUA_API.md, fs and exec): programs run without a shell, their
--- stdin, stdout and stderr as pipes, through waiting calls carried out on
--- the I/O thread (host/io/exec_service.cpp), so a program that runs long
--- suspends only the calling task. The chunk is called with the waiting
--- call and the exec command, and returns the module table, which becomes
--- the global `exec` and require("exec").
-local call, CMD = ...
+-- stdin, stdout and stderr as pipes. Starting, waiting for and killing a
+-- program are waiting calls carried out on the I/O thread (host/io/
+-- exec_service.cpp), so a program that runs long suspends only the
+-- calling task; exec.start's pipes are objects whose methods read and
+-- write them on the worker (bindings/exec_pipes.cpp). The chunk is called
+-- with the waiting call, the exec command, the wall clock, the TCP
+-- constructor and the pipes' maker, and returns the module table, which
+-- becomes the global `exec` and require("exec").
+local call, CMD, _, _, pipes = ...
 local type, error, pairs, ipairs, setmetatable, getmetatable, tostring =
   type, error, pairs, ipairs, setmetatable, getmetatable, tostring
 local format, upper = string.format, string.upper
@@ -74,11 +77,11 @@ function exec.run(argv, opts)
 end
 
 ---------------------------------------------------------------------------
--- A started program: its pipes and its process.
-local Program, Stream = {}, {}
-Program.__index, Stream.__index = Program, Stream
+-- A started program: its process, and its pipes (stdin, stdout, stderr:
+-- objects with send, receive and close, bindings/exec_pipes.cpp).
+local Program = {}
+Program.__index = Program
 Program.__tostring = function(p) return format("program (%d)", p.pid) end
-Stream.__tostring = function(s) return "program " .. s.name end
 
 local signals = { HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15, CONT = 18, STOP = 19 }
 
@@ -87,20 +90,17 @@ local function program(p, fname)
   return p
 end
 
-local function stream(s, fname)
-  if getmetatable(s) ~= Stream then bad(1, fname, "program pipe expected, got " .. type(s)) end
-  return s
-end
-
 function exec.start(argv, opts)
   check_argv(argv, "exec.start")
-  local id, pid = call(CMD, 0, "start", argv, check_opts(opts, "exec.start", false))
-  if not id then return nil, pid end
-  local p = setmetatable({ id = id, pid = pid }, Program)
-  p.stdin = setmetatable({ id = id, name = "stdin" }, Stream)
-  p.stdout = setmetatable({ id = id, name = "stdout" }, Stream)
-  p.stderr = setmetatable({ id = id, name = "stderr" }, Stream)
-  return p
+  local o = check_opts(opts, "exec.start", false)
+  local token, stdin, stdout, stderr = pipes()
+  if not token then return nil, stdin end
+  local id, pid = call(CMD, 0, "start", argv, o, token)
+  if not id then
+    stdin:close(); stdout:close(); stderr:close()
+    return nil, pid
+  end
+  return setmetatable({ id = id, pid = pid, stdin = stdin, stdout = stdout, stderr = stderr }, Program)
 end
 
 -- wait([timeout]) -> { code =, signal = }, or nil, "timeout".
@@ -122,36 +122,6 @@ function Program:kill(sig)
     bad(1, "kill", "signal number or name expected")
   end
   return call(CMD, 0, "kill", self.id, sig or signals.TERM)
-end
-
--- stdin:send(data) -> the number of bytes sent once the pipe took them,
--- or nil, "closed", 0 (LuaSocket's form).
-function Stream:send(data)
-  stream(self, "send")
-  if self.name ~= "stdin" then error("cannot send to a program's " .. self.name, 2) end
-  if type(data) == "number" then data = tostring(data) end
-  if type(data) ~= "string" then bad(1, "send", "string expected, got " .. type(data)) end
-  return call(CMD, 0, "send", self.id, data)
-end
-
--- stdout:receive([pattern]) with LuaSocket's patterns: "*l" (the
--- default: a line, without its end), "*a" (all until the program closes
--- it) or a number of bytes; at the end, nil, "closed" and what came.
-function Stream:receive(pattern)
-  stream(self, "receive")
-  if self.name == "stdin" then error("cannot receive from a program's stdin", 2) end
-  pattern = pattern or "*l"
-  if type(pattern) == "number" then
-    if pattern < 0 or pattern % 1 ~= 0 then bad(1, "receive", "invalid byte count") end
-  elseif pattern ~= "*l" and pattern ~= "*a" and pattern ~= "l" and pattern ~= "a" then
-    bad(1, "receive", "invalid pattern")
-  end
-  return call(CMD, 0, "receive", self.id, self.name, pattern, heap_bytes())
-end
-
-function Stream:close()
-  stream(self, "close")
-  return call(CMD, 0, "close", self.id, self.name)
 end
 
 return exec

@@ -14,6 +14,7 @@
 #include <lua.hpp>
 
 #include "bindings/codec.hpp"
+#include "bindings/exec_pipes.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "bindings/socket_object.hpp"
 #include "bindings/socket_ref.hpp"
@@ -21,8 +22,9 @@
 namespace host::lua {
 
 // A kLuaHalf module: its chunk, compiled at the runtime's first use of it,
-// called with the waiting call, its command, the wall clock and the TCP
-// socket constructor (every Lua half is written against these).
+// called with the waiting call, its command, the wall clock, the TCP
+// socket constructor and exec.start's pipes' maker (every Lua half is
+// written against these).
 void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m) {
   std::string err;
   const std::string* bc = p.rt_.module_chunk(m, &err);
@@ -32,7 +34,8 @@ void Primitives::push_lua_half(lua_State* L, LuaProcess& p, const ModuleLine& m)
   lua_pushinteger(L, m.command);
   lua_pushcfunction(L, wall_time);
   lua_pushcfunction(L, new_tcp_socket);  // the socket module's TCP constructor (socket_tcp.cpp)
-  lua_call(L, 4, 1);
+  lua_pushcfunction(L, exec_pipes);      // exec.start's pipes (exec_pipes.cpp)
+  lua_call(L, 5, 1);
 }
 
 // require("host.commands"): every registry line's command by its module's

@@ -48,8 +48,10 @@ enum class ModuleKind : std::uint8_t {
 using InstallService = void (*)(Scheduler&, const std::shared_ptr<io::IoServices>&, CommandId command);
 
 // One module. A kLuaHalf module's chunk is called with (call, command,
-// wall_time): the waiting call (require("host.call")), this line's command
-// and the wall clock in seconds; it returns the module's table. It is
+// wall_time, new_tcp, exec_pipes): the waiting call (require("host.call")),
+// this line's command, the wall clock in seconds, the TCP socket
+// constructor and exec.start's pipes' maker (socket.lua and exec.lua use
+// the last two); it returns the module's table. It is
 // compiled at its first use in the runtime, never at start-up.
 struct ModuleLine {
   const char* name;

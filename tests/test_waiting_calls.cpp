@@ -220,9 +220,11 @@ TEST_CASE("a process's running programs are killed when it ends, however it ends
     if (std::string(how) == "start_and_wait") {
       for (int i = 0; i < 2000 && c.rt.io().exec.programs() < 2; ++i) std::this_thread::sleep_for(1ms);
       REQUIRE(c.rt.io().exec.programs() == 2);
+      CHECK(c.rt.io().netpoll.open_count() == 6);  // their pipes, on the process's side
       c.s.terminate(p.pid);
     }
     REQUIRE(c.exits.wait(p.pid));
+    CHECK(c.rt.io().netpoll.open_count() == 0);  // the pipes closed before the exit was told
     ExitInfo info = c.exits.get(p.pid);
     // Its result, or the error's first line: the sleeps' OS pids.
     std::string pids = info.failed ? info.error.substr(info.error.find("pids ") + 5) : text_of(info.result);
@@ -246,6 +248,21 @@ constexpr int kChurn = 2000;
 #else
 constexpr int kChurn = 10000;
 #endif
+
+TEST_CASE("a send to a program that has ended answers closed, SIGPIPE not ignored (as an embedder's may not)") {
+  Calls c;
+  struct sigaction old {};
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &dfl, &old);
+  auto p = c.rt.spawn("fixtures.exec_reader:send_to_gone", std::string(1, '\0'));
+  REQUIRE(p);
+  REQUIRE(c.exits.wait(p.pid));
+  ExitInfo info = c.exits.get(p.pid);
+  sigaction(SIGPIPE, &old, nullptr);
+  REQUIRE_MESSAGE(!info.failed, info.error);
+  CHECK(text_of(info.result) == "nil,closed");
+}
 
 TEST_CASE("10,000 connections made and closed leave the descriptor count where it started") {
   Calls c;

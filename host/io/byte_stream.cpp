@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -28,7 +30,30 @@ void append_line(std::string& out, const char* p, std::size_t n) {
   }
 }
 
+// A write to a pipe whose reader is gone raises SIGPIPE on the writing
+// thread, and its default ends the whole host (an embedder may not ignore
+// it as the host program does): blocked on each thread that writes a
+// pipe, once, the write returns EPIPE instead. The signal stays pending on
+// that thread, blocked, and harms nothing.
+void block_sigpipe_here() {
+  thread_local bool blocked = false;
+  if (blocked) return;
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  blocked = true;
+}
+
 }  // namespace
+
+ssize_t ByteStream::read_some(void* buf, std::size_t n) { return pipe_ ? ::read(fd_, buf, n) : ::recv(fd_, buf, n, 0); }
+
+ssize_t ByteStream::write_some(const void* buf, std::size_t n) {
+  if (!pipe_) return ::send(fd_, buf, n, MSG_NOSIGNAL);
+  block_sigpipe_here();
+  return ::write(fd_, buf, n);
+}
 
 std::string socket_errno_text(int err) {
   switch (err) {
@@ -118,12 +143,12 @@ ByteStream::Io ByteStream::fill(std::size_t want) {
   if (want > kReadChunk) {
     const std::size_t old = rbuf_.size();
     rbuf_.resize(old + want);
-    const ssize_t n = ::recv(fd_, rbuf_.data() + old, want, 0);
+    const ssize_t n = read_some(rbuf_.data() + old, want);
     const int err = errno;
     rbuf_.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     return after_recv(n, err);
   }
-  const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
+  const ssize_t n = read_some(tls_chunk, kReadChunk);
   const int err = errno;
   if (n > 0) rbuf_.append(tls_chunk, static_cast<std::size_t>(n));
   return after_recv(n, err);
@@ -268,7 +293,7 @@ ByteStream::Io ByteStream::write(std::string_view data, std::size_t* done) {
     }
   }
   while (*done < data.size()) {
-    const ssize_t n = ::send(fd_, data.data() + *done, data.size() - *done, MSG_NOSIGNAL);
+    const ssize_t n = write_some(data.data() + *done, data.size() - *done);
     if (n > 0) {
       *done += static_cast<std::size_t>(n);
       bytes_out_ += static_cast<double>(n);

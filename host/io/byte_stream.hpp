@@ -1,7 +1,9 @@
 // One buffered stream over a non-blocking descriptor (docs/ARCHITECTURE.md,
 // "Sockets on the workers"): the read buffer and LuaSocket's receive
 // patterns, writes, and TLS (a TlsSession between the descriptor and the
-// buffer), used by the task that owns the socket, on its worker. A
+// buffer), used by the task that owns the socket or a started program's
+// pipe (kPipe: read(2) and write(2), as recv and send refuse a pipe), on
+// its worker. A
 // receive the buffer answers costs no system call; one that needs more
 // reads until the pattern is met or the descriptor has nothing
 // (kAgain: the caller waits for readiness, netpoll.hpp, and calls again).
@@ -39,7 +41,10 @@ class ByteStream {
   enum class Io { kDone, kAgain, kEnd };
   enum class Want { kRead, kWrite };
 
-  explicit ByteStream(int fd) : fd_(fd) {}
+  // What the descriptor is: a socket, or one end of a pipe.
+  enum class Kind { kSocket, kPipe };
+
+  explicit ByteStream(int fd, Kind kind = Kind::kSocket) : fd_(fd), pipe_(kind == Kind::kPipe) {}
   ~ByteStream();
   ByteStream(const ByteStream&) = delete;
   ByteStream& operator=(const ByteStream&) = delete;
@@ -101,6 +106,11 @@ class ByteStream {
   // bytes came, kAgain, kEnd.
   Io fill(std::size_t want);
   Io fill_tls(std::size_t want);
+  // recv(2) for a socket, read(2) for a pipe; send(2) without SIGPIPE,
+  // or write(2) with SIGPIPE blocked on this thread (the write answers
+  // EPIPE where the reader is gone, the host goes on).
+  ssize_t read_some(void* buf, std::size_t n);
+  ssize_t write_some(const void* buf, std::size_t n);
   // One recv's result, whichever buffer it read into: kDone (counted),
   // kAgain (wait to read), kEnd (the peer closed, or an error).
   Io after_recv(ssize_t n, int err);
@@ -114,6 +124,7 @@ class ByteStream {
   bool ended_reading() const { return eof_ || !error_.empty(); }
 
   int fd_;
+  bool pipe_;
   std::string rbuf_;
   std::size_t rpos_ = 0;  // what receives took from rbuf_'s front
   std::size_t scan_ = 0;  // a line's search already looked up to here (from rpos_)

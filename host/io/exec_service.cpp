@@ -1,4 +1,5 @@
-// Programs on the I/O thread: spawn, pipes, waits, kills (exec_service.hpp).
+// Programs on the I/O thread: spawn, exec.run's pipes, waits, kills
+// (exec_service.hpp).
 #include "host/io/exec_service.hpp"
 
 #include <unistd.h>
@@ -7,7 +8,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <deque>
 #include <string>
 
 #include "host/error.hpp"
@@ -35,31 +35,24 @@ const CallValue& arg(const std::vector<CallValue>& args, std::size_t i) {
   return i < args.size() ? args[i] : nil;
 }
 
-std::string closed_result(std::string_view partial = {}, bool with_partial = false) {
-  CallResultWriter w;
-  w.nil().string("closed");
-  if (with_partial) w.string(partial);
-  return w.finish();
-}
+// Closes the program's ends of exec.start's pipes once the spawn is over
+// (the program has its copies, or never started).
+struct ChildEnds {
+  std::array<int, 3> fds{-1, -1, -1};
+  ~ChildEnds() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
 
 }  // namespace
 
-// A pending receive on a program's output stream.
-struct Receive {
-  Pid pid;
-  std::uint64_t tag;
-  char kind;  // 'l' a line, 'n' n bytes, 'a' everything
-  std::size_t n;
-  std::size_t limit = SIZE_MAX;  // what the buffer may hold for it
-};
-
+// One of exec.run's outputs, read whole.
 struct Stream {
   uv_pipe_t pipe{};
   bool open = false;  // initialised and not yet closing
-  bool eof = false;   // the program closed it, or it failed, or Lua closed it
-  bool reading = false;
+  bool eof = false;   // the program closed it, or it failed
   std::string buf;
-  std::deque<Receive> waiting;
 };
 
 struct Waiter;
@@ -70,14 +63,14 @@ struct ExecService::Program {
   Pid owner;
   int os_pid = 0;
   bool group_gone = false;  // its process group had no one left when it exited: the number may be reused
-  bool collect = false;  // exec.run: everything read, one completion
+  bool collect = false;  // exec.run: everything read here, one completion
   std::size_t run_limit = SIZE_MAX;  // exec.run: what its output may hold
   Pid run_pid;
   std::uint64_t run_tag = 0;
   bool run_done = false;
   uv_process_t proc{};
   bool proc_open = false;
-  uv_pipe_t in{};
+  uv_pipe_t in{};  // exec.run's (exec.start's pipes are its process's)
   bool in_open = false;
   Stream out, err;
   uv_timer_t timer{};  // exec.run's timeout
@@ -206,88 +199,27 @@ struct ProgramOps {
     } else if (n < 0) {  // UV_EOF, or a failure: no more data either way
       st.eof = true;
       close(p, reinterpret_cast<uv_handle_t*>(&st.pipe), st.open);
-      st.reading = false;
     }
-    if (p->collect && !p->run_done && p->out.buf.size() + p->err.buf.size() > p->run_limit) {
+    if (!p->run_done && p->out.buf.size() + p->err.buf.size() > p->run_limit) {
       p->run_done = true;
       sched(p).complete_yield(p->run_pid, p->run_tag, {},
                               make_error(ErrorKind::Limit, "memory (the program's output is more than the process may hold)"));
       p->svc->forget(p);  // kills it
       return;
     }
-    if (!p->collect && st.reading && st.buf.size() >= ExecService::kReadAhead && !wants_more(st)) {
-      uv_read_stop(s);
-      st.reading = false;
-    }
-    serve(p, st);
     check_run(p);
   }
 
-  // Whether the receive at the head waits for more than is buffered: then
-  // reading goes on past the read-ahead (up to that receive's limit).
-  static bool wants_more(const Stream& st) {
-    if (st.waiting.empty()) return false;
-    const Receive& r = st.waiting.front();
-    return r.kind != 'n' || r.n > st.buf.size();
-  }
-
   static void start_reading(Program* p, Stream& st) {
-    if (st.reading || !st.open || st.eof) return;
-    if (uv_read_start(reinterpret_cast<uv_stream_t*>(&st.pipe), on_alloc, on_read) == 0) st.reading = true;
-  }
-
-  // Completes the receives that what is buffered satisfies, in order.
-  static void serve(Program* p, Stream& st) {
-    while (!st.waiting.empty()) {
-      const Receive r = st.waiting.front();
-      std::string result;
-      if (r.kind == 'l') {
-        const auto nl = st.buf.find('\n');
-        if (nl != std::string::npos) {
-          std::size_t len = nl;
-          if (len > 0 && st.buf[len - 1] == '\r') --len;  // as LuaSocket's *l
-          result = CallResultWriter().string(std::string_view(st.buf).substr(0, len)).finish();
-          st.buf.erase(0, nl + 1);
-        } else if (st.eof) {
-          result = closed_result(st.buf, !st.buf.empty());
-          st.buf.clear();
-        }
-      } else if (r.kind == 'n') {
-        if (st.buf.size() >= r.n) {
-          result = CallResultWriter().string(std::string_view(st.buf).substr(0, r.n)).finish();
-          st.buf.erase(0, r.n);
-        } else if (st.eof) {
-          result = closed_result(st.buf, !st.buf.empty());
-          st.buf.clear();
-        }
-      } else if (st.eof) {  // 'a'
-        result = CallResultWriter().string(st.buf).finish();
-        st.buf.clear();
-      }
-      if (result.empty() && st.buf.size() > r.limit) {  // it cannot be held: what came is dropped
-        result = CallResultWriter().nil().string(make_error(ErrorKind::Limit, "memory (more output than the process may hold)")).finish();
-        st.buf.clear();
-      }
-      if (result.empty()) break;  // not there yet
-      st.waiting.pop_front();
-      sched(p).complete_yield(r.pid, r.tag, std::move(result));
-    }
-    if (st.buf.size() < ExecService::kReadAhead || wants_more(st)) start_reading(p, st);
+    if (!st.open || st.eof) return;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&st.pipe), on_alloc, on_read);
   }
 
   struct Write {
     uv_write_t req{};
     std::string data;
     Program* p;
-    Pid pid;
-    std::uint64_t tag;
   };
-  static void on_written(uv_write_t* req, int status) {
-    auto* w = static_cast<Write*>(req->data);
-    if (status == 0) sched(w->p).complete_yield(w->pid, w->tag, CallResultWriter().number(static_cast<double>(w->data.size())).finish());
-    else sched(w->p).complete_yield(w->pid, w->tag, CallResultWriter().nil().string("closed").number(0).finish());
-    delete w;
-  }
   // exec.run's stdin: written whole, then closed.
   static void on_input_written(uv_write_t* req, int) {
     auto* w = static_cast<Write*>(req->data);
@@ -298,10 +230,7 @@ struct ProgramOps {
   static void end_stream(Program* p, Stream& st) {
     close(p, reinterpret_cast<uv_handle_t*>(&st.pipe), st.open);
     st.eof = true;
-    st.reading = false;
     st.buf.clear();
-    for (const Receive& r : st.waiting) sched(p).complete_yield(r.pid, r.tag, closed_result());
-    st.waiting.clear();
   }
 
   // Signals the program's process group (it leads one: started
@@ -329,18 +258,44 @@ ExecService::ExecService(Scheduler& scheduler, IoLoop& loop) : scheduler_(schedu
   loop_.on_stop([this](uv_loop_t*) { stop_all(); });
 }
 
-ExecService::~ExecService() = default;
+ExecService::~ExecService() {
+  for (auto& [token, h] : handed_)
+    for (int fd : h.fds) ::close(fd);
+}
 
 void ExecService::dispatch(CommandRequest&& req) {
   std::vector<CallValue> args;
   if (!read_call_request(req, args)) return;
   const Pid pid = req.pid;
   const std::uint64_t tag = req.tag;
-  if (!loop_.post([this, pid, tag, a = std::move(args)](uv_loop_t* loop) mutable { run_op(loop, pid, tag, std::move(a)); }))
+  // A start's pipes (its fourth argument's token) are closed where it
+  // never runs.
+  const std::uint64_t token = args.size() > 3 && args[0].is_string() && args[0].string == "start" && args[3].is_number()
+                                  ? static_cast<std::uint64_t>(args[3].number)
+                                  : 0;
+  if (!loop_.post([this, pid, tag, a = std::move(args)](uv_loop_t* loop) mutable { run_op(loop, pid, tag, std::move(a)); })) {
+    if (token) drop_handed(pid, token);
     scheduler_.complete_yield(pid, tag, {}, make_error(ErrorKind::Canceled, "the host is stopping"));
+  }
 }
 
 void ExecService::kill_owned(const Pid& owner) {
+  if (handed_count_.load(std::memory_order_relaxed) != 0) {
+    std::vector<int> fds;
+    {
+      std::lock_guard lock(handed_mu_);
+      for (auto it = handed_.begin(); it != handed_.end();) {
+        if (it->second.owner == owner) {
+          fds.insert(fds.end(), it->second.fds.begin(), it->second.fds.end());
+          it = handed_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      handed_count_.store(handed_.size(), std::memory_order_relaxed);
+    }
+    for (int fd : fds) ::close(fd);
+  }
   if (owners_.load(std::memory_order_relaxed) == 0) return;
   loop_.post([this, owner](uv_loop_t*) {
     auto it = owned_.find(owner);
@@ -349,6 +304,30 @@ void ExecService::kill_owned(const Pid& owner) {
     for (std::uint64_t id : ids)
       if (auto p = programs_.find(id); p != programs_.end()) forget(p->second);
   });
+}
+
+std::uint64_t ExecService::hand_over(const Pid& owner, std::array<int, 3> fds) {
+  std::lock_guard lock(handed_mu_);
+  const std::uint64_t token = ++next_token_;
+  handed_.emplace(token, Handed{owner, fds});
+  handed_count_.store(handed_.size(), std::memory_order_relaxed);
+  return token;
+}
+
+bool ExecService::take_handed(const Pid& caller, std::uint64_t token, std::array<int, 3>& fds) {
+  std::lock_guard lock(handed_mu_);
+  auto it = handed_.find(token);
+  if (it == handed_.end() || !(it->second.owner == caller)) return false;
+  fds = it->second.fds;
+  handed_.erase(it);
+  handed_count_.store(handed_.size(), std::memory_order_relaxed);
+  return true;
+}
+
+void ExecService::drop_handed(const Pid& owner, std::uint64_t token) {
+  std::array<int, 3> fds;
+  if (!take_handed(owner, token, fds)) return;
+  for (int fd : fds) ::close(fd);
 }
 
 ExecService::Program* ExecService::find(const Pid& caller, double id) {
@@ -392,51 +371,6 @@ void ExecService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, 
     if (!op.is_string()) fail(make_error(ErrorKind::Invalid, "operation must be a string"));
     if (op.string == "run" || op.string == "start") return start(loop, caller, tag, args, op.string == "run");
     Program* p = find(caller, arg(args, 1).number);
-    if (op.string == "receive" || op.string == "close") {
-      const std::string& which = arg(args, 2).string;
-      if (op.string == "close" && which == "stdin") {
-        Ops::close(p, reinterpret_cast<uv_handle_t*>(&p->in), p->in_open);
-        scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
-        return;
-      }
-      Stream& st = which == "stderr" ? p->err : p->out;
-      if (op.string == "close") {
-        Ops::end_stream(p, st);
-        scheduler_.complete_yield(caller, tag, CallResultWriter().boolean(true).finish());
-        return;
-      }
-      const CallValue& pattern = arg(args, 3);
-      Receive r{caller, tag, 'a', 0, room(arg(args, 4))};
-      if (pattern.is_number()) {
-        r.kind = 'n';
-        r.n = static_cast<std::size_t>(std::min(std::max(pattern.number, 0.0), 1e15));
-      } else if (pattern.string == "*l" || pattern.string == "l") {
-        r.kind = 'l';
-      } else if (pattern.string != "*a" && pattern.string != "a") {
-        fail(make_error(ErrorKind::Invalid, "bad receive pattern"));
-      }
-      if (st.eof && st.buf.empty() && !st.open && r.kind != 'a') {
-        scheduler_.complete_yield(caller, tag, closed_result());
-        return;
-      }
-      st.waiting.push_back(r);
-      Ops::serve(p, st);
-      return;
-    }
-    if (op.string == "send") {
-      if (!p->in_open) {
-        scheduler_.complete_yield(caller, tag, CallResultWriter().nil().string("closed").number(0).finish());
-        return;
-      }
-      auto* w = new Ops::Write{{}, arg(args, 2).string, p, caller, tag};
-      w->req.data = w;
-      uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-      if (int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&p->in), &b, 1, Ops::on_written); rc != 0) {
-        delete w;
-        scheduler_.complete_yield(caller, tag, CallResultWriter().nil().string("closed").number(0).finish());
-      }
-      return;
-    }
     if (op.string == "wait") {
       if (p->exited) {
         scheduler_.complete_yield(caller, tag, Ops::status_result(p));
@@ -480,6 +414,14 @@ std::size_t ExecService::room(const CallValue& heap) const {
 void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, const std::vector<CallValue>& args,
                         bool collect) {
   using Ops = ProgramOps;
+  // exec.start's pipes: the program's ends, closed here whatever happens
+  // (taken first, so that a start refused below closes them too).
+  ChildEnds ends;
+  if (!collect) {
+    const CallValue& token = arg(args, 3);
+    if (!token.is_number() || !take_handed(caller, static_cast<std::uint64_t>(token.number), ends.fds))
+      fail(make_error(ErrorKind::Invalid, "start needs the pipes its process made (exec_pipes' token)"));
+  }
   const CallValue& argv = arg(args, 1);
   const CallValue& opts = arg(args, 2);
   if (!argv.is_table() || argv.array.empty()) fail(make_error(ErrorKind::Invalid, "argv must be a table of strings"));
@@ -542,17 +484,24 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
     uv_pipe_init(loop, pipe, 0);
     Ops::open_handle(p, reinterpret_cast<uv_handle_t*>(pipe), open);
   };
-  init_pipe(&p->in, p->in_open);
-  init_pipe(&p->out.pipe, p->out.open);
-  init_pipe(&p->err.pipe, p->err.open);
-
   uv_stdio_container_t stdio[3];
-  stdio[0].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_READABLE_PIPE);
-  stdio[0].data.stream = reinterpret_cast<uv_stream_t*>(&p->in);
-  stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&p->out.pipe);
-  stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&p->err.pipe);
+  if (collect) {
+    init_pipe(&p->in, p->in_open);
+    init_pipe(&p->out.pipe, p->out.open);
+    init_pipe(&p->err.pipe, p->err.open);
+    stdio[0].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_READABLE_PIPE);
+    stdio[0].data.stream = reinterpret_cast<uv_stream_t*>(&p->in);
+    stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+    stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&p->out.pipe);
+    stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+    stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&p->err.pipe);
+  } else {
+    // The ends exec_pipes made: the child gets them as 0, 1 and 2.
+    for (int i = 0; i < 3; ++i) {
+      stdio[i].flags = UV_INHERIT_FD;
+      stdio[i].data.fd = ends.fds[static_cast<std::size_t>(i)];
+    }
+  }
   uv_process_options_t o{};
   o.file = cargs[0];
   o.args = cargs.data();
@@ -588,18 +537,18 @@ void ExecService::start(uv_loop_t* loop, const Pid& caller, std::uint64_t tag, c
     forget(p);
     return;
   }
-  Ops::start_reading(p, p->out);
-  Ops::start_reading(p, p->err);
   if (!collect) {
     CallResultWriter w;
     w.number(static_cast<double>(p->id)).number(p->os_pid);
     scheduler_.complete_yield(caller, tag, w.finish());
     return;
   }
+  Ops::start_reading(p, p->out);
+  Ops::start_reading(p, p->err);
   p->run_pid = caller;
   p->run_tag = tag;
   if (input && input->is_string() && !input->string.empty()) {
-    auto* w = new Ops::Write{{}, input->string, p, caller, tag};
+    auto* w = new Ops::Write{{}, input->string, p};
     w->req.data = w;
     uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
     if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&p->in), &b, 1, Ops::on_input_written) != 0) {

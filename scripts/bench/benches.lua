@@ -4,7 +4,7 @@
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
   "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send", "shared_get",
-  "shared_set", "shared_mix" } }
+  "shared_set", "shared_mix", "exec_lines" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -169,6 +169,24 @@ function B.send_1k(quick)
   local s = elapsed(t0)
   assert(m.payload == n * 1024, "sink lost bytes")
   return { params = "n=" .. n .. " 1 KB strings", seconds = s, per_op = s / n * 1e6, unit = "us/message" }
+end
+
+-- A program's output read line by line: `seq n` through exec.start's
+-- stdout, one receive("*l") a line (most answered by what is buffered).
+function B.exec_lines(quick)
+  local n = quick and 20000 or 200000
+  local t0 = time.now()
+  local p = assert(exec.start({ "seq", tostring(n) }))
+  local count, last = 0, nil
+  while true do
+    local line = p.stdout:receive("*l")
+    if not line then break end
+    count, last = count + 1, line
+  end
+  local s = elapsed(t0)
+  assert(count == n and last == tostring(n), "lines lost")
+  assert(p:wait().code == 0)
+  return { params = "n=" .. n .. " lines of seq", seconds = s, per_op = s / n * 1e6, unit = "us/line" }
 end
 
 -- pg.send to a group of 1,000 members against the same 1,000 sends made

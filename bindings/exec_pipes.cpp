@@ -1,0 +1,335 @@
+// A program's pipes on the worker (exec_pipes.hpp). Each call tries its
+// read or write at once (a receive the buffer answers makes no system
+// call); only one that would block waits: io_wait with the netpoller's
+// tag, and the step that hears the pipe is ready tries again (resume)
+// before the task sees anything.
+#include "bindings/exec_pipes.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <lua.hpp>
+
+#include "bindings/host_finalizers.hpp"
+#include "bindings/lua_process.hpp"
+#include "host/io/io_services.hpp"
+#include "host/io/pipe_stream.hpp"
+
+namespace host::lua {
+namespace {
+
+using Io = io::ByteStream::Io;
+
+// One pipe object's state (on the heap: a wait names it as its owner).
+struct PipeState {
+  std::unique_ptr<io::PipeStream> pipe;
+  const char* name;  // "stdin", "stdout", "stderr"
+  // The call that waits, if any: a receive (kind 'l', 'n' with n, 'a' and
+  // what came so far) or a send (the data, held by data_ref, and how much
+  // went).
+  enum Op : std::uint8_t { kNone, kReceive, kSend } op = kNone;
+  std::uint64_t tag = 0;
+  char kind = 'l';
+  std::size_t n = 0;
+  std::string got;
+  int data_ref = LUA_NOREF;
+  const char* data = nullptr;
+  std::size_t len = 0, done = 0;
+
+  bool writes() const { return name[3] == 'i'; }  // "stdin"
+  bool usable() const { return pipe && !pipe->closed(); }
+};
+
+struct PipeRef {
+  PipeState* st;
+  HostFinalizer fin;
+};
+
+char kMetatableKey;
+
+void release(lua_State* L, PipeState* st) {
+  if (st->data_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, st->data_ref);
+  st->data_ref = LUA_NOREF;
+  st->op = PipeState::kNone;
+  st->tag = 0;
+  st->got.clear();
+  st->data = nullptr;
+  st->len = st->done = 0;
+}
+
+PipeState* check(lua_State* L, const char* method) {
+  auto* r = static_cast<PipeRef*>(lua_touserdata(L, 1));
+  if (r && lua_getmetatable(L, 1)) {
+    lua_pushlightuserdata(L, &kMetatableKey);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    const bool ours = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (ours) return r->st;
+  }
+  luaL_error(L, "bad argument #1 to '%s' (program pipe expected, got %s)", method, luaL_typename(L, 1));
+  return nullptr;
+}
+
+// ---- the attempts: push the results and return their count, or -1
+// where the call must wait for the pipe.
+
+int attempt_receive(lua_State* L, PipeState* st) {
+  if (!st->usable()) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    lua_pushlstring(L, st->got.data(), st->got.size());
+    return 3;
+  }
+  io::ByteStream& s = st->pipe->stream();
+  // What is buffered for one receive stays under half of what the process
+  // may still hold: the result must fit too.
+  const std::size_t room = memory_room(L) / 2;
+  std::string& out = st->got;
+  Io r;
+  switch (st->kind) {
+    case 'l': r = s.line(out, room); break;
+    case 'n': r = s.exactly(out, st->n, room); break;
+    default: r = s.all(out, room); break;
+  }
+  if (r == Io::kAgain) return -1;
+  if (r == Io::kDone) {
+    lua_pushlstring(L, out.data(), out.size());
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushstring(L, s.error().c_str());
+  // Past the limit, what came is dropped (it could not be held).
+  std::string partial = s.take_partial(st->kind, st->n);
+  if (s.error().rfind("limit:", 0) != 0) out += partial;
+  lua_pushlstring(L, out.data(), out.size());
+  return 3;
+}
+
+int attempt_send(lua_State* L, PipeState* st) {
+  if (!st->usable()) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    lua_pushnumber(L, static_cast<double>(st->done));
+    return 3;
+  }
+  io::ByteStream& s = st->pipe->stream();
+  const Io r = s.write(std::string_view(st->data, st->len), &st->done);
+  if (r == Io::kAgain) return -1;
+  if (r == Io::kDone) {
+    lua_pushnumber(L, static_cast<double>(st->len));
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushstring(L, s.error().c_str());
+  lua_pushnumber(L, static_cast<double>(st->done));
+  return 3;
+}
+
+int attempt(lua_State* L, PipeState* st) {
+  return st->op == PipeState::kSend ? attempt_send(L, st) : attempt_receive(L, st);
+}
+
+void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+IoWaitCall poll_call(PipeState* st) {
+  io::PipeStream& p = *st->pipe;
+  IoWaitCall c{io::io_cmd::kPollWait, p.poller().tag_for(p.slot(), st->op == PipeState::kSend ? io::NetPoller::kWrite : io::NetPoller::kRead)};
+  st->tag = c.tag;
+  return c;
+}
+
+// Runs the call st->op (already filled in): its results, or it waits.
+int run(lua_State* L, PipeState* st) {
+  const int n = attempt(L, st);
+  if (n >= 0) {
+    release(L, st);
+    return n;
+  }
+  return io_wait(L, poll_call(st), st, resume);
+}
+
+// The pipe is ready (or was closed): the call tries again.
+void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* st = static_cast<PipeState*>(owner);
+  if (st->tag != tag) {  // not this pipe's call any more
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return io_resume(L, co, 2);
+  }
+  st->tag = 0;
+  const int n = attempt(L, st);
+  if (n >= 0) {
+    release(L, st);
+    return io_resume(L, co, n);
+  }
+  io_rewait(L, co, poll_call(st), st, resume);
+}
+
+int busy(lua_State* L, const char* what, bool count) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "busy: another task %s this pipe", what);
+  if (count) lua_pushnumber(L, 0);
+  else lua_pushliteral(L, "");
+  return 3;
+}
+
+// receive([pattern]): LuaSocket's "*l" (the default), "*a", or a count.
+int m_receive(lua_State* L) {
+  PipeState* st = check(L, "receive");
+  if (st->writes()) luaL_error(L, "cannot receive from a program's stdin");
+  char kind = 'l';
+  std::size_t n = 0;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    const double v = lua_tonumber(L, 2);
+    if (!(v >= 0) || v != std::floor(v)) luaL_error(L, "bad argument #1 to 'receive' (invalid byte count)");
+    kind = 'n';
+    n = static_cast<std::size_t>(std::min(v, 1e15));
+  } else if (!lua_isnoneornil(L, 2)) {
+    const char* p = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+    if (!std::strcmp(p, "*l") || !std::strcmp(p, "l")) kind = 'l';
+    else if (!std::strcmp(p, "*a") || !std::strcmp(p, "a")) kind = 'a';
+    else luaL_error(L, "bad argument #1 to 'receive' (invalid pattern)");
+  }
+  if (st->op == PipeState::kReceive) return busy(L, "receives on", false);
+  st->op = PipeState::kReceive;
+  st->kind = kind;
+  st->n = n;
+  return run(L, st);
+}
+
+// send(data): the number of bytes once the pipe took them all; nil,
+// "closed", what went where the program closed its stdin.
+int m_send(lua_State* L) {
+  PipeState* st = check(L, "send");
+  if (!st->writes()) luaL_error(L, "cannot send to a program's %s", st->name);
+  if (lua_type(L, 2) != LUA_TSTRING && lua_type(L, 2) != LUA_TNUMBER)
+    luaL_error(L, "bad argument #1 to 'send' (string expected, got %s)", luaL_typename(L, 2));
+  lua_settop(L, 2);
+  std::size_t len;
+  const char* data = lua_tolstring(L, 2, &len);  // a number becomes its string here
+  if (st->op == PipeState::kSend) return busy(L, "sends on", true);
+  st->op = PipeState::kSend;
+  st->data = data;
+  st->len = len;
+  st->done = 0;
+  const int n = attempt(L, st);
+  if (n >= 0) {
+    release(L, st);
+    return n;
+  }
+  // It waits: the data stays where it is, held for the wait.
+  lua_pushvalue(L, 2);
+  st->data_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return io_wait(L, poll_call(st), st, resume);
+}
+
+// close(): true. A task waiting on the pipe answers closed; the program
+// reads end of file (stdin), or is told its reader left (EPIPE, SIGPIPE).
+int m_close(lua_State* L) {
+  PipeState* st = check(L, "close");
+  if (st->pipe) st->pipe->close();
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int m_tostring(lua_State* L) {
+  PipeState* st = check(L, "tostring");
+  lua_pushfstring(L, "program %s", st->name);
+  return 1;
+}
+
+void finalize(lua_State* L, void* object) {
+  auto* st = static_cast<PipeState*>(object);
+  io_forget(L, st);
+  if (st->data_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, st->data_ref);
+  delete st;  // closes the pipe where it is still open
+}
+
+int m_gc(lua_State* L) {
+  auto* r = static_cast<PipeRef*>(lua_touserdata(L, 1));
+  if (r) run_finalizer(L, &r->fin);
+  return 0;
+}
+
+// The metatable, made at the process's first program.
+void push_metatable(lua_State* L) {
+  lua_pushlightuserdata(L, &kMetatableKey);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_istable(L, -1)) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 3);
+  lua_pushcfunction(L, m_receive);
+  lua_setfield(L, -2, "receive");
+  lua_pushcfunction(L, m_send);
+  lua_setfield(L, -2, "send");
+  lua_pushcfunction(L, m_close);
+  lua_setfield(L, -2, "close");
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, m_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, m_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushliteral(L, "program pipe");
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, &kMetatableKey);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+// A new object for the parent's end fd (owned from here on).
+void push_pipe(lua_State* L, const char* name, int fd) {
+  auto* r = static_cast<PipeRef*>(lua_newuserdata(L, sizeof(PipeRef)));
+  r->st = new PipeState{};
+  r->st->name = name;
+  r->fin = HostFinalizer{};
+  track_finalizer(L, &r->fin, finalize, r->st);  // its __gc closes it
+  push_metatable(L);
+  lua_setmetatable(L, -2);
+  r->st->pipe = std::make_unique<io::PipeStream>(io_services(L).netpoll, fd);
+}
+
+int fail_errno(lua_State* L, int err) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "io: pipes for a program: %s", std::strerror(err));
+  return 2;
+}
+
+}  // namespace
+
+int exec_pipes(lua_State* L) {
+  // [0]: the program's stdin (it reads fds[0]); [1], [2]: its stdout and
+  // stderr (it writes fds[1]).
+  int fds[3][2];
+  for (int i = 0; i < 3; ++i) {
+    if (const int err = io::make_program_pipe(fds[i], i == 0); err != 0) {
+      for (int j = 0; j < i; ++j) {
+        ::close(fds[j][0]);
+        ::close(fds[j][1]);
+      }
+      return fail_errno(L, err);
+    }
+  }
+  const std::array<int, 3> child{fds[0][0], fds[1][1], fds[2][1]};
+  const double token = static_cast<double>(io_services(L).exec.hand_over(self_pid(L), child));
+  lua_pushnumber(L, token);
+  push_pipe(L, "stdin", fds[0][1]);
+  push_pipe(L, "stdout", fds[1][0]);
+  push_pipe(L, "stderr", fds[2][0]);
+  for (int i = 1; i <= 3; ++i) {
+    auto* r = static_cast<PipeRef*>(lua_touserdata(L, -i));
+    if (!r->st->pipe->registered()) {
+      io_services(L).exec.drop_handed(self_pid(L), static_cast<std::uint64_t>(token));
+      return fail_errno(L, r->st->pipe->open_error());  // the objects close their ends when collected
+    }
+  }
+  return 4;
+}
+
+}  // namespace host::lua

@@ -1,0 +1,20 @@
+// A started program's pipes on the worker (docs/ARCHITECTURE.md, "Programs'
+// pipes on the workers"): exec.start's stdin, stdout and stderr objects,
+// whose methods read and write the parent's ends themselves, through a
+// ByteStream, and wait on the netpoller only where the pipe would block,
+// as a TCP socket's do (bindings/socket_tcp.cpp). Threads: the one
+// running the process.
+#pragma once
+
+struct lua_State;
+
+namespace host::lua {
+
+// exec_pipes() -> token, stdin, stdout, stderr: three pipes made for a
+// program, the parent's ends in the objects (closed by their __gc, or the
+// process's end), the program's ends handed to the exec service under
+// token (the "start" call's last argument: the spawn takes them, and
+// closes them here). nil, "io: ..." where the pipes cannot be made.
+int exec_pipes(lua_State* L);
+
+}  // namespace host::lua
