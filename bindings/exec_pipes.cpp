@@ -46,6 +46,9 @@ struct PipeState {
   bool usable() const { return pipe && !pipe->closed(); }
 };
 
+// The userdata. st is null once its finalizer ran: a __gc of the user's
+// that runs after it (or lua_close's, after the process's end ran the
+// host's) may still call a method, which then answers closed.
 struct PipeRef {
   PipeState* st;
   HostFinalizer fin;
@@ -70,7 +73,7 @@ PipeState* check(lua_State* L, const char* method) {
     lua_rawget(L, LUA_REGISTRYINDEX);
     const bool ours = lua_rawequal(L, -1, -2);
     lua_pop(L, 2);
-    if (ours) return r->st;
+    if (ours) return r->st;  // null once finalized
   }
   luaL_error(L, "bad argument #1 to '%s' (program pipe expected, got %s)", method, luaL_typename(L, 1));
   return nullptr;
@@ -144,6 +147,15 @@ IoWaitCall poll_call(PipeState* st) {
   return c;
 }
 
+// A call that must wait where the running code cannot block (a __gc, a
+// sort's comparator) raises as io_wait would, leaving the pipe free for
+// the next call rather than busy for ever.
+void check_may_wait(lua_State* L, PipeState* st) {
+  if (blockable(L)) return;
+  release(L, st);
+  check_blockable(L);
+}
+
 // Runs the call st->op (already filled in): its results, or it waits.
 int run(lua_State* L, PipeState* st) {
   const int n = attempt(L, st);
@@ -151,6 +163,7 @@ int run(lua_State* L, PipeState* st) {
     release(L, st);
     return n;
   }
+  check_may_wait(L, st);
   return io_wait(L, poll_call(st), st, resume);
 }
 
@@ -180,8 +193,15 @@ int busy(lua_State* L, const char* what, bool count) {
 }
 
 // receive([pattern]): LuaSocket's "*l" (the default), "*a", or a count.
+int closed_answer(lua_State* L) {
+  lua_pushnil(L);
+  lua_pushliteral(L, "closed");
+  return 2;
+}
+
 int m_receive(lua_State* L) {
   PipeState* st = check(L, "receive");
+  if (!st) return closed_answer(L);
   if (st->writes()) luaL_error(L, "cannot receive from a program's stdin");
   char kind = 'l';
   std::size_t n = 0;
@@ -207,6 +227,7 @@ int m_receive(lua_State* L) {
 // "closed", what went where the program closed its stdin.
 int m_send(lua_State* L) {
   PipeState* st = check(L, "send");
+  if (!st) return closed_answer(L);
   if (!st->writes()) luaL_error(L, "cannot send to a program's %s", st->name);
   if (lua_type(L, 2) != LUA_TSTRING && lua_type(L, 2) != LUA_TNUMBER)
     luaL_error(L, "bad argument #1 to 'send' (string expected, got %s)", luaL_typename(L, 2));
@@ -224,6 +245,7 @@ int m_send(lua_State* L) {
     return n;
   }
   // It waits: the data stays where it is, held for the wait.
+  check_may_wait(L, st);
   lua_pushvalue(L, 2);
   st->data_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return io_wait(L, poll_call(st), st, resume);
@@ -233,19 +255,23 @@ int m_send(lua_State* L) {
 // reads end of file (stdin), or is told its reader left (EPIPE, SIGPIPE).
 int m_close(lua_State* L) {
   PipeState* st = check(L, "close");
-  if (st->pipe) st->pipe->close();
+  if (st && st->pipe) st->pipe->close();
   lua_pushboolean(L, 1);
   return 1;
 }
 
 int m_tostring(lua_State* L) {
   PipeState* st = check(L, "tostring");
-  lua_pushfstring(L, "program %s", st->name);
+  if (st) lua_pushfstring(L, "program %s", st->name);
+  else lua_pushliteral(L, "program pipe (closed)");
   return 1;
 }
 
 void finalize(lua_State* L, void* object) {
-  auto* st = static_cast<PipeState*>(object);
+  auto* r = static_cast<PipeRef*>(object);
+  PipeState* st = r->st;
+  r->st = nullptr;
+  if (!st) return;
   io_forget(L, st);
   if (st->data_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, st->data_ref);
   delete st;  // closes the pipe where it is still open
@@ -283,16 +309,19 @@ void push_metatable(lua_State* L) {
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
-// A new object for the parent's end fd (owned from here on).
-void push_pipe(lua_State* L, const char* name, int fd) {
+// A new pipe object, its end not yet given (closed until then). Made
+// before the descriptors, as it may raise (out of memory): an end made
+// first would have no owner.
+PipeRef* push_pipe(lua_State* L, const char* name) {
   auto* r = static_cast<PipeRef*>(lua_newuserdata(L, sizeof(PipeRef)));
+  r->st = nullptr;
+  r->fin = HostFinalizer{};
   r->st = new PipeState{};
   r->st->name = name;
-  r->fin = HostFinalizer{};
-  track_finalizer(L, &r->fin, finalize, r->st);  // its __gc closes it
+  track_finalizer(L, &r->fin, finalize, r);  // its __gc closes it
   push_metatable(L);
   lua_setmetatable(L, -2);
-  r->st->pipe = std::make_unique<io::PipeStream>(io_services(L).netpoll, fd);
+  return r;
 }
 
 int fail_errno(lua_State* L, int err) {
@@ -304,6 +333,10 @@ int fail_errno(lua_State* L, int err) {
 }  // namespace
 
 int exec_pipes(lua_State* L) {
+  // The start that takes the program's ends is a waiting call: where it
+  // would raise, it does so here, before any descriptor exists.
+  check_blockable(L);
+  PipeRef* ends[3] = {push_pipe(L, "stdin"), push_pipe(L, "stdout"), push_pipe(L, "stderr")};
   // [0]: the program's stdin (it reads fds[0]); [1], [2]: its stdout and
   // stderr (it writes fds[1]).
   int fds[3][2];
@@ -317,13 +350,12 @@ int exec_pipes(lua_State* L) {
     }
   }
   const std::array<int, 3> child{fds[0][0], fds[1][1], fds[2][1]};
+  const int parent[3] = {fds[0][1], fds[1][0], fds[2][0]};
+  for (int i = 0; i < 3; ++i) ends[i]->st->pipe = std::make_unique<io::PipeStream>(io_services(L).netpoll, parent[i]);
   const double token = static_cast<double>(io_services(L).exec.hand_over(self_pid(L), child));
   lua_pushnumber(L, token);
-  push_pipe(L, "stdin", fds[0][1]);
-  push_pipe(L, "stdout", fds[1][0]);
-  push_pipe(L, "stderr", fds[2][0]);
-  for (int i = 1; i <= 3; ++i) {
-    auto* r = static_cast<PipeRef*>(lua_touserdata(L, -i));
+  lua_insert(L, -4);  // token, stdin, stdout, stderr
+  for (PipeRef* r : ends) {
     if (!r->st->pipe->registered()) {
       io_services(L).exec.drop_handed(self_pid(L), static_cast<std::uint64_t>(token));
       return fail_errno(L, r->st->pipe->open_error());  // the objects close their ends when collected

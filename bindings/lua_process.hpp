@@ -347,6 +347,10 @@ bool io_expire(lua_State* L, std::uint64_t tag);
 void cancel_self(lua_State* L, std::string reason);
 // What the process may still allocate under its memory limit, in bytes.
 std::size_t memory_room(lua_State* L);
+// Whether the running code may block (inside a task, not under a C call);
+// check_blockable raises where it may not, as io_wait would.
+bool blockable(lua_State* L);
+void check_blockable(lua_State* L);
 io::IoServices& io_services(lua_State* L);
 Pid self_pid(lua_State* L);
 

@@ -255,6 +255,8 @@ struct Primitives {
   static bool io_expire(lua_State* L, std::uint64_t tag);
   static void cancel_self(lua_State* L, std::string reason);
   static std::size_t memory_room(lua_State* L);
+  static void check_blockable(lua_State* L);
+  static bool blockable(lua_State* L);
   static io::IoServices& io_services(lua_State* L);
   static Pid self_pid(lua_State* L);
   static void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object);

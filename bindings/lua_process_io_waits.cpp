@@ -94,6 +94,9 @@ std::size_t Primitives::memory_room(lua_State* L) {
 
 io::IoServices& Primitives::io_services(lua_State* L) { return of(L).rt_.io(); }
 
+void Primitives::check_blockable(lua_State* L) { of(L).kernel_.check_blockable(L); }
+bool Primitives::blockable(lua_State* L) { return of(L).kernel_.blockable(L); }
+
 Pid Primitives::self_pid(lua_State* L) { return of(L).ctx_.self; }
 
 std::uint64_t io_call_tag(lua_State* L) { return Primitives::io_call_tag(L); }
@@ -112,6 +115,8 @@ void io_unwatch(lua_State* L, std::uint64_t tag) { Primitives::io_unwatch(L, tag
 bool io_expire(lua_State* L, std::uint64_t tag) { return Primitives::io_expire(L, tag); }
 void cancel_self(lua_State* L, std::string reason) { Primitives::cancel_self(L, std::move(reason)); }
 std::size_t memory_room(lua_State* L) { return Primitives::memory_room(L); }
+void check_blockable(lua_State* L) { Primitives::check_blockable(L); }
+bool blockable(lua_State* L) { return Primitives::blockable(L); }
 io::IoServices& io_services(lua_State* L) { return Primitives::io_services(L); }
 Pid self_pid(lua_State* L) { return Primitives::self_pid(L); }
 

@@ -639,6 +639,8 @@ void TaskKernel::to_kernel_ext(lua_State* L, int base, int channel) {
   lua_settop(L, base);
 }
 
+bool TaskKernel::blockable(lua_State* L) const { return current_ != nullptr && lua_isyieldable(L); }
+
 void TaskKernel::check_blockable(lua_State* L) const {
   if (current_ == nullptr) luaL_error(L, "blocking call outside a process task");
   if (!lua_isyieldable(L)) luaL_error(L, "%s", kCBoundary);

@@ -158,6 +158,7 @@ class TaskKernel {
   // (outside a task; inside a C call), as kernel_ext's does; then
   // block_in_sleep yields the running task, what the C function returns.
   void check_blockable(lua_State* L) const;
+  bool blockable(lua_State* L) const;
   int block_in_sleep(lua_State* L, double secs);
   // os.exit(code) inside a process (Primitives::exit): the process ends,
   // not the host (only the root's end ends it), completed (code nil,

@@ -359,6 +359,59 @@ return { main = function()
       end
       T.eq(sum, procs * 4 * 2000 * 2001 / 2)
     end },
+    { "a pipe's methods after its finalizer ran answer closed", function()
+      -- The guard is made first, so its __gc runs after the pipes' own
+      -- (finalizers run newest first) and finds them finalized.
+      local seen
+      do
+        local guard = newproxy(true)
+        local p = assert(exec.start({ "cat" }))
+        local stdin, stdout = p.stdin, p.stdout
+        getmetatable(guard).__gc = function()
+          seen = { tostring(stdout), stdin:close(), select(2, stdout:receive()), select(2, stdin:send("x")) }
+        end
+        p:kill(9)
+        p:wait(5)
+      end
+      collectgarbage()
+      collectgarbage()
+      T.eq(seen and table.concat({ tostring(seen[1]), tostring(seen[2]), tostring(seen[3]), tostring(seen[4]) }, ","),
+        "program pipe (closed),true,closed,closed")
+    end },
+    { "exec.start where the code cannot block raises and leaves no descriptor", function()
+      local function fds()
+        local n = 0
+        for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
+        return n
+      end
+      local before = fds()
+      for _ = 1, 20 do
+        local ok, err = pcall(table.sort, { 2, 1 }, function(a, b)
+          exec.start({ "true" })
+          return a < b
+        end)
+        T.eq(ok, false)
+        T.match(err, "blocking call inside a C function boundary")
+      end
+      collectgarbage()
+      collectgarbage()
+      T.eq(fds(), before)
+    end },
+    { "a receive that must wait where the code cannot block raises and leaves the pipe usable", function()
+      local p = assert(exec.start({ "cat" }))
+      for _ = 1, 2 do
+        local ok, err = pcall(table.sort, { 2, 1 }, function(a, b)
+          p.stdout:receive()
+          return a < b
+        end)
+        T.eq(ok, false)
+        T.match(err, "blocking call inside a C function boundary")
+      end
+      T.eq(p.stdin:send("line\n"), 5)
+      T.eq(p.stdout:receive(), "line", "not busy after the raise")
+      p.stdin:close()
+      p:wait(5)
+    end },
     { "a line a receive waits for may not grow past the process's limit", function()
       local p = assert(exec.start({ "sh", "-c", "head -c 200000000 /dev/zero" }))
       local line, err = p.stdout:receive("*l")
