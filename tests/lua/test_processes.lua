@@ -505,7 +505,7 @@ return { main = function()
       T.eq(ev.result or ev.error, "ok")
     end },
     { "an idle process's heap fits a state's first chunk", function()
-      -- 14 KB (bindings/state_arena.hpp, kFirstChunkBytes): what keeps idle
+      -- 13.5 KB (bindings/state_arena.hpp, kFirstChunkBytes): what keeps idle
       -- memory under 16 KB a process (BENCHMARKS.md).
       -- Spare processes made ahead of time hold the module of the last
       -- spawns loaded (garbage until a collection when the spawn is of
