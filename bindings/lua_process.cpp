@@ -203,13 +203,17 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
 // Pushes the table at idx where it is empty and plain (no key, no
 // metatable), else a new table with room for four keys.
 static void push_empty_table(lua_State* L, int idx) {
-  if (lua_istable(L, idx) && !lua_getmetatable(L, idx)) {
-    lua_pushnil(L);
-    if (lua_next(L, idx) == 0) {
-      lua_pushvalue(L, idx);
-      return;
+  if (lua_istable(L, idx)) {
+    if (lua_getmetatable(L, idx)) {
+      lua_pop(L, 1);
+    } else {
+      lua_pushnil(L);
+      if (lua_next(L, idx) == 0) {
+        lua_pushvalue(L, idx);
+        return;
+      }
+      lua_pop(L, 2);
     }
-    lua_pop(L, 2);
   }
   lua_createtable(L, 0, 4);
 }
