@@ -200,6 +200,24 @@ std::string LuaProcess::push_entry(lua_State* L, const std::string& entry) {
   return {};
 }
 
+// Pushes the table at idx where it is empty and plain (no key, no
+// metatable), else a new table with room for four keys.
+static void push_empty_table(lua_State* L, int idx) {
+  if (lua_istable(L, idx)) {
+    if (lua_getmetatable(L, idx)) {
+      lua_pop(L, 1);
+    } else {
+      lua_pushnil(L);
+      if (lua_next(L, idx) == 0) {
+        lua_pushvalue(L, idx);
+        return;
+      }
+      lua_pop(L, 2);
+    }
+  }
+  lua_createtable(L, 0, 4);
+}
+
 // The error Prepare's setup raises when small_globals cannot replace the
 // globals table.
 constexpr const char* kTablesUnexpected = "LuaJIT's tables are not as small_globals expects";
@@ -235,6 +253,10 @@ bool LuaProcess::Prepare() {
     // has shown it runs long enough to be worth it; probe_jit disarms the
     // hook after the first steps.
     lua_sethook(S, Primitives::jit_probe_hook, LUA_MASKCOUNT, config::kJitHookInterval);
+    // LuaJIT's own registry, which kernel_.init replaces by one sized for
+    // the pins, becomes package.loaded below.
+    lua_pushvalue(S, LUA_REGISTRYINDEX);
+    const int first_registry = lua_gettop(S);
     p.kernel_.init(S, p);
     p.kernel_.set_inbox_chunk(&p.rt_.inbox_bytecode());
     p.peers_.init(S, [&p](lua_State* T) { return p.kernel_.pin(T); });
@@ -242,9 +264,14 @@ bool LuaProcess::Prepare() {
     p.step_fn_ = lua_topointer(S, -1);
     p.step_fn_ref_ = p.kernel_.pin(S);
     // package.loaded, where the entry module and the API tables a process
-    // uses are recorded, made here and kept in a slot: found by name
-    // (luaL_findtable) it cost each spawn a search (BENCHMARKS.md's source figures).
-    lua_createtable(S, 0, 4);
+    // uses are recorded, kept in a slot: found by name (luaL_findtable) it
+    // cost each spawn a search (BENCHMARKS.md's source figures). It is
+    // lua_newstate's registry, an empty table with room for four keys as
+    // this one wants: made anew, it left that one as garbage that no
+    // collection takes while a process idles (160 bytes of the arena's
+    // first chunk, which an idle echo connection's heap must fit:
+    // BENCHMARKS.md, "An idle connection within its first chunk").
+    push_empty_table(S, first_registry);
     lua_pushvalue(S, -1);
     lua_setfield(S, LUA_REGISTRYINDEX, "_LOADED");
     p.loaded_ref_ = p.kernel_.pin(S);
@@ -288,8 +315,9 @@ bool LuaProcess::drop_unused_state() {
 
 void LuaProcess::push_loaded(lua_State* L) const { lua_rawgeti(L, LUA_REGISTRYINDEX, loaded_ref_); }
 
-// The registry key of the chunk Preload loaded.
-constexpr const char* kPreloadedKey = "host.preloaded";
+// The registry key of the chunk Preload loaded: its address, a light
+// userdata (a string key was one more string in every process's heap).
+static char kPreloadedKey;
 
 void LuaProcess::Preload(const std::string& module) {
   const RunningHere running(this);
@@ -303,8 +331,9 @@ void LuaProcess::Preload(const std::string& module) {
   } load{mod.get(), module.c_str(), false};
   lua_cpcall(L_, [](lua_State* S) -> int {
     auto* l = static_cast<Load*>(lua_touserdata(S, 1));
+    lua_pushlightuserdata(S, &kPreloadedKey);
     if (luaL_loadbuffer(S, l->mod->bytecode.data(), l->mod->bytecode.size(), l->name) != 0) return 0;
-    lua_setfield(S, LUA_REGISTRYINDEX, kPreloadedKey);
+    lua_rawset(S, LUA_REGISTRYINDEX);
     l->ok = true;
     return 0;
   }, &load);
@@ -317,9 +346,11 @@ bool LuaProcess::take_preloaded(lua_State* L, const Module& mod) {
   // The same Module object is the same version of the same module.
   const bool match = preloaded_.get() == &mod;
   preloaded_.reset();
-  lua_getfield(L, LUA_REGISTRYINDEX, kPreloadedKey);
+  lua_pushlightuserdata(L, &kPreloadedKey);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  lua_pushlightuserdata(L, &kPreloadedKey);
   lua_pushnil(L);
-  lua_setfield(L, LUA_REGISTRYINDEX, kPreloadedKey);
+  lua_rawset(L, LUA_REGISTRYINDEX);
   if (!match) lua_pop(L, 1);
   return match;
 }

@@ -18,6 +18,11 @@ std::unique_ptr<LuaProcess> SpareProcesses::take(std::string_view module) {
     target_ = std::min(std::max(target_ * 2, kFirstTarget), kMaxSpares);
     return nullptr;
   }
+  // A hit: one fewer wanted. A server that spawns a process a connection
+  // kept the 64 an early burst of misses asked for, about 1 MB that its
+  // idle connections then carried (BENCHMARKS.md, "An idle connection
+  // within its first chunk").
+  if (target_ > kFirstTarget) --target_;
   // The newest spare that loaded this module, else the newest: a spare
   // that loaded another module loads this one again and keeps the other's
   // chunk as garbage (about 1.5 KB) until its first collection.

@@ -11,8 +11,11 @@
 // cores make the states, between processes (Scheduler::set_idle_job).
 //
 // How many: none until a spawn finds the list empty. Each such miss doubles
-// the number kept, up to kMaxSpares, so a program that never spawns in a
-// burst holds at most a few. A spare holds 20-40 KB (with its module).
+// the number kept, up to kMaxSpares, and each spawn that finds one lowers
+// it by one, down to kFirstTarget (the spares past it are not made again
+// as spawns take them): a burst soon has what it needs, and a program that
+// spawns at a pace the idle workers keep up with holds a few, not the
+// most an early burst wanted. A spare holds 15-40 KB (with its module).
 #pragma once
 
 #include <cstddef>

@@ -8,9 +8,9 @@
 // sixth of a ping-pong round trip in malloc/free (perf), and a state created
 // on one worker and closed on another freed into another thread's arena.
 // Here small blocks come from per-size-class free lists carved out of
-// chunks: a state's first one of 14 KB (what an idle process holds), its
-// second of 1 KB (what an idle connection's process needs past that: its
-// module, its socket), both carved side by side from slabs so that they
+// chunks: a state's first one of 13.5 KB (what an idle process holds, an
+// idle echo connection's process too), its second of 1 KB (for a process
+// just past that), both carved side by side from slabs so that they
 // cost their bytes, not whole pages, of RSS; the later ones of 16 KB.
 // Closing a state gives its chunks back whole (no free per object), and the
 // next state takes them with their pages already mapped.
@@ -40,15 +40,18 @@ namespace host::lua {
 class StateArena {
  public:
   static constexpr std::size_t kChunkBytes = 16 * 1024;
-  // A state's first chunk: an idle process's heap fits it (13.6 KB for
-  // the benchmarks' idle module, tests/lua/test_processes.lua checks a
-  // like one); see chunk_pool.hpp for why it is not a whole number of pages.
-  static constexpr std::size_t kFirstChunkBytes = 14 * 1024;
-  // Its second: a process just past its first chunk (an idle echo
-  // connection's, a few hundred bytes past since small_strings:
-  // BENCHMARKS.md) pays 1 KB for it, where a 16 KB chunk cost it the 4 KB
-  // page it touched (2 KB while the connection was 1.2 KB past). A block
-  // that does not fit it (over 1 KB less the header) opens a 16 KB chunk
+  // A state's first chunk: an idle process's heap fits it (12.7 KB of
+  // live blocks, 13.1 KB in the size classes, for tests/lua/
+  // test_processes.lua's idle module; an idle echo connection's 13.2 KB),
+  // with room for a few hundred bytes more; see chunk_pool.hpp for why it
+  // is not a whole number of pages. It was 14 KB until package.loaded
+  // reused lua_newstate's registry (BENCHMARKS.md, "An idle connection
+  // within its first chunk"): each half KB less is a half KB less RSS for
+  // every idle process.
+  static constexpr std::size_t kFirstChunkBytes = 13 * 1024 + 512;
+  // Its second: a process just past its first chunk pays 1 KB for it,
+  // where a 16 KB chunk cost it the 4 KB page it touched. A block that
+  // does not fit it (over 1 KB less the header) opens a 16 KB chunk
   // instead.
   static constexpr std::size_t kSecondChunkBytes = 1024;
   static constexpr std::size_t kMaxSmall = 2048;

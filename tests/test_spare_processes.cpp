@@ -38,3 +38,23 @@ TEST_CASE("a spawn takes the spare that loaded its module, though newer spares l
   CHECK(other->preloaded("fixtures.idle"));
   CHECK(spares.take("fixtures.echo") == nullptr);
 }
+
+TEST_CASE("misses double the spares wanted; each spawn that finds one lowers it again, to the first target") {
+  testing::Watchdog dog{"spare processes", 60s};
+  Scheduler s{{.workers = 1}};
+  lua::LuaRuntime rt{s, {.dir = HOST_TEST_SCRIPTS}};
+  lua::SpareProcesses spares(rt);
+  const std::size_t first = lua::SpareProcesses::kFirstTarget;
+  for (int i = 0; i < 3; ++i) CHECK(spares.take("fixtures.idle") == nullptr);  // wanted: 4, 8, 16
+  std::size_t made = 0;
+  while (spares.make_one()) ++made;
+  CHECK(made == 4 * first);
+  // Twelve spawns find one each: 16 - 12 wanted, and 4 are left, so none
+  // is made again.
+  for (std::size_t i = 0; i < 3 * first; ++i) CHECK(spares.take("fixtures.idle") != nullptr);
+  CHECK_FALSE(spares.make_one());
+  // Never below the first target: spawns that take the rest leave it at 4.
+  for (std::size_t i = 0; i < first; ++i) CHECK(spares.take("fixtures.idle") != nullptr);
+  for (std::size_t i = 0; i < first; ++i) CHECK(spares.make_one());
+  CHECK_FALSE(spares.make_one());
+}

@@ -1,18 +1,7 @@
 -- A TCP echo server, one process per connection (the benchmark's host
 -- side: tests/bench/echo.sh).  host run scripts/echo [-- PORT]
--- (socket is required in main only: a connection's process, which runs
--- serve from this module, then does not load the module's functions.)
-
-local function serve(conn)
-  conn:setoption("tcp-nodelay", true)
-  while true do
-    -- Whatever has come, up to 64 KB (receiveany, OpenResty's call): an
-    -- echo waits for no line or count.
-    local data = conn:receiveany(65536)
-    if not data or not conn:send(data) then break end
-  end
-  conn:close()
-end
+-- Each connection's process runs connection.lua, a module of its own, so
+-- that it loads none of this one (socket is required here only).
 
 local function main(port)
   local socket = require("socket")
@@ -21,8 +10,8 @@ local function main(port)
   log.info("echo: listening on 127.0.0.1:%d", port)
   while true do
     local conn = server:accept()
-    if conn then process.spawn("main:serve", conn) end
+    if conn then process.spawn("connection", conn) end
   end
 end
 
-return { main = main, serve = serve }
+return { main = main }
