@@ -267,6 +267,19 @@ IoWaitCall poll_call(TcpState* t, Pending& p) {
   return c;
 }
 
+// Waits for p's call. Where the running code cannot block (a __gc, a
+// sort's comparator) it raises as io_wait would, p released first: the
+// socket is not left busy for ever (a connect under way is closed, as a
+// timeout closes it).
+int wait_for(lua_State* L, TcpState* t, Pending& p, IoWaitCall c) {
+  if (!blockable(L)) {
+    if (p.op == Pending::kConnect && usable(t)) t->sock->close();
+    release(L, t, p);
+    check_blockable(L);
+  }
+  return io_wait(L, std::move(c), t, resume_op);
+}
+
 // Runs the call p (already filled in): its results, or it waits.
 int run(lua_State* L, TcpState* t, Pending& p) {
   const int n = attempt(L, t, p);
@@ -279,7 +292,7 @@ int run(lua_State* L, TcpState* t, Pending& p) {
     release(L, t, p);
     return k;
   }
-  return io_wait(L, poll_call(t, p), t, resume_op);
+  return wait_for(L, t, p, poll_call(t, p));
 }
 
 void finish(lua_State* L, lua_State* co, TcpState* t, Pending& p, int n) {
@@ -383,7 +396,7 @@ int by_address(lua_State* L, SocketRef* s, bool binding) {
   args.string("resolve").string(host_name).string(fam == AF_INET6 ? "inet6" : fam == AF_INET ? "inet" : "unspec");
   IoWaitCall c{io::io_cmd::kSocket, io_call_tag(L), 0, args.finish(), -1};
   p.tag = c.tag;
-  return io_wait(L, std::move(c), t, resume_op);
+  return wait_for(L, t, p, std::move(c));
 }
 
 // TLS contexts that verify against the system's store are made once
@@ -477,7 +490,7 @@ int tcp_send(lua_State* L, SocketRef* s, const char* data, std::size_t i, std::s
   // It waits: the data stays where it is, held for the wait.
   lua_pushvalue(L, 2);
   p.data_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  return io_wait(L, poll_call(t, p), t, resume_op);
+  return wait_for(L, t, p, poll_call(t, p));
 }
 
 int tcp_receive(lua_State* L, SocketRef* s, char kind, std::size_t n, int prefix_idx) {

@@ -52,6 +52,21 @@ return { main = function()
       T.eq(err, "closed")
       s:close()
     end },
+    { "a receive that must wait where the code cannot block raises and leaves the socket usable", function()
+      local c, s = pair()
+      for _ = 1, 2 do
+        local ok, err = pcall(table.sort, { 2, 1 }, function(a, b)
+          s:receive()
+          return a < b
+        end)
+        T.eq(ok, false)
+        T.match(err, "blocking call inside a C function boundary")
+      end
+      assert(c:send("line\n"))
+      T.eq(s:receive(), "line", "not busy after the raise")
+      c:close()
+      s:close()
+    end },
     { "a receive that times out returns nil, timeout and what came", function()
       local c, s = pair()
       c:send("partial line")
