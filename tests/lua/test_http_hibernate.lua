@@ -112,6 +112,25 @@ return { main = function()
       T.ok(time.now() - t0 < 1, "close returned at once")
       for i = 1, 20 do T.ok(closed(conns[i]), "connection " .. i .. " closed") end
     end },
+    { "https: a TLS connection hibernates and is woken, its session kept; then closes at keepalive_timeout", function()
+      local certs = require("certs").make()
+      local srv, port = serve { hibernate_after = 0.05, keepalive_timeout = 1.5, tls = { cert = certs.cert, key = certs.key } }
+      local raw = connect(port)
+      local c = assert(require("ssl").wrap(raw, { mode = "client", verify = "peer", cafile = certs.ca }))
+      assert(c:dohandshake())
+      local _, first = get(c, "/who")
+      T.eq(first, "1")
+      all_hibernated()
+      local status, again = get(c, "/who")
+      T.eq(status, 200, "woken over the same session")
+      T.eq(again, "1", "by a new process")
+      all_hibernated()
+      local t0 = time.now()
+      T.ok(closed(c), "the idle TLS connection closed")
+      T.ok(time.now() - t0 < 4, "at keepalive_timeout")
+      srv:close()
+      os.execute("rm -rf " .. certs.dir)
+    end },
     { "a hibernated connection costs the acceptor's heap no task: under 1 KB each", function()
       local srv, port = serve { hibernate_after = 0.05 }
       local warm = {}
