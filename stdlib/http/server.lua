@@ -328,7 +328,9 @@ function M.accept(owner, lst, conf)
     local idle_due = sweep(idle, now)
     if idle_due and (not due or idle_due < due) then due = idle_due end
     if #waiting > 0 and (not due or due > now + 0.5) then due = now + 0.5 end
-    local r = channel.select { events:case_receive(), inbox:case_receive(), timeout = due and math.max(due - now, 0.001) or nil }
+    local r = channel.select {
+      events:case_receive(), inbox:case_receive(), timeout = due and math.max(due - now, 0.001) or nil,
+    }
     local m = r.value
     if r.timeout then
       if #waiting > 0 and time.now() - waiting_since >= CLOSE_WAIT then answer_closes() end

@@ -114,7 +114,9 @@ return { main = function()
     end },
     { "https: a TLS connection hibernates and is woken, its session kept; then closes at keepalive_timeout", function()
       local certs = require("certs").make()
-      local srv, port = serve { hibernate_after = 0.05, keepalive_timeout = 1.5, tls = { cert = certs.cert, key = certs.key } }
+      local srv, port = serve {
+        hibernate_after = 0.05, keepalive_timeout = 1.5, tls = { cert = certs.cert, key = certs.key },
+      }
       local raw = connect(port)
       local c = assert(require("ssl").wrap(raw, { mode = "client", verify = "peer", cafile = certs.ca }))
       assert(c:dohandshake())
