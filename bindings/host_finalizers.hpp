@@ -8,7 +8,8 @@
 //
 // Each such userdata embeds a HostFinalizer, tracked from the moment it is
 // made (before it gets its metatable, so __gc never sees one untracked);
-// whoever takes it first (its __gc, or the process's end) runs it, once.
+// whoever comes first (its __gc, or the process's end) runs it, once:
+// both through run_once.
 // Threads: the one running the process.
 #pragma once
 
@@ -45,6 +46,13 @@ class HostFinalizers {
     f->run = nullptr;
     return true;
   }
+  // Runs a tracked f once (untracked first, so a finalizer that raises
+  // or reenters is never run twice); an untracked f is left alone.
+  void run_once(lua_State* L, HostFinalizer* f) {
+    const HostFinalizer::Run run = f->run;
+    void* object = f->object;
+    if (take(f)) run(L, object);
+  }
   HostFinalizer* first() const { return head_; }
 
  private:
@@ -52,9 +60,8 @@ class HostFinalizers {
 };
 
 // For the bindings (bindings/lua_process_modules.cpp): track f in L's
-// process; and, from a __gc, whether f is still to run (then it is no
-// longer tracked).
+// process; and, from a __gc, run f unless the process's end ran it.
 void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object);
-bool untrack_finalizer(lua_State* L, HostFinalizer* f);
+void run_finalizer(lua_State* L, HostFinalizer* f);
 
 }  // namespace host::lua

@@ -872,7 +872,7 @@ void finalize_conn(lua_State* L, void* object) {
 
 int m_gc(lua_State* L) {
   auto* c = static_cast<Conn*>(lua_touserdata(L, 1));
-  if (untrack_finalizer(L, &c->fin)) finalize_conn(L, c);
+  run_finalizer(L, &c->fin);
   return 0;
 }
 
@@ -1029,6 +1029,29 @@ void finalize_track(lua_State* L, void* object) {
   h->id = 0;
 }
 
+int t_untrack(lua_State* L);
+int t_drain(lua_State* L);
+int t_hibernate(lua_State* L);
+int t_wake(lua_State* L);
+int t_gc(lua_State* L);
+
+// The handles' metatable, made at the first track: only the acceptor
+// tracks, and each connection's process opens this module too (its
+// opener made both metatables; this one was a fifth of the opener's cost there).
+void push_track_meta(lua_State* L) {
+  if (!luaL_newmetatable(L, kTrackMeta)) return;
+  static const luaL_Reg methods[] = {{"untrack", t_untrack},
+                                     {"drain", t_drain},
+                                     {"hibernate", t_hibernate},
+                                     {"wake", t_wake},
+                                     {nullptr, nullptr}};
+  lua_createtable(L, 0, 4);
+  luaL_register(L, nullptr, methods);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, t_gc);
+  lua_setfield(L, -2, "__gc");
+}
+
 // http.track(sock, tls): the acceptor's handle on a connection (a
 // duplicate of its descriptor) and the id its process is given; or nil.
 int f_track(lua_State* L) {
@@ -1053,7 +1076,7 @@ int f_track(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
   new (h) TrackHandle{id, {}, nullptr, 0};
   track_finalizer(L, &h->fin, finalize_track, h);
-  luaL_getmetatable(L, kTrackMeta);
+  push_track_meta(L);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1151,7 +1174,7 @@ int t_wake(lua_State* L) {
 
 int t_gc(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_touserdata(L, 1));
-  if (untrack_finalizer(L, &h->fin)) finalize_track(L, h);
+  run_finalizer(L, &h->fin);
   return 0;
 }
 
@@ -1191,19 +1214,6 @@ int open_http_conn(lua_State* L) {
     }
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, m_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, kTrackMeta)) {
-    static const luaL_Reg methods[] = {{"untrack", t_untrack},
-                                       {"drain", t_drain},
-                                       {"hibernate", t_hibernate},
-                                       {"wake", t_wake},
-                                       {nullptr, nullptr}};
-    lua_createtable(L, 0, 4);
-    luaL_register(L, nullptr, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, t_gc);
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);

@@ -562,12 +562,7 @@ void LuaProcess::run_host_finalizers() {
       [](lua_State* L) {
         auto& fins = static_cast<LuaProcess*>(lua_touserdata(L, 1))->finalizers_;
         lua_settop(L, 0);
-        while (HostFinalizer* f = fins.first()) {
-          const HostFinalizer::Run run = f->run;
-          void* object = f->object;
-          fins.take(f);
-          run(L, object);
-        }
+        while (HostFinalizer* f = fins.first()) fins.run_once(L, f);
         return 0;
       },
       this);

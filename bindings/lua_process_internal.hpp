@@ -259,7 +259,7 @@ struct Primitives {
   static Pid self_pid(lua_State* L);
   static bool post_self(lua_State* L, std::string_view topic, double value);
   static void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object);
-  static bool untrack_finalizer(lua_State* L, HostFinalizer* f);
+  static void run_finalizer(lua_State* L, HostFinalizer* f);
   static int wall_time(lua_State* L);
   static void open_package(lua_State* L);
   static int load_std(lua_State* L);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <string>
 
 #include <lua.hpp>
@@ -84,7 +85,7 @@ void Primitives::track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::
   of(L).finalizers_.track(f, run, object);
 }
 
-bool Primitives::untrack_finalizer(lua_State* L, HostFinalizer* f) { return of(L).finalizers_.take(f); }
+void Primitives::run_finalizer(lua_State* L, HostFinalizer* f) { of(L).finalizers_.run_once(L, f); }
 
 // Seconds since the epoch, with their fraction (LuaSocket's gettime).
 int Primitives::wall_time(lua_State* L) {
@@ -116,7 +117,7 @@ void Primitives::open_package(lua_State* L) {
   }
   open_lib(L, "package");
   keep_luajit_require(L);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < static_cast<int>(std::size(kSetByOpener)); ++i) {
     const int v = saved + i;
     if (lua_isnil(L, v) || (i == 0 && lua_tocfunction(L, v) == require)) continue;
     lua_pushstring(L, kSetByOpener[i]);
@@ -223,6 +224,6 @@ void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, voi
   Primitives::track_finalizer(L, f, run, object);
 }
 
-bool untrack_finalizer(lua_State* L, HostFinalizer* f) { return Primitives::untrack_finalizer(L, f); }
+void run_finalizer(lua_State* L, HostFinalizer* f) { Primitives::run_finalizer(L, f); }
 
 }  // namespace host::lua

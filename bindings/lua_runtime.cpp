@@ -57,9 +57,8 @@ std::vector<ModuleLine> checked_lines(const std::vector<ModuleLine>& extra) {
 }  // namespace
 
 const ModuleLine* LuaRuntime::find_module(std::string_view name) const {
-  for (const ModuleLine& m : module_lines_)
-    if (name == m.name || (m.alias && name == m.alias)) return &m;
-  return nullptr;
+  auto it = module_index_.find(name);
+  return it == module_index_.end() ? nullptr : it->second;
 }
 
 const std::string* LuaRuntime::module_chunk(const ModuleLine& m, std::string* err) const {
@@ -86,6 +85,12 @@ LuaRuntime::LuaRuntime(Scheduler& scheduler, LuaOptions options)
       }()),
       module_lines_(checked_lines(options_.modules)),
       chunks_(std::make_unique<LazyChunk[]>(module_lines_.size())) {
+  // The names are the lines' own (static) strings; checked_lines made sure
+  // no name or alias is there twice.
+  for (const ModuleLine& m : module_lines_) {
+    module_index_.emplace(m.name, &m);
+    if (m.alias) module_index_.emplace(m.alias, &m);
+  }
   std::string err = ModuleCache::compile("=kernel_ext", k_kernel_ext_source, kernel_ext_bytecode_, /*strip=*/true);
   if (!err.empty()) throw std::runtime_error("the extension kernel does not compile: " + err);
   err = ModuleCache::compile("=inbox", k_inbox_source, inbox_bytecode_, /*strip=*/true);

@@ -495,7 +495,7 @@ void finalize_socket(lua_State* L, void* object) {
 
 int m_gc(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
-  if (s && untrack_finalizer(L, &s->fin)) finalize_socket(L, s);
+  if (s) run_finalizer(L, &s->fin);
   return 0;
 }
 

@@ -7,36 +7,32 @@
 -- a process that fails outright (a limit) gets the same 500 from the
 -- acceptor. An idle keep-alive connection gives its socket back to the
 -- acceptor (hibernate_after) and the process ends.
-local type, tostring, xpcall, next, pairs = type, tostring, xpcall, next, pairs
+--
+-- Every new connection loads this file's bytecode: what only a failure,
+-- a streamed body, a body read in pieces or a reload needs is in
+-- stdlib/http/conn_rare.lua, loaded at its first use (rare, below).
+local type, tostring, xpcall, next = type, tostring, xpcall, next
 
 local M = {}
 
 -- The connection this process serves (one a process).
 local current_conn
 
--- req:read_body(): the body's next chunk, nil at its end (then nil, err
--- when it ended early: "too_large: ...", "closed", "timeout"). A body up
--- to the server's buffer_body_bytes is in req.body already and comes as
--- one chunk; a larger one (req.body is nil) comes as it arrives.
-local read_whole = setmetatable({}, { __mode = "k" })
-local Request = { __index = {} }
-function Request.__index.read_body(req)
-  if req.body ~= nil then
-    if read_whole[req] then return nil end
-    read_whole[req] = true
-    return req.body
-  end
-  return current_conn:body()
+local rare_module
+local function rare()
+  rare_module = rare_module or require("http.conn_rare")
+  return rare_module
 end
 
+-- req:read_body(): the body's next chunk, nil at its end (then nil, err
+-- when it ended early: "too_large: ...", "closed", "timeout").
 -- req:closed(): true once the client has left (closed or reset its
 -- connection) while its request is served; the process is then cancelled
 -- too (bindings/http_conn.cpp watches the connection while a handler runs).
-function Request.__index.closed(req)
-  return current_conn:gone()
-end
-
-local internal_error = { ["content-type"] = "text/plain; charset=utf-8" }
+local Request = { __index = {
+  read_body = function(req) return rare().read_body(req, current_conn) end,
+  closed = function() return current_conn:gone() end,
+} }
 
 -- The handler's error with its traceback, as one value. The debug
 -- library is taken only here (by require: a handler's module may have
@@ -46,21 +42,12 @@ local function with_traceback(err)
   return { err = err, tb = require("debug").traceback(tostring(err), 2) }
 end
 
--- The request's method and path are the client's: they go in as values,
--- never as part of the format (a path may hold "%d").
-local function failed(req, what, detail, tb)
-  log.error("http: %s for %s %s: %s", what, tostring(req.method), tostring(req.path), tostring(detail),
-    tb and { traceback = tb } or nil)
-end
-
 -- The handler of entry, or nil and why it cannot be had.
 local function load_handler(entry, module, method)
   local ok, mod = xpcall(require, with_traceback, module)
-  local handler = ok and type(mod) == "table" and mod[method]
   if not ok then return nil, mod end
-  if type(handler) ~= "function" then
-    return nil, { err = "entry '" .. entry .. "': no function '" .. method .. "' in module '" .. module .. "'" }
-  end
+  local handler = type(mod) == "table" and mod[method]
+  if type(handler) ~= "function" then return nil, rare().no_method(entry, module, method) end
   return handler
 end
 
@@ -70,7 +57,7 @@ function M.serve(sock, id, entry, conf)
   current_conn = conn
   -- The entry, split once by the server (http/server.lua's conn_config).
   local module, method = conf.module, conf.method
-  assert(module and method, "http.conn.serve: conf.module and conf.method must be set (http/server.lua conn_config)")
+  if not (module and method) then rare().no_entry() end
   -- With --watch, the names of the modules this process loaded that were
   -- changed on disk since (the host fills it). A keep-alive connection
   -- lives as long as its client keeps it busy: between two requests it
@@ -88,14 +75,7 @@ function M.serve(sock, id, entry, conf)
   local verb, path, query, headers, body, http10 = conn:next()
   while verb do
     if next(fresh) ~= nil then
-      -- The changed modules and the handler's own (which may hold a
-      -- changed one it required), loaded again at their newest versions.
-      local loaded = package.loaded
-      for name in pairs(fresh) do
-        fresh[name] = nil
-        loaded[name] = nil
-      end
-      loaded[module] = nil
+      rare().forget_changed(fresh, module)
       handler, load_error = load_handler(entry, module, method)
     end
     local req = setmetatable({
@@ -104,25 +84,22 @@ function M.serve(sock, id, entry, conf)
     }, Request)
     local status, rheaders, rbody
     if load_error then
-      failed(req, "cannot load the handler", load_error.err, load_error.tb)
-      status, rheaders, rbody = 500, internal_error, "internal server error\n"
+      status, rheaders, rbody = rare().fail(req, "cannot load the handler", load_error.err, load_error.tb)
     else
       local done, s, h, b = xpcall(handler, with_traceback, req)
       if done then
         status, rheaders, rbody = s, h, b
       else
-        failed(req, "handler failed", s.err, s.tb)
-        status, rheaders, rbody = 500, internal_error, "internal server error\n"
+        status, rheaders, rbody = rare().fail(req, "handler failed", s.err, s.tb)
       end
     end
     if type(rbody) == "function" then
-      M.stream(conn, req, status, rheaders, rbody)
+      rare().stream(conn, req, status, rheaders, rbody, with_traceback)
     else
       if type(rbody) == "number" then rbody = tostring(rbody) end
       local ok, err = conn:respond(status, rheaders, rbody)
       if not ok and err and err ~= "closed" then  -- the response could not be written as given
-        failed(req, "bad response", err)
-        conn:respond(500, internal_error, "internal server error\n")
+        rare().bad_response(conn, req, err)
       end
     end
     verb, path, query, headers, body, http10 = conn:next()
@@ -134,32 +111,6 @@ function M.serve(sock, id, entry, conf)
     if parked and process.send(conf.acceptor, "park", { id = id, sock = parked }) then return "parked" end
   end
   conn:close()
-end
-
--- A body given as a function: each call returns the next chunk, nil at
--- the end; sent chunked. A chunk function that raises ends the response
--- where it stands (its head is out): the connection closes.
-function M.stream(conn, req, status, headers, body)
-  local ok, err = conn:respond(status, headers, nil, true)
-  if not ok then
-    if err and err ~= "closed" then
-      failed(req, "bad response", err)
-      return conn:respond(500, internal_error, "internal server error\n")
-    end
-    return nil
-  end
-  while true do
-    local done, chunk = xpcall(body, with_traceback)
-    if not done then
-      failed(req, "body function failed", chunk.err, chunk.tb)
-      conn:close()  -- the connection closes mid-response
-      return nil
-    end
-    if chunk == nil then break end
-    if type(chunk) ~= "string" then chunk = tostring(chunk) end
-    if not conn:chunk(chunk) then return nil end  -- the client went away
-  end
-  return conn:finish()
 end
 
 return M
