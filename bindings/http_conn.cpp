@@ -26,8 +26,13 @@
 // duplicate of its descriptor (track, a handle whose __gc lets it go):
 // when the connection's process ends in the middle of a request, the
 // acceptor answers 500 through it (untrack), and when the server closes
-// it shuts the reading half (drain), so that an idle connection's wait ends and one in the middle
-// of a request answers with Connection: close.
+// it shuts the reading half (drain), so that one in the middle of a
+// request answers with Connection: close. A connection with no process
+// (a new one before its first bytes, an idle one whose process parked)
+// is hibernated in its handle (hibernate): the socket held in C and a
+// readiness watch, with no task, no coroutine and no timer of its own;
+// the watch tells the acceptor by a message to itself when bytes come
+// or the client leaves, and the acceptor keeps the deadlines.
 //
 // Threads: the one running the process; the tracked entries any (a lock).
 #include <sys/socket.h>
@@ -35,6 +40,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -977,14 +983,6 @@ int f_check_tls(lua_State* L) {
   return 1;
 }
 
-// http.wait_readable(sock, timeout): true once bytes come; nil, "timeout"
-// or "closed".
-int f_wait_readable(lua_State* L) {
-  SocketRef* s = to_socket(L, 1);
-  luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
-  return tcp_wait_readable(L, s, luaL_optnumber(L, 2, -1));
-}
-
 // The acceptor's handle on a connection (track): its __gc lets the
 // connection go, so that the duplicates of an acceptor that fails do not
 // keep its connections open.
@@ -992,6 +990,10 @@ constexpr const char* kTrackMeta = "host.http.tracked";
 struct TrackHandle {
   std::uint64_t id;
   HostFinalizer fin;  // its end (finalize_track): its __gc, or the process's
+  // A hibernated connection's socket (hibernate), until wake gives it
+  // back as an object, and the readiness watch on it (0: none).
+  std::unique_ptr<io::TcpSocket> sock;
+  std::uint64_t watch_tag;
 };
 
 // Drops the entry and its duplicate; failed: the connection's process
@@ -1012,14 +1014,25 @@ void release(std::uint64_t id, bool failed) {
 
 TrackHandle* check_track(lua_State* L) { return static_cast<TrackHandle*>(luaL_checkudata(L, 1, kTrackMeta)); }
 
-void finalize_track(lua_State*, void* object) {
+// The hibernated socket, if any, closed and its watch dropped. (A
+// process's end drops its watches itself: io_forget finds none then.)
+void drop_hibernated(lua_State* L, TrackHandle* h) {
+  if (h->watch_tag != 0) io_forget(L, h);
+  h->watch_tag = 0;
+  h->sock.reset();
+}
+
+void finalize_track(lua_State* L, void* object) {
   auto* h = static_cast<TrackHandle*>(object);
+  drop_hibernated(L, h);
   if (h->id) release(h->id, true);
   h->id = 0;
 }
 
 int t_untrack(lua_State* L);
 int t_drain(lua_State* L);
+int t_hibernate(lua_State* L);
+int t_wake(lua_State* L);
 int t_gc(lua_State* L);
 
 // The handles' metatable, made at the first track: only the acceptor
@@ -1027,8 +1040,12 @@ int t_gc(lua_State* L);
 // opener made both metatables; this one was a fifth of the opener's cost there).
 void push_track_meta(lua_State* L) {
   if (!luaL_newmetatable(L, kTrackMeta)) return;
-  static const luaL_Reg methods[] = {{"untrack", t_untrack}, {"drain", t_drain}, {nullptr, nullptr}};
-  lua_createtable(L, 0, 2);
+  static const luaL_Reg methods[] = {{"untrack", t_untrack},
+                                     {"drain", t_drain},
+                                     {"hibernate", t_hibernate},
+                                     {"wake", t_wake},
+                                     {nullptr, nullptr}};
+  lua_createtable(L, 0, 4);
   luaL_register(L, nullptr, methods);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, t_gc);
@@ -1057,7 +1074,7 @@ int f_track(lua_State* L) {
     g_tracked.emplace(id, std::move(t));
   }
   auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
-  new (h) TrackHandle{id, {}};
+  new (h) TrackHandle{id, {}, nullptr, 0};
   track_finalizer(L, &h->fin, finalize_track, h);
   push_track_meta(L);
   lua_setmetatable(L, -2);
@@ -1069,10 +1086,90 @@ int f_track(lua_State* L) {
 // failed in the middle of a request, the client gets a 500.
 int t_untrack(lua_State* L) {
   TrackHandle* h = check_track(L);
+  drop_hibernated(L, h);
   const std::uint64_t id = h->id;
   h->id = 0;
   if (id) release(id, lua_toboolean(L, 2));
   return 0;
+}
+
+// What a hibernated socket has: bytes (or a TLS record already read into
+// its stream), its end (the client closed or reset it), or nothing yet.
+enum class Waiting : std::uint8_t { kNothing, kBytes, kEnd };
+Waiting peek(io::TcpSocket& sock) {
+  if (sock.stream()->dirty()) return Waiting::kBytes;
+  char byte;
+  const ssize_t n = ::recv(sock.fd(), &byte, 1, MSG_PEEK);
+  if (n > 0) return Waiting::kBytes;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Waiting::kNothing;
+  return Waiting::kEnd;
+}
+
+void hibernated_ready(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed,
+                      std::string_view payload);
+
+// Tells the acceptor what its hibernated socket has ("readable" or
+// "hangup", with the id), or watches it for its next edge (an edge the
+// poller saw before the watch completes it at once: the peek then tells
+// whether it was for bytes, or waits again).
+void look(lua_State* L, TrackHandle* h) {
+  switch (peek(*h->sock)) {
+    case Waiting::kBytes: (void)post_self(L, "readable", static_cast<double>(h->id)); return;
+    case Waiting::kEnd: (void)post_self(L, "hangup", static_cast<double>(h->id)); return;
+    case Waiting::kNothing: break;
+  }
+  IoWaitCall call{io::io_cmd::kPollWait, h->sock->poller().tag_for(h->sock->slot(), io::NetPoller::kRead)};
+  h->watch_tag = call.tag;
+  io_watch(L, std::move(call), h, hibernated_ready);
+}
+
+void hibernated_ready(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* h = static_cast<TrackHandle*>(owner);
+  if (h->watch_tag != tag) return;
+  h->watch_tag = 0;
+  if (h->sock) look(L, h);
+}
+
+// handle:hibernate(sock): the connection waits with no process, its
+// socket held here (sock answers closed from then on) and watched: the
+// acceptor gets "readable" (bytes came: wake, then a process serves
+// them) or "hangup" (the client left), the id as the payload, once. A
+// message rather than a task per connection: a task's coroutine, its
+// closure and its wait cost the acceptor's heap about 1.1 KB a
+// connection (BENCHMARKS.md, "Hibernated HTTP connections"). The
+// deadline is the caller's. True; or nil, "closed" where sock is not a
+// live TCP client with no call waiting (the caller closes it).
+int t_hibernate(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  SocketRef* s = to_socket(L, 2);
+  luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 2, "TCP socket expected");
+  if (h->id == 0 || h->sock)
+    return luaL_error(L, "hibernate: the connection is %s", h->id == 0 ? "untracked" : "hibernated already");
+  std::unique_ptr<io::TcpSocket> sock = tcp_take(L, s);
+  if (!sock || !sock->stream()) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return 2;
+  }
+  h->sock = std::move(sock);
+  look(L, h);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+// handle:wake(): the hibernated socket back as an object, its watch
+// dropped, for the process that serves its next request (or for the 408
+// of one that sent nothing); nil where none is held.
+int t_wake(lua_State* L) {
+  TrackHandle* h = check_track(L);
+  if (!h->sock) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (h->watch_tag != 0) io_unwatch(L, h->watch_tag);
+  h->watch_tag = 0;
+  tcp_push(L, std::move(h->sock), kClient);
+  return 1;
 }
 
 int t_gc(lua_State* L) {
@@ -1082,7 +1179,8 @@ int t_gc(lua_State* L) {
 }
 
 // handle:drain(): the server closed: the connection answers what it is
-// serving with Connection: close and ends; an idle one ends now.
+// serving with Connection: close and ends; an idle one ends now (a
+// hibernated one the acceptor closes itself).
 int t_drain(lua_State* L) {
   TrackHandle* h = check_track(L);
   std::shared_ptr<Tracked> t = h->id ? find_tracked(h->id) : nullptr;
@@ -1120,12 +1218,12 @@ int open_http_conn(lua_State* L) {
   }
   lua_pop(L, 1);
   static const luaL_Reg funcs[] = {
-      {"conn", f_conn},   {"wait_readable", f_wait_readable}, {"track", f_track},
+      {"conn", f_conn},   {"track", f_track},
       {"error_response", f_error_response},
       {"check_tls", f_check_tls},
       {nullptr, nullptr},
   };
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 5);
   luaL_register(L, nullptr, funcs);
   return 1;
 }

@@ -353,5 +353,11 @@ bool blockable(lua_State* L);
 void check_blockable(lua_State* L);
 io::IoServices& io_services(lua_State* L);
 Pid self_pid(lua_State* L);
+// Sends this process a message, with value as its payload, from C within
+// a step: how a watch's continuation (io_watch) tells the process's Lua
+// what it saw when no task waits to be resumed (the HTTP acceptor's
+// hibernated connections, bindings/http_conn.cpp). False where the send
+// failed (the process is ending).
+bool post_self(lua_State* L, std::string_view topic, double value);
 
 }  // namespace host::lua

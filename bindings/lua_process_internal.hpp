@@ -259,6 +259,7 @@ struct Primitives {
   static bool blockable(lua_State* L);
   static io::IoServices& io_services(lua_State* L);
   static Pid self_pid(lua_State* L);
+  static bool post_self(lua_State* L, std::string_view topic, double value);
   static void track_finalizer(lua_State* L, HostFinalizer* f, HostFinalizer::Run run, void* object);
   static void run_finalizer(lua_State* L, HostFinalizer* f);
   static int wall_time(lua_State* L);

@@ -4,6 +4,7 @@
 // task sees any result. Threads: the one running the process.
 #include <algorithm>
 
+#include "bindings/codec.hpp"
 #include "bindings/lua_process_internal.hpp"
 #include "host/io/io_services.hpp"
 
@@ -99,6 +100,15 @@ bool Primitives::blockable(lua_State* L) { return of(L).kernel_.blockable(L); }
 
 Pid Primitives::self_pid(lua_State* L) { return of(L).ctx_.self; }
 
+bool Primitives::post_self(lua_State* L, std::string_view topic, double value) {
+  LuaProcess& p = of(L);
+  std::string bytes;
+  lua_pushnumber(L, value);
+  const std::string err = encode_value(L, lua_gettop(L), bytes);
+  lua_pop(L, 1);
+  return err.empty() && p.rt_.scheduler().send(p.ctx_.self, topic, std::move(bytes), p.ctx_.self).empty();
+}
+
 std::uint64_t io_call_tag(lua_State* L) { return Primitives::io_call_tag(L); }
 int io_wait(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
   return Primitives::io_wait(L, std::move(call), owner, cont);
@@ -119,6 +129,7 @@ void check_blockable(lua_State* L) { Primitives::check_blockable(L); }
 bool blockable(lua_State* L) { return Primitives::blockable(L); }
 io::IoServices& io_services(lua_State* L) { return Primitives::io_services(L); }
 Pid self_pid(lua_State* L) { return Primitives::self_pid(L); }
+bool post_self(lua_State* L, std::string_view topic, double value) { return Primitives::post_self(L, topic, value); }
 
 // A completion of one of the waits above: its continuation runs, and the
 // other half of the wait (the readiness or the sleep that bounds it) is

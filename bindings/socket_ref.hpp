@@ -73,11 +73,9 @@ void tcp_free(lua_State* L, SocketRef* s);
 // Moves: the socket leaves this process (an id for TcpTransit), or
 // arrives (pushes the object; a closed one where nobody holds it any more).
 std::uint64_t tcp_give(lua_State* L, SocketRef* s);
-// http.serve's (bindings/http_conn.cpp): waits until bytes come (true), or
-// nil, "timeout" / "closed", reading none; the socket out of its object
+// http.serve's (bindings/http_conn.cpp): the socket out of its object
 // (which answers closed from then on; nullptr where it is not a live TCP
 // client with no call waiting); a socket put (back) in an object.
-int tcp_wait_readable(lua_State* L, SocketRef* s, double timeout);
 std::unique_ptr<io::TcpSocket> tcp_take(lua_State* L, SocketRef* s);
 void tcp_push(lua_State* L, std::unique_ptr<io::TcpSocket> sock, SocketClass cls);
 // require("host.http")'s table (bindings/http_conn.cpp).

@@ -29,7 +29,7 @@ using Io = io::ByteStream::Io;
 // What a call that waits keeps until its descriptor is ready. Its small
 // fields first, together, so that it packs into 96 bytes.
 struct Pending {
-  enum Op : std::uint8_t { kNone, kReceive, kSend, kAccept, kConnect, kHandshake, kResolve, kPeek };
+  enum Op : std::uint8_t { kNone, kReceive, kSend, kAccept, kConnect, kHandshake, kResolve };
   Op op = kNone;
   char kind = 'l';  // receive: the pattern
   int data_ref = LUA_NOREF;  // send: what holds the data
@@ -198,22 +198,6 @@ int attempt_handshake(lua_State* L, TcpState* t, Pending&) {
 
 // Whether bytes wait to be read, without reading them (http.serve's
 // acceptor waits so before it starts a connection's process).
-int attempt_peek(lua_State* L, TcpState* t, Pending&) {
-  io::ByteStream& st = *t->sock->stream();
-  if (st.dirty()) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  char byte;
-  const ssize_t n = ::recv(t->sock->fd(), &byte, 1, MSG_PEEK);
-  if (n > 0) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return -1;
-  return push_fail(L, "closed");
-}
-
 int attempt(lua_State* L, TcpState* t, Pending& p) {
   if (!usable(t)) {
     if (p.op == Pending::kReceive) {
@@ -236,7 +220,6 @@ int attempt(lua_State* L, TcpState* t, Pending& p) {
     case Pending::kAccept: return attempt_accept(L, t, p);
     case Pending::kConnect: return attempt_connect(L, t, p);
     case Pending::kHandshake: return attempt_handshake(L, t, p);
-    case Pending::kPeek: return attempt_peek(L, t, p);
     default: return push_fail(L, "closed");
   }
 }
@@ -712,15 +695,6 @@ bool tcp_take_back(lua_State* L, SocketRef* s, std::uint64_t id) {
   if (!sock || !s->tcp) return false;
   s->tcp->sock = std::move(sock);
   return true;
-}
-
-int tcp_wait_readable(lua_State* L, SocketRef* s, double timeout) {
-  TcpState* t = s->tcp;
-  if (!usable(t) || !t->sock->stream()) return push_fail(L, "closed");
-  if (busy(L, t->in)) return 2;
-  t->in.op = Pending::kPeek;
-  t->in.deadline = deadline_after(timeout);
-  return run(L, t, t->in);
 }
 
 std::unique_ptr<io::TcpSocket> tcp_take(lua_State* L, SocketRef* s) {

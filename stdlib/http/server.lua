@@ -11,8 +11,8 @@
 -- middle of a request, the client gets its 500 through it, and when the
 -- server closes, each connection is told (drain) to answer what it serves
 -- with Connection: close and end. An idle keep-alive connection's process
--- gives its socket back (park) and ends; the acceptor waits for the
--- socket's next request and starts another.
+-- gives its socket back (park) and ends; the acceptor hibernates the
+-- socket in its track handle until its next request and starts another.
 local type, error, tonumber, tostring, setmetatable, pairs = type, error, tonumber, tostring, setmetatable, pairs
 local options = require("host.options")
 -- Loaded here, by the process that calls serve, rather than first by the
@@ -170,6 +170,48 @@ end
 
 local CLOSE_WAIT = 10
 
+-- Connections with no process, each held by its track handle (hibernate:
+-- its socket and a readiness watch, with no task and no timer of its
+-- own), in one of two queues by the wait they were given: new ones
+-- (request_timeout, then 408) and idle keep-alive ones (what is left of
+-- keepalive_timeout, then closed). Every entry of a queue waits the same
+-- time, so a queue is in deadline order and only its head is ever due:
+-- one sweep of the heads serves every deadline. due_at[id] is the deadline
+-- of the connection's present wait; an entry whose deadline is no longer
+-- its connection's (woken since, or gone) is passed over.
+local function new_queue(wait, fresh)
+  return { ids = {}, at = {}, head = 1, tail = 0, wait = wait, fresh = fresh, due_at = {} }
+end
+
+local function push(q, id, at)
+  local tail = q.tail + 1
+  q.ids[tail], q.at[tail], q.tail = id, at, tail
+  q.due_at[id] = at
+end
+
+-- The head entry taken off: its id and deadline. The arrays are moved down
+-- once the taken part outgrows the rest, so a queue never empty holds no
+-- more than twice its entries.
+local function pop(q)
+  local head, ids, at = q.head, q.ids, q.at
+  local id, due = ids[head], at[head]
+  ids[head], at[head] = nil, nil
+  head = head + 1
+  if head > q.tail then
+    q.head, q.tail = 1, 0
+  elseif head > 64 and head > q.tail - head then
+    local n = q.tail - head + 1
+    for i = 1, n do
+      ids[i], at[i] = ids[head + i - 1], at[head + i - 1]
+      ids[head + i - 1], at[head + i - 1] = nil, nil
+    end
+    q.head, q.tail = 1, n
+  else
+    q.head = head
+  end
+  return id, due
+end
+
 -- The acceptor's process: accepts on lst until the server closes (its
 -- owner closes it or ends), then waits for its connections to end.
 function M.accept(owner, lst, conf)
@@ -178,6 +220,7 @@ function M.accept(owner, lst, conf)
   if owner then process.monitor(owner) end
   local events, inbox = process.events(), process.inbox()
   local self = process.pid()
+  local self_name = tostring(self)
   conf.acceptor = self
   -- What each connection's process is given: conf less what only the
   -- acceptor reads (the entry goes as an argument of its own). Every key
@@ -187,37 +230,71 @@ function M.accept(owner, lst, conf)
   for k, v in pairs(conf) do conn_conf[k] = v end
   conn_conf.max_connections, conn_conf.entry, conn_conf.conn_entry = nil, nil, nil
   local conns, by_pid, count, closed = {}, {}, 0, false
+  local idle_wait = conf.keepalive_timeout
+  if type(conf.hibernate_after) == "number" then idle_wait = math.max(idle_wait - conf.hibernate_after, 0.001) end
+  local fresh, idle = new_queue(conf.request_timeout, true), new_queue(idle_wait, false)
 
   local function done(id, failed)
     if not conns[id] then return end
     local handle = conns[id]
     conns[id] = nil
+    fresh.due_at[id], idle.due_at[id] = nil, nil
     count = count - 1
     handle:untrack(failed)
   end
 
-  -- Waits for the connection's (next) request; then a process serves it.
-  local function start(id, sock, idle)
-    local wait = conf.request_timeout
-    if idle then wait = math.max(conf.keepalive_timeout - conf.hibernate_after, 0.001) end
-    local ok, err = hc.wait_readable(sock, wait)
-    if not ok or closed then
-      if err == "timeout" and not idle and not tls then sock:send(hc.error_response(408)) end
+  -- The connection waits, with no process, for its (next) request.
+  local function hibernate(id, sock, q)
+    if not conns[id]:hibernate(sock) then
       sock:close()
       return done(id, false)
     end
+    push(q, id, time.now() + q.wait)
+  end
+
+  -- Its bytes came: a process serves them.
+  local function serve(id)
+    local sock = conns[id]:wake()
+    if not sock then return done(id, false) end
     local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conn_conf)
     if not pid then
       log.warn("http: cannot start a process for a connection: %s", tostring(serr))
+      sock:close()
       return done(id, true)
     end
     by_pid[tostring(pid)] = id
+  end
+
+  -- Ends the waits past their deadline: a new connection that sent
+  -- nothing gets 408 (plain HTTP: a TLS client would not read it), an
+  -- idle one just closes. Returns the next deadline, or nil.
+  local function sweep(q, now)
+    local at, due_at = q.at, q.due_at
+    while q.head <= q.tail and at[q.head] <= now do
+      local id, due = pop(q)
+      if due_at[id] == due then
+        due_at[id] = nil
+        local sock = conns[id]:wake()
+        if sock then
+          if q.fresh and not tls then sock:send(hc.error_response(408)) end
+          sock:close()
+        end
+        done(id, false)
+      end
+    end
+    return at[q.head]
   end
 
   local function close_all()
     if closed then return end
     closed = true
     lst:close()
+    -- A hibernated connection closes now; one with a process answers
+    -- what it serves with Connection: close, then ends.
+    for _, q in ipairs { fresh, idle } do
+      for id in pairs(q.due_at) do done(id, false) end
+      q.ids, q.at, q.head, q.tail = {}, {}, 1, 0
+    end
     for _, handle in pairs(conns) do handle:drain() end
   end
 
@@ -235,7 +312,7 @@ function M.accept(owner, lst, conf)
         if handle then
           count = count + 1
           conns[id] = handle
-          coroutine.spawn(start, id, sock, false)
+          hibernate(id, sock, fresh)
         else
           sock:close()
         end
@@ -251,10 +328,19 @@ function M.accept(owner, lst, conf)
     waiting = {}
   end
   while not (closed and count == 0) do
-    local r = channel.select { events:case_receive(), inbox:case_receive(), timeout = #waiting > 0 and 0.5 or nil }
+    -- The select wakes for the nearest deadline, a queue's head or the
+    -- close calls' wait.
+    local now = time.now()
+    local due = sweep(fresh, now)
+    local idle_due = sweep(idle, now)
+    if idle_due and (not due or idle_due < due) then due = idle_due end
+    if #waiting > 0 and (not due or due > now + 0.5) then due = now + 0.5 end
+    local r = channel.select {
+      events:case_receive(), inbox:case_receive(), timeout = due and math.max(due - now, 0.001) or nil,
+    }
     local m = r.value
     if r.timeout then
-      if time.now() - waiting_since >= CLOSE_WAIT then answer_closes() end
+      if #waiting > 0 and time.now() - waiting_since >= CLOSE_WAIT then answer_closes() end
     elseif r.channel == events then
       if m.kind == "exit" then
         local from = tostring(m.from)
@@ -268,6 +354,14 @@ function M.accept(owner, lst, conf)
       elseif m.kind == "cancel" then
         close_all()
       end
+    elseif (m.topic == "readable" or m.topic == "hangup") and tostring(m.from) == self_name then
+      -- A hibernated connection's watch (hibernate): once a wait.
+      local id = m.payload
+      local q = fresh.due_at[id] and fresh or idle.due_at[id] and idle
+      if q then
+        q.due_at[id] = nil
+        if m.topic == "readable" then serve(id) else done(id, false) end
+      end
     elseif m.topic == "close" and request.is_call(m) then
       if owner == nil or tostring(m.from) ~= tostring(owner) then
         request.fail(m, "denied: server " .. tostring(self) .. " belongs to another process")
@@ -278,8 +372,8 @@ function M.accept(owner, lst, conf)
       end
     elseif m.topic == "park" and type(m.payload) == "table" then
       local id, sock = m.payload.id, m.payload.sock
-      if conns[id] and not closed then
-        coroutine.spawn(start, id, sock, true)
+      if conns[id] and sock and not closed then
+        hibernate(id, sock, idle)
       else
         if sock then sock:close() end
         done(id, false)

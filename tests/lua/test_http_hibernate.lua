@@ -1,0 +1,165 @@
+-- Hibernated HTTP connections (stdlib/http/server.lua, bindings/
+-- http_conn.cpp's hibernate): a connection with no process is held by the
+-- acceptor's track handle and watched, with no task and no timer of its
+-- own. Each case checks one way such a wait ends: a request wakes it (many
+-- at once, none lost), its deadline passes (408 or a close), the client
+-- leaves, the server closes; and what one costs the acceptor.
+local T = require("t")
+local http = require("http")
+local socket = require("socket")
+
+local APP = "fixtures.http_app:handle"
+
+local function serve(opts)
+  local srv = assert(http.serve("127.0.0.1:0", APP, opts))
+  return srv, tonumber(srv.address:match(":(%d+)$"))
+end
+
+local function connect(port)
+  local c = assert(socket.connect("127.0.0.1", port))
+  c:settimeout(10)
+  return c
+end
+
+-- One response off a raw connection: its status and body (content-length).
+local function read_response(c)
+  local line, err = c:receive("*l")
+  if not line then return nil, err end
+  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
+  local len = 0
+  while true do
+    local h = assert(c:receive("*l"))
+    if h == "" then break end
+    len = tonumber(h:match("^[Cc]ontent%-[Ll]ength: (%d+)")) or len
+  end
+  return status, assert(c:receive(len))
+end
+
+local function get(c, path)
+  assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+  return read_response(c)
+end
+
+-- The server closed the connection: a read returns "closed".
+local function closed(c)
+  local data, err = c:receive("*a")
+  return data ~= nil or err == "closed"
+end
+
+local function all_hibernated()
+  T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 10, "every connection hibernated")
+end
+
+return { main = function()
+  return T.run {
+    { "300 hibernated connections woken by requests at once: each answered, twice over", function()
+      local srv, port = serve { hibernate_after = 0.05 }
+      local conns = {}
+      for i = 1, 300 do
+        conns[i] = connect(port)
+        T.eq(get(conns[i], "/who"), 200)
+      end
+      for round = 1, 2 do
+        all_hibernated()
+        for i = 1, 300 do assert(conns[i]:send("GET /who HTTP/1.1\r\nHost: t\r\n\r\n")) end
+        for i = 1, 300 do
+          local status, body = read_response(conns[i])
+          T.eq(status, 200, "round " .. round .. ", connection " .. i)
+          T.eq(body, "1", "a new process for the woken connection")
+        end
+      end
+      for i = 1, 300 do conns[i]:close() end
+      srv:close()
+    end },
+    { "a hibernated idle connection closes at keepalive_timeout; a new one that sends nothing gets 408", function()
+      local srv, port = serve { hibernate_after = 0.05, keepalive_timeout = 0.5, request_timeout = 0.5 }
+      local idle, fresh = connect(port), connect(port)
+      T.eq(get(idle, "/who"), 200)
+      local t0 = time.now()
+      all_hibernated()
+      T.eq(read_response(fresh), 408, "the new connection's request_timeout")
+      T.ok(closed(fresh))
+      T.ok(closed(idle), "the idle connection closed")
+      local waited = time.now() - t0
+      T.ok(waited > 0.3 and waited < 3, "at keepalive_timeout (after " .. waited .. " s)")
+      srv:close()
+    end },
+    { "a client that leaves while hibernated frees its place at once", function()
+      local srv, port = serve { hibernate_after = 0.05, max_connections = 2 }
+      local a, b = connect(port), connect(port)
+      T.eq(get(a, "/who"), 200)
+      all_hibernated()  -- a idle, b new: both hibernated
+      a:close()
+      b:close()
+      T.eventually(function()
+        local c = connect(port)
+        local ok = get(c, "/who") == 200
+        c:close()
+        return ok
+      end, 3, "served: the two places came back long before keepalive_timeout")
+      srv:close()
+    end },
+    { "close() closes hibernated connections at once, new and idle", function()
+      local srv, port = serve { hibernate_after = 0.05 }
+      local conns = {}
+      for i = 1, 20 do
+        conns[i] = connect(port)
+        if i % 2 == 0 then T.eq(get(conns[i], "/who"), 200) end
+      end
+      all_hibernated()
+      local t0 = time.now()
+      T.eq(srv:close(), true)
+      T.ok(time.now() - t0 < 1, "close returned at once")
+      for i = 1, 20 do T.ok(closed(conns[i]), "connection " .. i .. " closed") end
+    end },
+    { "https: a TLS connection hibernates and is woken, its session kept; then closes at keepalive_timeout", function()
+      local certs = require("certs").make()
+      local srv, port = serve {
+        hibernate_after = 0.05, keepalive_timeout = 1.5, tls = { cert = certs.cert, key = certs.key },
+      }
+      local raw = connect(port)
+      local c = assert(require("ssl").wrap(raw, { mode = "client", verify = "peer", cafile = certs.ca }))
+      assert(c:dohandshake())
+      local _, first = get(c, "/who")
+      T.eq(first, "1")
+      all_hibernated()
+      local status, again = get(c, "/who")
+      T.eq(status, 200, "woken over the same session")
+      T.eq(again, "1", "by a new process")
+      all_hibernated()
+      local t0 = time.now()
+      T.ok(closed(c), "the idle TLS connection closed")
+      T.ok(time.now() - t0 < 4, "at keepalive_timeout")
+      srv:close()
+      os.execute("rm -rf " .. certs.dir)
+    end },
+    { "a hibernated connection costs the acceptor's heap no task: under 1 KB each", function()
+      local srv, port = serve { hibernate_after = 0.05 }
+      local warm = {}
+      for i = 1, 50 do
+        warm[i] = connect(port)
+        T.eq(get(warm[i], "/who"), 200)
+      end
+      all_hibernated()
+      collectgarbage()
+      local before = process.info(srv.id).memory
+      local conns = {}
+      for i = 1, 1000 do
+        conns[i] = connect(port)
+        T.eq(get(conns[i], "/who"), 200)
+      end
+      all_hibernated()
+      -- What the acceptor has not collected yet (the parked sockets'
+      -- objects, messages) goes at its next steps.
+      local per
+      T.eventually(function()
+        per = (process.info(srv.id).memory - before) / 1000
+        return per < 1024
+      end, 10, "the acceptor's heap a hibernated connection")
+      print(string.format("acceptor heap per hibernated connection: %.0f B", per))
+      for i = 1, 1000 do conns[i]:close() end
+      for i = 1, 50 do warm[i]:close() end
+      srv:close()
+    end },
+  }
+end }
