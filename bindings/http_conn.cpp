@@ -1086,6 +1086,11 @@ int f_track(lua_State* L) {
 // failed in the middle of a request, the client gets a 500.
 int t_untrack(lua_State* L) {
   TrackHandle* h = check_track(L);
+  // Within a step: a watch made in this same step is taken back before it
+  // reaches the poller (io_forget would leave its yield to arm a slot the
+  // close below frees, and the next socket opened would get it).
+  if (h->watch_tag != 0) io_unwatch(L, h->watch_tag);
+  h->watch_tag = 0;
   drop_hibernated(L, h);
   const std::uint64_t id = h->id;
   h->id = 0;

@@ -233,6 +233,11 @@ function M.accept(owner, lst, conf)
   local idle_wait = conf.keepalive_timeout
   if type(conf.hibernate_after) == "number" then idle_wait = math.max(idle_wait - conf.hibernate_after, 0.001) end
   local fresh, idle = new_queue(conf.request_timeout, true), new_queue(idle_wait, false)
+  -- While the main loop waits in its select: the deadline it wakes for
+  -- (math.huge: none). The accept task hibernates new connections then,
+  -- and one due sooner must wake it (a message to itself), or a client
+  -- that sends nothing would never get its 408.
+  local asleep_until = nil
 
   local function done(id, failed)
     if not conns[id] then return end
@@ -249,7 +254,12 @@ function M.accept(owner, lst, conf)
       sock:close()
       return done(id, false)
     end
-    push(q, id, time.now() + q.wait)
+    local at = time.now() + q.wait
+    push(q, id, at)
+    if asleep_until and at < asleep_until then
+      asleep_until = nil  -- one wake is enough
+      process.send(self, "deadline", true)
+    end
   end
 
   -- Its bytes came: a process serves them.
@@ -335,9 +345,11 @@ function M.accept(owner, lst, conf)
     local idle_due = sweep(idle, now)
     if idle_due and (not due or idle_due < due) then due = idle_due end
     if #waiting > 0 and (not due or due > now + 0.5) then due = now + 0.5 end
+    asleep_until = due or math.huge
     local r = channel.select {
       events:case_receive(), inbox:case_receive(), timeout = due and math.max(due - now, 0.001) or nil,
     }
+    asleep_until = nil
     local m = r.value
     if r.timeout then
       if #waiting > 0 and time.now() - waiting_since >= CLOSE_WAIT then answer_closes() end
@@ -372,7 +384,9 @@ function M.accept(owner, lst, conf)
       end
     elseif m.topic == "park" and type(m.payload) == "table" then
       local id, sock = m.payload.id, m.payload.sock
-      if conns[id] and sock and not closed then
+      if fresh.due_at[id] or idle.due_at[id] then
+        if sock then sock:close() end  -- hibernated already: not this message's to give
+      elseif conns[id] and sock and not closed then
         hibernate(id, sock, idle)
       else
         if sock then sock:close() end

@@ -84,6 +84,20 @@ return { main = function()
       T.ok(waited > 0.3 and waited < 3, "at keepalive_timeout (after " .. waited .. " s)")
       srv:close()
     end },
+    { "a new connection that sends nothing to a server with nothing else to do gets 408 at request_timeout", function()
+      -- The acceptor waits with no deadline when the connection comes:
+      -- the new deadline must wake it.
+      local srv, port = serve { request_timeout = 0.3 }
+      time.sleep(0.1)
+      local t0 = time.now()
+      local fresh = connect(port)
+      fresh:settimeout(3)
+      T.eq(read_response(fresh), 408)
+      T.ok(closed(fresh))
+      local waited = time.now() - t0
+      T.ok(waited > 0.2 and waited < 2, "at request_timeout (after " .. waited .. " s)")
+      srv:close()
+    end },
     { "a client that leaves while hibernated frees its place at once", function()
       local srv, port = serve { hibernate_after = 0.05, max_connections = 2 }
       local a, b = connect(port), connect(port)
