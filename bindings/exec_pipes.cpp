@@ -360,7 +360,7 @@ void push_pipe(lua_State* L, const char* name, int fd) {
 int wait_ahead(lua_State* L) {
   const int delta = static_cast<int>(lua_tointeger(L, 1));
   for (int i = 2; i <= 3; ++i) {
-    PipeState* st = check(L, "wait", i);
+    PipeState* st = check(L, "wait (p.stdout, p.stderr)", i);
     st->waiters += delta;
     if (st->waiters > 0) read_ahead(L, st);
     else stop_ahead(L, st);
