@@ -103,11 +103,17 @@ function exec.start(argv, opts)
   return setmetatable({ id = id, pid = pid, stdin = stdin, stdout = stdout, stderr = stderr }, Program)
 end
 
--- wait([timeout]) -> { code =, signal = }, or nil, "timeout".
+-- wait([timeout]) -> { code =, signal = }, or nil, "timeout". While it
+-- waits, the program's stdout and stderr are read ahead into their
+-- buffers (up to 1 MiB each, exec_pipes.cpp), so that a program whose
+-- output nobody has received yet is not stopped by its full pipe.
 function Program:wait(timeout)
   program(self, "wait")
   if timeout ~= nil then seconds(timeout, "timeout", 2) end
-  return call(CMD, 0, "wait", self.id, timeout)
+  pipes(1, self.stdout, self.stderr)
+  local r, err = call(CMD, 0, "wait", self.id, timeout)
+  pipes(-1, self.stdout, self.stderr)
+  return r, err
 end
 
 -- kill([signal]): a number, or a name ("TERM", "SIGKILL"); SIGTERM by

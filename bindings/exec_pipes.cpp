@@ -3,10 +3,20 @@
 // call); only one that would block waits: io_wait with the netpoller's
 // tag, and the step that hears the pipe is ready tries again (resume)
 // before the task sees anything.
+//
+// While a task waits for the program (Program:wait, bindings/exec.lua),
+// its stdout and stderr are read ahead into their buffers, each up to
+// kAheadBound: a program whose output nobody receives yet would otherwise
+// fill the kernel's pipe (64 KB) and never end, and the wait with it. The
+// reading is a watch (io_watch: a wait no task blocks on) for the pipe's
+// readability, armed again after each read until the bound is reached, the
+// pipe ends, or no task waits any more; a receive on the pipe takes its
+// place while it runs (both would wait on the same readiness).
 #include "bindings/exec_pipes.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -26,6 +36,11 @@ namespace {
 
 using Io = io::ByteStream::Io;
 
+// What a pipe's buffer takes in while its program is waited for (less
+// where the process's memory limit leaves less: half of what it leaves,
+// as a receive may hold). Past it the program waits on its full pipe.
+constexpr std::size_t kAheadBound = 1024 * 1024;
+
 // One pipe object's state (on the heap: a wait names it as its owner).
 struct PipeState {
   std::unique_ptr<io::PipeStream> pipe;
@@ -41,6 +56,10 @@ struct PipeState {
   int data_ref = LUA_NOREF;
   const char* data = nullptr;
   std::size_t len = 0, done = 0;
+  // Tasks in Program:wait, and the readability watch that reads ahead for
+  // them (0: none armed).
+  int waiters = 0;
+  std::uint64_t ahead_tag = 0;
 
   bool writes() const { return name[3] == 'i'; }  // "stdin"
   bool usable() const { return pipe && !pipe->closed(); }
@@ -56,6 +75,8 @@ struct PipeRef {
 
 char kMetatableKey;
 
+void read_ahead(lua_State* L, PipeState* st);
+
 void release(lua_State* L, PipeState* st) {
   if (st->data_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, st->data_ref);
   st->data_ref = LUA_NOREF;
@@ -64,18 +85,19 @@ void release(lua_State* L, PipeState* st) {
   st->got.clear();
   st->data = nullptr;
   st->len = st->done = 0;
+  read_ahead(L, st);  // where a task still waits for the program
 }
 
-PipeState* check(lua_State* L, const char* method) {
-  auto* r = static_cast<PipeRef*>(lua_touserdata(L, 1));
-  if (r && lua_getmetatable(L, 1)) {
+PipeState* check(lua_State* L, const char* method, int idx = 1) {
+  auto* r = static_cast<PipeRef*>(lua_touserdata(L, idx));
+  if (r && lua_getmetatable(L, idx)) {
     lua_pushlightuserdata(L, &kMetatableKey);
     lua_rawget(L, LUA_REGISTRYINDEX);
     const bool ours = lua_rawequal(L, -1, -2);
     lua_pop(L, 2);
     if (ours) return r->st;  // null once finalized
   }
-  luaL_error(L, "bad argument #1 to '%s' (program pipe expected, got %s)", method, luaL_typename(L, 1));
+  luaL_error(L, "bad argument #%d to '%s' (program pipe expected, got %s)", idx, method, luaL_typename(L, idx));
   return nullptr;
 }
 
@@ -184,6 +206,43 @@ void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, s
   io_rewait(L, co, poll_call(st), st, resume);
 }
 
+// ---- reading ahead while the program is waited for.
+
+void ahead_fired(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload);
+
+// Reads what the program wrote, up to the bound, and watches for more
+// where the pipe has nothing now. Nothing where no task waits, a receive
+// reads the pipe itself, or the pipe is closed; a full buffer or an ended
+// pipe stops it (no error: a receive finds what is buffered, and why the
+// stream ended).
+void read_ahead(lua_State* L, PipeState* st) {
+  if (st->waiters <= 0 || st->ahead_tag != 0 || st->op != PipeState::kNone || !st->usable()) return;
+  io::ByteStream& s = st->pipe->stream();
+  const std::size_t bound = std::min(kAheadBound, memory_room(L) / 2);
+  for (;;) {
+    const Io r = s.read_ahead(bound);
+    if (r == Io::kEnd || s.buffered() >= bound) return;
+    if (r == Io::kAgain) break;
+  }
+  io::PipeStream& p = *st->pipe;
+  IoWaitCall call{io::io_cmd::kPollWait, p.poller().tag_for(p.slot(), io::NetPoller::kRead)};
+  st->ahead_tag = call.tag;
+  io_watch(L, std::move(call), st, ahead_fired);
+}
+
+void stop_ahead(lua_State* L, PipeState* st) {
+  if (st->ahead_tag == 0) return;
+  io_unwatch(L, st->ahead_tag);
+  st->ahead_tag = 0;
+}
+
+void ahead_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+  auto* st = static_cast<PipeState*>(owner);
+  if (st->ahead_tag != tag) return;  // unwatched meanwhile
+  st->ahead_tag = 0;
+  read_ahead(L, st);
+}
+
 int busy(lua_State* L, const char* what, bool count) {
   lua_pushnil(L);
   lua_pushfstring(L, "busy: another task %s this pipe", what);
@@ -192,13 +251,14 @@ int busy(lua_State* L, const char* what, bool count) {
   return 3;
 }
 
-// receive([pattern]): LuaSocket's "*l" (the default), "*a", or a count.
+// A finalized pipe's answer (see PipeRef).
 int closed_answer(lua_State* L) {
   lua_pushnil(L);
   lua_pushliteral(L, "closed");
   return 2;
 }
 
+// receive([pattern]): LuaSocket's "*l" (the default), "*a", or a count.
 int m_receive(lua_State* L) {
   PipeState* st = check(L, "receive");
   if (!st) return closed_answer(L);
@@ -217,6 +277,7 @@ int m_receive(lua_State* L) {
     else luaL_error(L, "bad argument #1 to 'receive' (invalid pattern)");
   }
   if (st->op == PipeState::kReceive) return busy(L, "receives on", false);
+  stop_ahead(L, st);  // the receive reads, and waits on the same readiness
   st->op = PipeState::kReceive;
   st->kind = kind;
   st->n = n;
@@ -324,6 +385,20 @@ PipeRef* push_pipe(lua_State* L, const char* name) {
   return r;
 }
 
+// pipes(delta, stdout, stderr): a task starts (1) or ends (-1) its wait
+// for the program; the pipes read ahead while any task waits.
+int wait_ahead(lua_State* L) {
+  const int delta = static_cast<int>(lua_tointeger(L, 1));
+  for (int i = 2; i <= 3; ++i) {
+    PipeState* st = check(L, "wait (p.stdout, p.stderr)", i);
+    if (!st) continue;  // finalized (closed)
+    st->waiters += delta;
+    if (st->waiters > 0) read_ahead(L, st);
+    else stop_ahead(L, st);
+  }
+  return 0;
+}
+
 int fail_errno(lua_State* L, int err) {
   lua_pushnil(L);
   lua_pushfstring(L, "io: pipes for a program: %s", std::strerror(err));
@@ -333,6 +408,7 @@ int fail_errno(lua_State* L, int err) {
 }  // namespace
 
 int exec_pipes(lua_State* L) {
+  if (lua_type(L, 1) == LUA_TNUMBER) return wait_ahead(L);
   // The start that takes the program's ends is a waiting call: where it
   // would raise, it does so here, before any descriptor exists.
   check_blockable(L);

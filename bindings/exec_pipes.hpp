@@ -15,6 +15,10 @@ namespace host::lua {
 // process's end), the program's ends handed to the exec service under
 // token (the "start" call's last argument: the spawn takes them, and
 // closes them here). nil, "io: ..." where the pipes cannot be made.
+// exec_pipes(delta, stdout, stderr): a task starts (1) or ends (-1) its
+// wait for the program; while any task waits, its stdout and stderr are
+// read ahead into their buffers (up to 1 MiB each), so that a program
+// whose output nobody receives yet can run to its end.
 int exec_pipes(lua_State* L);
 
 }  // namespace host::lua

@@ -176,10 +176,10 @@ ByteStream::Io ByteStream::fill_tls(std::size_t want) {
   }
 }
 
-ByteStream::Io ByteStream::read_ahead() {
+ByteStream::Io ByteStream::read_ahead(std::size_t bound) {
   if (fd_ < 0) return end("closed");
   if (ended_reading()) return Io::kEnd;
-  if (buffered() >= kReadChunk) return Io::kDone;
+  if (buffered() >= bound) return Io::kDone;
   return fill(kReadChunk);
 }
 

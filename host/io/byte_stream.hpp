@@ -8,7 +8,8 @@
 // reads until the pattern is met or the descriptor has nothing
 // (kAgain: the caller waits for readiness, netpoll.hpp, and calls again).
 //
-// Bounds: the stream reads only while a receive asks (a peer that sends
+// Bounds: the stream reads only while a receive asks (or read_ahead,
+// below, up to its bound) (a peer that sends
 // and never reads what it asked for stops being read: TCP makes it wait),
 // at most kReadChunk beyond what the receive needs; a line is scanned
 // once (scan_ remembers where the last look stopped); a receive fails
@@ -69,12 +70,14 @@ class ByteStream {
   // Bytes waiting in the buffer: LuaSocket's dirty().
   bool dirty() const { return buffered() > 0 || (tls_ && tls_->readable()); }
 
-  // Reads what has come though no receive asks, while less than
-  // kReadChunk is buffered (kDone at once past that): how a server notices
-  // that its client left while it answers (bindings/http_conn.cpp).
+  // Reads what has come though no receive asks, while less than bound
+  // is buffered (kDone at once past that; one read may pass it by up to
+  // kReadChunk): how a server notices that its client left while it
+  // answers (bindings/http_conn.cpp), and how a started program's output
+  // is taken in while its process waits for it (bindings/exec_pipes.cpp).
   // kDone: bytes came (or the buffer is full); kAgain; kEnd: the peer
   // closed or the connection failed.
-  Io read_ahead();
+  Io read_ahead(std::size_t bound = kReadChunk);
 
   // Writes data from offset *done on; *done grows by what went.
   Io write(std::string_view data, std::size_t* done);

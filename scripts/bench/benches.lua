@@ -4,7 +4,7 @@
 local B = { order = { "spawn_seq", "spawn_conc", "idle_memory", "idle_memory_lib", "idle_memory_slept",
   "idle_memory_timed", "queue_memory", "pingpong", "ring", "ring_local", "ring_long_topic", "pingpong_strings",
   "send_1k", "send_tables", "send_named", "send_self", "sleepers", "introspect", "pg_send", "shared_get",
-  "shared_set", "shared_mix", "exec_lines" } }
+  "shared_set", "shared_mix", "exec_lines", "exec_wait_read" } }
 
 -- The Savina shapes shared with the Erlang and Go peers
 -- (tests/bench/peers/); the same parameters live in all three.
@@ -187,6 +187,23 @@ function B.exec_lines(quick)
   assert(count == n and last == tostring(n), "lines lost")
   assert(p:wait().code == 0)
   return { params = "n=" .. n .. " lines of seq", seconds = s, per_op = s / n * 1e6, unit = "us/line" }
+end
+
+-- A program waited for before its output is read: `seq 100000` (588 KB,
+-- more than a pipe holds) started, p:wait(), then receive("*a"); the
+-- output comes in while the wait waits (read ahead up to 1 MiB a pipe).
+-- Rounds of it; a wait that times out fails the run.
+function B.exec_wait_read(quick)
+  local rounds = quick and 5 or 50
+  local t0 = time.now()
+  for _ = 1, rounds do
+    local p = assert(exec.start({ "seq", "100000" }))
+    local st, err = p:wait(10)
+    assert(st and st.code == 0, "wait: " .. tostring(err))
+    assert(#p.stdout:receive("*a") == 588895, "output lost")
+  end
+  local s = elapsed(t0)
+  return { params = rounds .. " rounds of seq 100000", seconds = s, per_op = s / rounds * 1e3, unit = "ms/round" }
 end
 
 -- pg.send to a group of 1,000 members against the same 1,000 sends made

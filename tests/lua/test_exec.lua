@@ -295,6 +295,44 @@ return { main = function()
       T.eq(#all, 5000000 - 10, "the rest, once read")
       T.eq(p:wait(5).code, 0)
     end },
+    { "wait before reading: output up to 1 MiB a stream is read ahead while the program is waited for", function()
+      -- About 588 KB on stdout and 200 KB on stderr: more than the pipes
+      -- hold (64 KB), so without the reading ahead the program would block
+      -- and the wait time out.
+      local p = assert(exec.start({ "sh", "-c", "seq 100000; head -c 200000 /dev/zero | tr '\\0' e >&2" }))
+      local st, err = p:wait(10)
+      T.eq(err, nil, "the program ran to its end")
+      T.eq(st.code, 0)
+      local out = p.stdout:receive("*a")
+      local want = {}
+      for i = 1, 100000 do want[i] = i end
+      want = table.concat(want, "\n") .. "\n"
+      T.eq(#out, #want)
+      T.ok(out == want, "stdout whole and in order")
+      T.eq(p.stderr:receive("*a"), ("e"):rep(200000))
+    end },
+    { "wait before reading: a receive by another task meanwhile, and the reading ahead goes on after it", function()
+      local p = assert(exec.start({ "seq", "100000" }))
+      local first = channel.new(1)
+      coroutine.spawn(function() first:send(p.stdout:receive()) end)
+      local st, err = p:wait(10)
+      T.eq(err, nil, "the program ran to its end")
+      T.eq(st.code, 0)
+      T.eq(first:receive(), "1")
+      local rest = p.stdout:receive("*a")
+      T.eq(#rest, 588895 - 2)
+      T.eq(rest:sub(1, 2), "2\n")
+      T.eq(rest:sub(-7), "100000\n")
+    end },
+    { "wait before reading: more than the read-ahead bound still waits on the full pipe, and all of it can be read", function()
+      local p = assert(exec.start({ "head", "-c", "3000000", "/dev/zero" }))
+      local v, err = p:wait(0.5)
+      T.eq(v, nil, "still writing: 1 MiB read ahead, the rest waits")
+      T.eq(err, "timeout")
+      local all = p.stdout:receive("*a")
+      T.eq(#all, 3000000)
+      T.eq(p:wait(5).code, 0)
+    end },
     { "a send larger than the pipe waits until the program reads it, while another task reads its output", function()
       local p = assert(exec.start({ "cat" }))
       local data = ("0123456789abcdef"):rep(256 * 1024)  -- 4 MB
