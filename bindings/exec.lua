@@ -110,9 +110,13 @@ end
 function Program:wait(timeout)
   program(self, "wait")
   if timeout ~= nil then seconds(timeout, "timeout", 2) end
-  pipes(1, self.stdout, self.stderr)
-  local r, err = call(CMD, 0, "wait", self.id, timeout)
-  pipes(-1, self.stdout, self.stderr)
+  -- The same two objects at the end, whatever the fields hold by then;
+  -- and the end is told however the call ends (one that raises too).
+  local out, errs = self.stdout, self.stderr
+  pipes(1, out, errs)
+  local ok, r, err = pcall(call, CMD, 0, "wait", self.id, timeout)
+  pipes(-1, out, errs)
+  if not ok then error(r, 0) end
   return r, err
 end
 

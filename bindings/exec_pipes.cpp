@@ -316,6 +316,7 @@ int m_send(lua_State* L) {
 // reads end of file (stdin), or is told its reader left (EPIPE, SIGPIPE).
 int m_close(lua_State* L) {
   PipeState* st = check(L, "close");
+  if (st) stop_ahead(L, st);  // a watch made this step would arm the slot the close frees
   if (st && st->pipe) st->pipe->close();
   lua_pushboolean(L, 1);
   return 1;
@@ -389,8 +390,8 @@ PipeRef* push_pipe(lua_State* L, const char* name) {
 // for the program; the pipes read ahead while any task waits.
 int wait_ahead(lua_State* L) {
   const int delta = static_cast<int>(lua_tointeger(L, 1));
-  for (int i = 2; i <= 3; ++i) {
-    PipeState* st = check(L, "wait (p.stdout, p.stderr)", i);
+  PipeState* both[2] = {check(L, "wait (p.stdout, p.stderr)", 2), check(L, "wait (p.stdout, p.stderr)", 3)};
+  for (PipeState* st : both) {
     if (!st) continue;  // finalized (closed)
     st->waiters += delta;
     if (st->waiters > 0) read_ahead(L, st);

@@ -206,3 +206,35 @@ TEST_CASE("netpoll: an edge before the wait is kept for it; a close wakes the wa
   ::close(sp[0]);
   ::close(sp[1]);
 }
+
+TEST_CASE("netpoll: an edge spent on a wait cancelled too late is kept for the next wait") {
+  // A watch given up for a read of its own (an exec pipe's read-ahead
+  // when a receive comes): the cancel reaches the poller after an edge
+  // already completed the watch, and the receive's wait, armed after,
+  // must still hear of that edge.
+  Sink sink;
+  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
+  auto poll_once = [&] {
+    NetPoller::Batch batch;
+    poller.wait(batch, true);
+    poller.dispatch(batch);
+  };
+  int sp[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) == 0);
+  const int slot = poller.open(sp[0]);
+  REQUIRE(slot >= 0);
+  poll_once();  // the writable edge of the registration
+  const std::uint64_t watch = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, watch);
+  REQUIRE(::send(sp[1], "a", 1, 0) == 1);
+  poll_once();
+  CHECK(sink.count(watch) == 1);
+  CHECK_FALSE(poller.cancel(Pid{}, watch));
+  const std::uint64_t read = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, read);
+  CHECK(sink.count(read) == 1);
+  CHECK_FALSE(poller.waiting());
+  poller.close(slot);
+  ::close(sp[0]);
+  ::close(sp[1]);
+}

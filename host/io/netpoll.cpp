@@ -132,7 +132,14 @@ bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
   Desc* d = desc(slot_of(tag));
   const Dir dir = dir_of(tag);
   std::lock_guard lock(d->mu);
-  if (d->waiter[dir].tag != tag || !(d->waiter[dir].pid == pid)) return false;
+  if (d->waiter[dir].tag != tag || !(d->waiter[dir].pid == pid)) {
+    // Completed already: its readiness was spent on a wait whose owner
+    // no longer wants it (a watch given up for a read of its own). The
+    // edge is not seen again, so the next wait on this side is told at
+    // once and tries for itself (at worst a retry that finds nothing).
+    if (d->open) d->ready[dir] = true;
+    return false;
+  }
   d->waiter[dir] = Waiter{};
   armed_.fetch_sub(1, std::memory_order_relaxed);
   return true;
