@@ -3,7 +3,9 @@
 # host nodes over one nats-server on loopback (tests/cluster/serve.lua on
 # node a; tests/cluster/bench.lua and flow.lua on node b), NATS's own
 # request/reply between two C clients (tests/bench/peers/nats_rtt.c, on
-# libnats) and Erlang distribution between two `erl -sname` nodes
+# libnats), NATS's own rate for 1 MB payloads between two C clients
+# (tests/bench/peers/nats_mb.c: the transport's ceiling under the host's
+# 1 MB row) and Erlang distribution between two `erl -sname` nodes
 # (tests/bench/peers/cluster.erl). Each runs RUNS times in turn; the table
 # gives the medians and the ratios. Rows: a round trip (one after
 # another), 16-byte messages one way, 1 MB messages (8 in flight), the
@@ -32,8 +34,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cc -O2 -o "$out/nats_rtt" tests/bench/peers/nats_rtt.c -lnats ||
-  { echo "cluster: cannot build the NATS peer (libnats-dev)" >&2; exit 1; }
+for peer in nats_rtt nats_mb; do
+  cc -O2 -o "$out/$peer" "tests/bench/peers/$peer.c" -lnats -lpthread ||
+    { echo "cluster: cannot build the NATS peer $peer (libnats-dev)" >&2; exit 1; }
+done
 
 port=$((20000 + RANDOM % 20000))
 url="nats://127.0.0.1:$port"
@@ -108,6 +112,14 @@ run_nats() {
   figure "$o" FIGURE nats_rtt p99_us >>"$out/rtt99.nats"
   kill -9 "$s"
   wait "$s" 2>/dev/null || true
+  "$out/nats_mb" sink "$url" >"$out/nats_sink.out" &
+  s=$!
+  pids+=($s)
+  wait_for "$out/nats_sink.out" serving
+  o=$("$out/nats_mb" send "$url" "$mb_n" 2>&1 || true)
+  figure "$o" FIGURE nats_mb mb_per_s >>"$out/mb.nats"
+  kill -9 "$s"
+  wait "$s" 2>/dev/null || true
 }
 
 run_erlang() {
@@ -142,6 +154,7 @@ printf '| %-38s | %10.0f | %10.0f | %12.0f | %-22s |\n' "round trip p99 (us)" "$
   "$(ratio "$(m rtt99.host)" "$(m rtt99.nats)") NATS, $(ratio "$(m rtt99.host)" "$(m rtt99.erlang)") Erl"
 printf '| %-38s | %10.0f | %10s | %12.0f | %-22s |\n' "16 B messages one way (msgs/s)" "$(m oneway.host)" - "$(m oneway.erlang)" \
   "$(ratio "$(m oneway.host)" "$(m oneway.erlang)") Erl"
-printf '| %-38s | %10.0f | %10s | %12s | %-22s |\n' "1 MB messages (MB/s)" "$(m mb.host)" - - -
+printf '| %-38s | %10.0f | %10.0f | %12s | %-22s |\n' "1 MB messages (MB/s)" "$(m mb.host)" "$(m mb.nats)" - \
+  "$(ratio "$(m mb.host)" "$(m mb.nats)") NATS"
 printf '| %-38s | %10.2f | %10s | %12s | %-22s |\n' "ping p99 while 8 MB messages flow (ms)" "$(m flowp99.host)" - - -
 printf '| %-38s | %10.0f | %10s | %12s | %-22s |\n' "kill -9 to noconnection (ms)" "$(m kill.host)" - - "node timeout 2000 ms"
