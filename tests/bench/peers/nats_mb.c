@@ -2,7 +2,8 @@
  * 1 MB row (tests/bench/cluster.sh): `nats_mb sink URL` answers every
  * message on "bench.mb" with its length; `nats_mb send URL N [SIZE]`
  * publishes N payloads of SIZE bytes (1 MB unless given; nats-server's
- * default limit on one message is 1 MB) with at most 8 MB unanswered, as
+ * default limit on one message is 1 MB; cluster.sh gives 256 KB, at which
+ * the pair moved the most bytes per second) with at most 8 MB unanswered, as
  * the host's bench:mb keeps 8 messages of 1 MB in flight, and prints the
  * rate in MB/s. Two programs through one server, as the host's two nodes
  * are; both write each message at once (SendAsap), as the host's node
