@@ -2,7 +2,7 @@
 // sender->receiver pair, taken round-robin. Threads: none of its own and
 // no lock; its owner (NatsNode's Peer) holds one mutex around every call.
 //
-// Why: a large envelope goes as many 64 KB parts (wire.hpp). Sent all at
+// Why: a large envelope goes as many 128 KB parts (wire.hpp). Sent all at
 // once, its 8 MB would sit in the connection ahead of every later message
 // to that node, and a small ping from another process would wait for all
 // of it. So the parts wait here and leave a few at a time, while the

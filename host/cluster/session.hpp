@@ -47,10 +47,11 @@ struct SessionLimits {
   // outbox (NatsNode, outbox.hpp): what a small message may find ahead of
   // it in the connection. Below the window, so that parts alone never
   // make a sender yield; above ack_every_bytes, so that the parts in
-  // flight are acknowledged before they stop. 256 KB: a ping under an
-  // 8 MB flow waited about half as long as with 512 KB (its median), with
-  // no loss in the 1 MB rate (BENCHMARKS.md, "Kept buffers on the
-  // receiving side").
+  // flight are acknowledged before they stop; two parts (wire.hpp's
+  // kPartBytes), so that one is sent while the other's ack comes. 256 KB:
+  // a ping under an 8 MB flow waited about half as long as with 512 KB
+  // (its median), with no loss in the 1 MB rate (BENCHMARKS.md, "Kept
+  // buffers on the receiving side").
   std::size_t parts_in_flight_bytes = 256u << 10;
   // Bytes held for a peer (unacknowledged, plus waiting in its outbox)
   // past which, while the transport is down, the peer is reported down

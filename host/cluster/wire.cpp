@@ -342,7 +342,7 @@ std::optional<Envelope> Reassembly::add(std::string_view body) {
     e = decode_envelope(done_head_);
     if (e) e->payload = done_payload_;
   } else if ((e = decode_envelope(done_payload_))) {
-    // Fields longer than a part (a topic of 64 KB): the payload is the
+    // Fields longer than a part (a topic of 128 KB): the payload is the
     // buffer's tail, shifted to its front so that it is owned as it is.
     const std::size_t head = done_payload_.size() - e->payload.size();
     done_head_.assign(done_payload_, 0, head);
