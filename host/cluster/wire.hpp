@@ -102,12 +102,12 @@ std::optional<SpawnRequest> decode_spawn_request(std::string_view bytes);
 // need not be consecutive: the sender interleaves them with other
 // messages (outbox.hpp), so that a small message is not stuck behind 8 MB.
 // The size: every part costs a publication, a message through the server
-// (whose work per message, not per byte, dominates a large message's path
-// on a small machine), the receiving client's allocation and a hand-off
-// to its delivery thread, so fewer parts cost less per MB; two of them
-// fit under SessionLimits::parts_in_flight_bytes, so that the next part
-// is on its way while the previous one's ack comes back (one alone would
-// stop and wait). BENCHMARKS.md, "128 KB parts".
+// (the largest CPU cost on a large message's path, and higher per MB in
+// small messages than in large ones), the receiving client's allocation
+// and a hand-off to its delivery thread, so fewer parts cost less per MB;
+// two of them fit under SessionLimits::parts_in_flight_bytes, so that the
+// next part is on its way while the previous one's ack comes back (one
+// alone would stop and wait). BENCHMARKS.md, "128 KB parts".
 inline constexpr std::size_t kPartBytes = 128u << 10;
 // A part body's bytes before its slice of the envelope: the kind, the
 // transfer's number and the whole envelope's size (the receiver makes room
