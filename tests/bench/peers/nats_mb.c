@@ -7,7 +7,8 @@
  * the host's bench:mb keeps 8 messages of 1 MB in flight, and prints the
  * rate in MB/s. Two programs through one server, as the host's two nodes
  * are; both write each message at once (SendAsap), as the host's node
- * does. Nothing of the host's session (sequence numbers, acks, resends,
+ * does; cluster.sh links it with mimalloc where it can, as the host is.
+ * Nothing of the host's session (sequence numbers, acks, resends,
  * reassembly, Lua strings) is paid here: only the client and the server. */
 #include <nats/nats.h>
 #include <pthread.h>
