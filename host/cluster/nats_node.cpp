@@ -70,7 +70,10 @@ NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& 
                      std::uint32_t floor)
     : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits, epoch, floor) {}
 
-NatsNode::NatsNode(NodeOptions options, std::uint32_t id) : options_(std::move(options)), id_(id) {}
+NatsNode::NatsNode(NodeOptions options, std::uint32_t id)
+    : options_(std::move(options)),
+      id_(id),
+      flusher_([this](Peer& peer, std::string_view bytes) { publish(peer.subject, bytes); }) {}
 
 std::unique_ptr<NatsNode> NatsNode::connect(NodeOptions options, std::string& err, bool& name_taken) {
   name_taken = false;
@@ -147,7 +150,7 @@ void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, SpawnFn spawn
     }
   }
   publish_heartbeat();
-  flusher_ = std::thread([this] { flush_loop(); });
+  flusher_.start();
   ticker_ = std::thread([this] { tick_loop(); });
   log::logger().info("cluster: node {} (id {}) joined {}", options_.name, id_, options_.url);
 }
@@ -160,14 +163,10 @@ void NatsNode::stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
-  // What waits in batches goes before the bye: the flusher empties its
-  // queue, then ends.
-  {
-    std::lock_guard lock(flush_mu_);
-    flush_stopping_ = true;
-  }
-  flush_cv_.notify_all();
-  if (flusher_.joinable()) flusher_.join();
+  // What waits in batches goes before the bye: the flusher empties them,
+  // then ends; a frame emitted after (by a callback still running) goes
+  // at once.
+  flusher_.stop();
   if (!conn_) return;
   if (scheduler_) {
     publish_heartbeat(/*bye=*/true);
@@ -192,48 +191,6 @@ void NatsNode::publish(const std::string& subject, std::string_view bytes) {
   // A failure (disconnected with a full buffer, closed) loses the frame as
   // NATS itself may: the session resends data, heartbeats repeat.
   (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
-}
-
-void NatsNode::emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now) {
-  if (!peer.batch.hold(frame.size(), data, now)) {
-    publish(peer.subject, frame);
-    return;
-  }
-  peer.batch.add(frame);
-  if (peer.batch.queued) return;  // the flusher has it in hand already
-  peer.batch.queued = true;
-  {
-    std::lock_guard lock(flush_mu_);
-    flush_queue_.push_back(peer.shared_from_this());
-  }
-  flush_cv_.notify_one();
-}
-
-void NatsNode::flush_loop() {
-  std::unique_lock lock(flush_mu_);
-  for (;;) {
-    flush_cv_.wait(lock, [this] { return flush_stopping_ || !flush_queue_.empty(); });
-    if (flush_queue_.empty()) return;  // stopping, and nothing left to publish
-    std::shared_ptr<Peer> peer = std::move(flush_queue_.front());
-    flush_queue_.pop_front();
-    lock.unlock();
-    flush(*peer);
-    lock.lock();
-  }
-}
-
-void NatsNode::flush(Peer& peer) {
-  std::unique_lock lock(peer.mu);
-  // Published outside the lock, so that senders append meanwhile (behind
-  // these chunks: Batch::hold); what came meanwhile goes next, in turn.
-  while (!peer.batch.empty() && !peer.down) {
-    std::deque<std::string> chunks = peer.batch.take();
-    lock.unlock();
-    for (const std::string& chunk : chunks) publish(peer.subject, chunk);
-    lock.lock();
-    peer.batch.flushed(std::move(chunks.back()));
-  }
-  peer.batch.queued = false;
 }
 
 Frame NatsNode::frame_to(const Peer& peer, FrameKind kind) const {
@@ -840,8 +797,10 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
   std::lock_guard delivering(peer->delivery_mu);
   Frame f;
   {
-    std::lock_guard lock(peer->mu);
-    peer->down = true;
+    std::unique_lock lock(peer->mu);
+    // Down, and after a flush under way: the reset follows every frame
+    // emitted before it (Flusher::close).
+    flusher_.close(*peer, lock);
     f = frame_to(*peer, FrameKind::Bye);
   }
   if (reset) {

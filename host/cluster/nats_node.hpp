@@ -191,12 +191,11 @@ class NatsNode final : public RemoteNodes {
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
   void publish(const std::string& subject, std::string_view bytes);
   // Under peer.mu: a frame to the peer, published now or put in its batch
-  // for the flusher (batch.hpp says when); `data`: a data frame (a burst
-  // is one of data frames; acks keep their place but make none).
-  void emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now);
-  // The flusher thread: publishes the batches emit queued, in order.
-  void flush_loop();
-  void flush(Peer& peer);
+  // for the flusher (Flusher::emit, batch.hpp); `data`: a data frame (a
+  // burst is one of data frames; acks keep their place but make none).
+  void emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now) {
+    flusher_.emit(peer, frame, data, now);
+  }
   // Under peer.mu: a frame to the peer with both ends' ids and epochs.
   Frame frame_to(const Peer& peer, FrameKind kind) const;
   void publish_heartbeat(bool bye = false);
@@ -253,11 +252,9 @@ class NatsNode final : public RemoteNodes {
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
-  std::mutex flush_mu_;  // pairs with flush_cv_, guards flush_queue_ and flush_stopping_
-  std::condition_variable flush_cv_;
-  std::deque<std::shared_ptr<Peer>> flush_queue_;  // peers whose batch waits for the flusher
-  bool flush_stopping_ = false;
-  std::thread flusher_;
+  // The flusher thread: publishes the frames that wait in the peers'
+  // batches.
+  Flusher<Peer> flusher_;
   std::atomic<bool> stopped_{false};
   std::atomic<int> in_callbacks_{0};  // subscription callbacks running now (stop waits for none)
   bool enter_callback();
