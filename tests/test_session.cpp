@@ -206,8 +206,8 @@ namespace {
 struct PairEnd {
   using Frame = host::cluster::Frame;
   using FrameKind = host::cluster::FrameKind;
-  PairEnd(std::uint32_t node_, std::uint32_t peer_, std::uint32_t epoch, std::uint32_t floor)
-      : node(node_), peer(peer_), s(SessionLimits{}, epoch, floor) {}
+  PairEnd(std::uint32_t node_, std::uint32_t peer_, std::uint32_t epoch, std::uint32_t floor, bool wary = false)
+      : node(node_), peer(peer_), s(SessionLimits{}, epoch, floor, wary) {}
   std::uint32_t node, peer;
   Session s;
   std::vector<std::string> got;
@@ -344,6 +344,69 @@ TEST_CASE("frames of an earlier session of the pair (reset, ack, data) leave the
   // A reset of the current session still takes effect.
   a.receive(b.reset_frame(), now);
   CHECK(a.reset);
+}
+
+TEST_CASE("after a session that ended before either end learned the other's epoch, its frames leave the next untouched") {
+  using host::cluster::Frame;
+  using host::cluster::FrameKind;
+  Session::Clock::time_point now{};
+  // The old sessions hear nothing from each other (a partition from their
+  // start): B's data and reset, naming no epoch of A's, are in flight.
+  PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+  b_old.send("b stale 0", now);
+  const std::string stale_data = b_old.out.back();
+  const std::string stale_reset = b_old.reset_frame();
+  REQUIRE_FALSE(a_old.s.settled());
+  REQUIRE_FALSE(b_old.s.settled());
+  // The new sessions, as NatsNode makes them: no floor learned, so wary.
+  PairEnd a(10, 20, 2, 0, /*wary=*/true), b(20, 10, 2, 0, /*wary=*/true);
+  a.receive(stale_data, now);
+  a.receive(stale_reset, now);
+  CHECK(a.got.empty());  // not delivered: the old session's, after its nodedown
+  CHECK_FALSE(a.reset);  // and its reset does not take the new one down
+  CHECK_FALSE(a.s.settled());
+  // The new sessions settle and carry everything, once, in order.
+  b.send("b new 0", now);
+  a.send("new 0", now);
+  for (int round = 0; (a.s.unacked_messages() || b.s.unacked_messages() || !a.s.settled() || !b.s.settled()) &&
+                      round < 100;
+       ++round) {
+    now += 200ms;
+    a.tick(now);
+    b.tick(now);
+    exchange(a, b, now);
+  }
+  CHECK(a.s.settled());
+  CHECK(b.s.settled());
+  CHECK(a.s.peer_epoch() == 2);
+  CHECK(b.s.peer_epoch() == 2);
+  CHECK(a.got == std::vector<std::string>{"b new 0"});
+  CHECK(b.got == std::vector<std::string>{"new 0"});
+  CHECK_FALSE(a.reset);
+  CHECK_FALSE(b.reset);
+  // A reset of the settled session takes effect.
+  a.receive(b.reset_frame(), now);
+  CHECK(a.reset);
+}
+
+TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
+  Session s(SessionLimits{}, 7, 3, /*wary=*/true);
+  CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor
+  CHECK(s.peer_epoch() == 0);
+  CHECK(s.judge(5, 0) == Session::Verdict::Stale);  // maybe the unsettled session's: only named
+  CHECK(s.peer_epoch() == 5);
+  CHECK(s.ack_due_at_tick());  // so that the peer hears of this session
+  s.ack_sent();
+  CHECK(s.judge(4, 0) == Session::Verdict::Stale);
+  CHECK(s.peer_epoch() == 5);  // the highest heard
+  CHECK(s.judge(6, 0) == Session::Verdict::Stale);
+  CHECK(s.peer_epoch() == 6);
+  CHECK_FALSE(s.settled());
+  CHECK(s.judge(6, 7) == Session::Verdict::Current);
+  CHECK(s.settled());
+  CHECK(s.peer_knows_epoch());
+  CHECK(s.judge(5, 0) == Session::Verdict::Stale);
+  CHECK(s.judge(8, 0) == Session::Verdict::Newer);
 }
 
 TEST_CASE("a session learns the peer's epoch once, refuses older ones and reports a newer one") {

@@ -67,8 +67,11 @@ std::string check_node_name(std::string_view name) {
 }
 
 NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& limits, std::uint32_t epoch,
-                     std::uint32_t floor)
-    : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits, epoch, floor) {}
+                     std::uint32_t floor, bool wary)
+    : id(id_),
+      name(std::move(name_)),
+      subject("host.node." + std::to_string(id_)),
+      session(limits, epoch, floor, wary) {}
 
 NatsNode::NatsNode(NodeOptions options, std::uint32_t id)
     : options_(std::move(options)),
@@ -605,9 +608,10 @@ void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
   {
     std::unique_lock lock(peers_mu_);
     if (peers_.contains(id)) return;  // another thread made it first
-    auto floor = ended_epochs_.find(id);
-    peer = std::make_shared<Peer>(id, std::string(name), options_.session, next_epoch_++,
-                                  floor == ended_epochs_.end() ? 0 : floor->second);
+    auto ended = ended_epochs_.find(id);
+    const Ended before = ended == ended_epochs_.end() ? Ended{} : ended->second;
+    peer = std::make_shared<Peer>(id, std::string(name), options_.session, next_epoch_++, before.floor,
+                                  before.unsettled);
     peer->last_heard = Clock::now();
     peers_.emplace(id, peer);
   }
@@ -786,12 +790,15 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
     if (it == peers_.end() || it->second != peer) return;  // taken down already
     peers_.erase(it);
     // The next session's floor, set before a heartbeat can make that
-    // session: this one's frames still in flight are stale in it.
+    // session: this one's frames still in flight are stale in it. Unless
+    // the peer's epoch was not settled: then the next session is wary
+    // (Session::judge) instead. An epoch only heard in a wary session is
+    // no floor: that session of the peer may have learned nothing of this
+    // one, and then the next may go on with it.
     std::lock_guard peer_lock(peer->mu);
-    if (const std::uint32_t theirs = peer->session.peer_epoch()) {
-      std::uint32_t& floor = ended_epochs_[peer->id];
-      floor = std::max(floor, theirs);
-    }
+    Ended& ended = ended_epochs_[peer->id];
+    ended.unsettled = !peer->session.settled();
+    if (!ended.unsettled) ended.floor = std::max(ended.floor, peer->session.peer_epoch());
   }
   // Waits for a delivery from the peer in progress; none starts after.
   std::lock_guard delivering(peer->delivery_mu);

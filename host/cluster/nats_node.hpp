@@ -123,7 +123,8 @@ class NatsNode final : public RemoteNodes {
 
  private:
   struct Peer : std::enable_shared_from_this<Peer> {
-    Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor);
+    Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor,
+       bool wary);
     const std::uint32_t id;
     const std::string name;
     const std::string subject;  // host.node.<id>
@@ -222,9 +223,15 @@ class NatsNode final : public RemoteNodes {
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
   // By a peer's id, the highest epoch it used in a session with this node
-  // that ended (a new session's floor, Session's constructor); guarded by
-  // peers_mu_. One entry per run of a peer met: a few bytes each.
-  std::unordered_map<std::uint32_t, std::uint32_t> ended_epochs_;
+  // that ended (a new session's floor), and whether the last one ended
+  // before its epoch was settled (the new session is then wary): Session's
+  // constructor. Guarded by peers_mu_. One entry per run of a peer met: a
+  // few bytes each.
+  struct Ended {
+    std::uint32_t floor = 0;
+    bool unsettled = false;
+  };
+  std::unordered_map<std::uint32_t, Ended> ended_epochs_;
   std::uint32_t next_epoch_ = 1;  // this end's next session's epoch; guarded by peers_mu_
 
   std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_
