@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -204,8 +206,8 @@ namespace {
 struct PairEnd {
   using Frame = host::cluster::Frame;
   using FrameKind = host::cluster::FrameKind;
-  PairEnd(std::uint32_t node_, std::uint32_t peer_, std::uint32_t epoch, std::uint32_t floor)
-      : node(node_), peer(peer_), s(SessionLimits{}, epoch, floor) {}
+  PairEnd(std::uint32_t node_, std::uint32_t peer_, std::uint32_t epoch, std::uint32_t floor, bool wary = false)
+      : node(node_), peer(peer_), s(SessionLimits{}, epoch, floor, wary) {}
   std::uint32_t node, peer;
   Session s;
   std::vector<std::string> got;
@@ -342,6 +344,69 @@ TEST_CASE("frames of an earlier session of the pair (reset, ack, data) leave the
   // A reset of the current session still takes effect.
   a.receive(b.reset_frame(), now);
   CHECK(a.reset);
+}
+
+TEST_CASE("after a session that ended before either end learned the other's epoch, its frames leave the next untouched") {
+  using host::cluster::Frame;
+  using host::cluster::FrameKind;
+  Session::Clock::time_point now{};
+  // The old sessions hear nothing from each other (a partition from their
+  // start): B's data and reset, naming no epoch of A's, are in flight.
+  PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+  b_old.send("b stale 0", now);
+  const std::string stale_data = b_old.out.back();
+  const std::string stale_reset = b_old.reset_frame();
+  REQUIRE_FALSE(a_old.s.settled());
+  REQUIRE_FALSE(b_old.s.settled());
+  // The new sessions, as NatsNode makes them: no floor learned, so wary.
+  PairEnd a(10, 20, 2, 0, /*wary=*/true), b(20, 10, 2, 0, /*wary=*/true);
+  a.receive(stale_data, now);
+  a.receive(stale_reset, now);
+  CHECK(a.got.empty());  // not delivered: the old session's, after its nodedown
+  CHECK_FALSE(a.reset);  // and its reset does not take the new one down
+  CHECK_FALSE(a.s.settled());
+  // The new sessions settle and carry everything, once, in order.
+  b.send("b new 0", now);
+  a.send("new 0", now);
+  for (int round = 0; (a.s.unacked_messages() || b.s.unacked_messages() || !a.s.settled() || !b.s.settled()) &&
+                      round < 100;
+       ++round) {
+    now += 200ms;
+    a.tick(now);
+    b.tick(now);
+    exchange(a, b, now);
+  }
+  CHECK(a.s.settled());
+  CHECK(b.s.settled());
+  CHECK(a.s.peer_epoch() == 2);
+  CHECK(b.s.peer_epoch() == 2);
+  CHECK(a.got == std::vector<std::string>{"b new 0"});
+  CHECK(b.got == std::vector<std::string>{"new 0"});
+  CHECK_FALSE(a.reset);
+  CHECK_FALSE(b.reset);
+  // A reset of the settled session takes effect.
+  a.receive(b.reset_frame(), now);
+  CHECK(a.reset);
+}
+
+TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
+  Session s(SessionLimits{}, 7, 3, /*wary=*/true);
+  CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor
+  CHECK(s.peer_epoch() == 0);
+  CHECK(s.judge(5, 0) == Session::Verdict::Stale);  // maybe the unsettled session's: only named
+  CHECK(s.peer_epoch() == 5);
+  CHECK(s.ack_due_at_tick());  // so that the peer hears of this session
+  s.ack_sent();
+  CHECK(s.judge(4, 0) == Session::Verdict::Stale);
+  CHECK(s.peer_epoch() == 5);  // the highest heard
+  CHECK(s.judge(6, 0) == Session::Verdict::Stale);
+  CHECK(s.peer_epoch() == 6);
+  CHECK_FALSE(s.settled());
+  CHECK(s.judge(6, 7) == Session::Verdict::Current);
+  CHECK(s.settled());
+  CHECK(s.peer_knows_epoch());
+  CHECK(s.judge(5, 0) == Session::Verdict::Stale);
+  CHECK(s.judge(8, 0) == Session::Verdict::Newer);
 }
 
 TEST_CASE("a session learns the peer's epoch once, refuses older ones and reports a newer one") {
@@ -729,6 +794,175 @@ TEST_CASE("a burst of small frames waits in the batch, in order; a frame alone a
   got.clear();
   CHECK_FALSE(for_each_in_batch(std::string_view(whole).substr(1), [&](std::string_view f) { got.emplace_back(f); }));
   CHECK(got.empty());
+}
+
+namespace {
+
+// A peer as NatsNode's Flusher sees one, with the wire its frames reach:
+// each frame of each publication, in the order published.
+struct FlushPeer : std::enable_shared_from_this<FlushPeer> {
+  std::mutex mu;
+  host::cluster::Batch batch;
+  bool down = false;
+  std::uint64_t emitted = 0;  // guarded by mu (the stress test's numbering)
+
+  std::mutex wire_mu;  // guards wire
+  std::vector<std::string> wire;
+  void put(std::string_view bytes) {
+    std::lock_guard lock(wire_mu);
+    if (!host::cluster::for_each_in_batch(bytes, [&](std::string_view f) { wire.emplace_back(f); }))
+      wire.emplace_back(bytes);
+  }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(wire_mu);
+    return wire;
+  }
+};
+
+bool is_batch(std::string_view bytes) {
+  return !bytes.empty() && static_cast<std::uint8_t>(bytes.front()) == host::cluster::kBatchMagic;
+}
+
+}  // namespace
+
+TEST_CASE("a reset published after the flusher's close follows the frames the flusher is publishing") {
+  // NatsNode::take_down: the peer is closed, then its reset published.
+  // The flusher took a burst out of the batch and is publishing it (held
+  // there until the reset is out, or 300 ms): the reset must wait for it.
+  using namespace host::cluster;
+  host::testing::Watchdog watchdog("flusher close test", 30s);
+  std::mutex latch_mu;
+  std::condition_variable latch_cv;
+  bool publishing = false, reset_out = false;
+  Flusher<FlushPeer> flusher([&](FlushPeer& peer, std::string_view bytes) {
+    if (is_batch(bytes)) {
+      std::unique_lock lock(latch_mu);
+      publishing = true;
+      latch_cv.notify_all();
+      latch_cv.wait_for(lock, 300ms, [&] { return reset_out; });
+    }
+    peer.put(bytes);
+  });
+  flusher.start();
+  auto peer = std::make_shared<FlushPeer>();
+  const auto t = Batch::Clock::now();
+  {
+    std::lock_guard lock(peer->mu);
+    flusher.emit(*peer, "one", true, t);        // alone: at once
+    flusher.emit(*peer, "two", true, t + 1us);  // a burst: for the flusher
+  }
+  {
+    std::unique_lock lock(latch_mu);
+    latch_cv.wait(lock, [&] { return publishing; });
+  }
+  {
+    std::unique_lock lock(peer->mu);
+    flusher.close(*peer, lock);
+  }
+  peer->put("reset");
+  {
+    std::lock_guard lock(latch_mu);
+    reset_out = true;
+  }
+  latch_cv.notify_all();
+  {
+    std::lock_guard lock(peer->mu);
+    flusher.emit(*peer, "three", false, t + 1s);  // down: nothing more goes out
+  }
+  flusher.stop();
+  CHECK(peer->seen() == std::vector<std::string>{"one", "two", "reset"});
+}
+
+TEST_CASE("once the flusher has stopped, a frame that would wait in its batch goes at once, in order") {
+  // NatsNode::stop ends the flusher while a subscription callback may
+  // still emit (an ack, a spawn's reply): nothing is left in a batch.
+  using namespace host::cluster;
+  host::testing::Watchdog watchdog("flusher stop test", 30s);
+  Flusher<FlushPeer> flusher([](FlushPeer& peer, std::string_view bytes) { peer.put(bytes); });
+  flusher.start();
+  auto peer = std::make_shared<FlushPeer>();
+  const auto t = Batch::Clock::now();
+  {
+    std::lock_guard lock(peer->mu);
+    flusher.emit(*peer, "one", true, t);
+    flusher.emit(*peer, "two", true, t + 1us);  // waits for the flusher
+  }
+  flusher.stop();  // which publishes it before it ends
+  CHECK(peer->seen() == std::vector<std::string>{"one", "two"});
+  {
+    std::lock_guard lock(peer->mu);
+    flusher.emit(*peer, "three", true, t + 1s);
+    flusher.emit(*peer, "four", true, t + 1s + 1us);  // a burst: would wait
+    flusher.emit(*peer, "ack", false, t + 1s + 2us);  // behind it
+    CHECK(peer->batch.empty());
+  }
+  CHECK(peer->seen() == std::vector<std::string>{"one", "two", "three", "four", "ack"});
+}
+
+TEST_CASE("the flusher under emitting threads, closes and its stop loses, doubles and reorders nothing") {
+  // Four threads emit numbered frames to six peers (bursts and frames
+  // alone, by the clock), two peers are closed midway with a reset after,
+  // and the flusher stops while the threads go on; built for TSan too.
+  using namespace host::cluster;
+  host::testing::Watchdog watchdog("flusher stress test", 120s);
+  constexpr int kPeers = 6, kThreads = 4, kEach = 20000;
+  Flusher<FlushPeer> flusher([](FlushPeer& peer, std::string_view bytes) { peer.put(bytes); });
+  flusher.start();
+  std::vector<std::shared_ptr<FlushPeer>> peers;
+  for (int i = 0; i < kPeers; ++i) peers.push_back(std::make_shared<FlushPeer>());
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 7);
+      for (int i = 0; i < kEach; ++i) {
+        FlushPeer& peer = *peers[rng() % kPeers];
+        {
+          std::lock_guard lock(peer.mu);
+          if (!peer.down) {
+            const std::string frame = std::to_string(++peer.emitted);
+            flusher.emit(peer, frame, rng() % 4 != 0, Batch::Clock::now());
+          }
+        }
+        done.fetch_add(1, std::memory_order_relaxed);
+        if (rng() % 64 == 0) std::this_thread::sleep_for(100us);  // a pause: the next frame goes alone
+      }
+    });
+  std::thread closer([&] {
+    while (done.load(std::memory_order_relaxed) < kThreads * kEach / 3) std::this_thread::yield();
+    for (int i = 0; i < 2; ++i) {
+      {
+        std::unique_lock lock(peers[i]->mu);
+        flusher.close(*peers[i], lock);
+      }
+      peers[i]->put("reset");
+    }
+  });
+  while (done.load(std::memory_order_relaxed) < kThreads * kEach * 2 / 3) std::this_thread::yield();
+  flusher.stop();
+  for (auto& th : threads) th.join();
+  closer.join();
+  for (int i = 0; i < kPeers; ++i) {
+    const std::vector<std::string> seen = peers[i]->seen();
+    std::uint64_t emitted = 0;
+    {
+      std::lock_guard lock(peers[i]->mu);
+      emitted = peers[i]->emitted;
+    }
+    // Every frame in order, once: 1, 2, ... (a closed peer's: up to its
+    // reset, which comes last; what waited in its batch is dropped).
+    std::size_t n = 0;
+    while (n < seen.size() && seen[n] == std::to_string(n + 1)) ++n;
+    INFO("peer " << i << ": " << n << " in order of " << seen.size() << " seen, " << emitted << " emitted");
+    if (i < 2) {
+      CHECK(n + 1 == seen.size());
+      CHECK(seen.back() == "reset");
+      CHECK(n <= emitted);
+    } else {
+      CHECK(n == seen.size());
+      CHECK(n == emitted);
+    }
+  }
 }
 
 TEST_CASE("a large message's buffer is kept when given back and handed out again; small ones are not") {

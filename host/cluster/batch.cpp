@@ -40,6 +40,7 @@ std::deque<std::string> Batch::take() {
 void Batch::flushed(std::string spare) {
   flushing_ = false;
   if (spare.capacity() > spare_.capacity()) spare_ = std::move(spare);
+  flushed_cv_.notify_all();  // a close waiting for this flush (Flusher::close)
 }
 
 }  // namespace host::cluster

@@ -67,10 +67,16 @@ std::string check_node_name(std::string_view name) {
 }
 
 NatsNode::Peer::Peer(std::uint32_t id_, std::string name_, const SessionLimits& limits, std::uint32_t epoch,
-                     std::uint32_t floor)
-    : id(id_), name(std::move(name_)), subject("host.node." + std::to_string(id_)), session(limits, epoch, floor) {}
+                     std::uint32_t floor, bool wary)
+    : id(id_),
+      name(std::move(name_)),
+      subject("host.node." + std::to_string(id_)),
+      session(limits, epoch, floor, wary) {}
 
-NatsNode::NatsNode(NodeOptions options, std::uint32_t id) : options_(std::move(options)), id_(id) {}
+NatsNode::NatsNode(NodeOptions options, std::uint32_t id)
+    : options_(std::move(options)),
+      id_(id),
+      flusher_([this](Peer& peer, std::string_view bytes) { publish(peer.subject, bytes); }) {}
 
 std::unique_ptr<NatsNode> NatsNode::connect(NodeOptions options, std::string& err, bool& name_taken) {
   name_taken = false;
@@ -147,7 +153,7 @@ void NatsNode::start(Scheduler& scheduler, LookupName lookup_name, SpawnFn spawn
     }
   }
   publish_heartbeat();
-  flusher_ = std::thread([this] { flush_loop(); });
+  flusher_.start();
   ticker_ = std::thread([this] { tick_loop(); });
   log::logger().info("cluster: node {} (id {}) joined {}", options_.name, id_, options_.url);
 }
@@ -160,14 +166,10 @@ void NatsNode::stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
-  // What waits in batches goes before the bye: the flusher empties its
-  // queue, then ends.
-  {
-    std::lock_guard lock(flush_mu_);
-    flush_stopping_ = true;
-  }
-  flush_cv_.notify_all();
-  if (flusher_.joinable()) flusher_.join();
+  // What waits in batches goes before the bye: the flusher empties them,
+  // then ends; a frame emitted after (by a callback still running) goes
+  // at once.
+  flusher_.stop();
   if (!conn_) return;
   if (scheduler_) {
     publish_heartbeat(/*bye=*/true);
@@ -192,48 +194,6 @@ void NatsNode::publish(const std::string& subject, std::string_view bytes) {
   // A failure (disconnected with a full buffer, closed) loses the frame as
   // NATS itself may: the session resends data, heartbeats repeat.
   (void)natsConnection_Publish(conn_, subject.c_str(), bytes.data(), static_cast<int>(bytes.size()));
-}
-
-void NatsNode::emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now) {
-  if (!peer.batch.hold(frame.size(), data, now)) {
-    publish(peer.subject, frame);
-    return;
-  }
-  peer.batch.add(frame);
-  if (peer.batch.queued) return;  // the flusher has it in hand already
-  peer.batch.queued = true;
-  {
-    std::lock_guard lock(flush_mu_);
-    flush_queue_.push_back(peer.shared_from_this());
-  }
-  flush_cv_.notify_one();
-}
-
-void NatsNode::flush_loop() {
-  std::unique_lock lock(flush_mu_);
-  for (;;) {
-    flush_cv_.wait(lock, [this] { return flush_stopping_ || !flush_queue_.empty(); });
-    if (flush_queue_.empty()) return;  // stopping, and nothing left to publish
-    std::shared_ptr<Peer> peer = std::move(flush_queue_.front());
-    flush_queue_.pop_front();
-    lock.unlock();
-    flush(*peer);
-    lock.lock();
-  }
-}
-
-void NatsNode::flush(Peer& peer) {
-  std::unique_lock lock(peer.mu);
-  // Published outside the lock, so that senders append meanwhile (behind
-  // these chunks: Batch::hold); what came meanwhile goes next, in turn.
-  while (!peer.batch.empty() && !peer.down) {
-    std::deque<std::string> chunks = peer.batch.take();
-    lock.unlock();
-    for (const std::string& chunk : chunks) publish(peer.subject, chunk);
-    lock.lock();
-    peer.batch.flushed(std::move(chunks.back()));
-  }
-  peer.batch.queued = false;
 }
 
 Frame NatsNode::frame_to(const Peer& peer, FrameKind kind) const {
@@ -648,9 +608,10 @@ void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
   {
     std::unique_lock lock(peers_mu_);
     if (peers_.contains(id)) return;  // another thread made it first
-    auto floor = ended_epochs_.find(id);
-    peer = std::make_shared<Peer>(id, std::string(name), options_.session, next_epoch_++,
-                                  floor == ended_epochs_.end() ? 0 : floor->second);
+    auto ended = ended_epochs_.find(id);
+    const Ended before = ended == ended_epochs_.end() ? Ended{} : ended->second;
+    peer = std::make_shared<Peer>(id, std::string(name), options_.session, next_epoch_++, before.floor,
+                                  before.unsettled);
     peer->last_heard = Clock::now();
     peers_.emplace(id, peer);
   }
@@ -829,19 +790,24 @@ void NatsNode::take_down(const std::shared_ptr<Peer>& peer, const char* why, boo
     if (it == peers_.end() || it->second != peer) return;  // taken down already
     peers_.erase(it);
     // The next session's floor, set before a heartbeat can make that
-    // session: this one's frames still in flight are stale in it.
+    // session: this one's frames still in flight are stale in it. Unless
+    // the peer's epoch was not settled: then the next session is wary
+    // (Session::judge) instead. An epoch only heard in a wary session is
+    // no floor: that session of the peer may have learned nothing of this
+    // one, and then the next may go on with it.
     std::lock_guard peer_lock(peer->mu);
-    if (const std::uint32_t theirs = peer->session.peer_epoch()) {
-      std::uint32_t& floor = ended_epochs_[peer->id];
-      floor = std::max(floor, theirs);
-    }
+    Ended& ended = ended_epochs_[peer->id];
+    ended.unsettled = !peer->session.settled();
+    if (!ended.unsettled) ended.floor = std::max(ended.floor, peer->session.peer_epoch());
   }
   // Waits for a delivery from the peer in progress; none starts after.
   std::lock_guard delivering(peer->delivery_mu);
   Frame f;
   {
-    std::lock_guard lock(peer->mu);
-    peer->down = true;
+    std::unique_lock lock(peer->mu);
+    // Down, and after a flush under way: the reset follows every frame
+    // emitted before it (Flusher::close).
+    flusher_.close(*peer, lock);
     f = frame_to(*peer, FrameKind::Bye);
   }
   if (reset) {

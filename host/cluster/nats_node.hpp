@@ -123,7 +123,8 @@ class NatsNode final : public RemoteNodes {
 
  private:
   struct Peer : std::enable_shared_from_this<Peer> {
-    Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor);
+    Peer(std::uint32_t id, std::string name, const SessionLimits& limits, std::uint32_t epoch, std::uint32_t floor,
+       bool wary);
     const std::uint32_t id;
     const std::string name;
     const std::string subject;  // host.node.<id>
@@ -191,12 +192,11 @@ class NatsNode final : public RemoteNodes {
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }
   void publish(const std::string& subject, std::string_view bytes);
   // Under peer.mu: a frame to the peer, published now or put in its batch
-  // for the flusher (batch.hpp says when); `data`: a data frame (a burst
-  // is one of data frames; acks keep their place but make none).
-  void emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now);
-  // The flusher thread: publishes the batches emit queued, in order.
-  void flush_loop();
-  void flush(Peer& peer);
+  // for the flusher (Flusher::emit, batch.hpp); `data`: a data frame (a
+  // burst is one of data frames; acks keep their place but make none).
+  void emit(Peer& peer, std::string_view frame, bool data, Clock::time_point now) {
+    flusher_.emit(peer, frame, data, now);
+  }
   // Under peer.mu: a frame to the peer with both ends' ids and epochs.
   Frame frame_to(const Peer& peer, FrameKind kind) const;
   void publish_heartbeat(bool bye = false);
@@ -223,9 +223,15 @@ class NatsNode final : public RemoteNodes {
   mutable std::shared_mutex peers_mu_;                           // guards peers_
   std::unordered_map<std::uint32_t, std::shared_ptr<Peer>> peers_;  // the connected nodes by id
   // By a peer's id, the highest epoch it used in a session with this node
-  // that ended (a new session's floor, Session's constructor); guarded by
-  // peers_mu_. One entry per run of a peer met: a few bytes each.
-  std::unordered_map<std::uint32_t, std::uint32_t> ended_epochs_;
+  // that ended (a new session's floor), and whether the last one ended
+  // before its epoch was settled (the new session is then wary): Session's
+  // constructor. Guarded by peers_mu_. One entry per run of a peer met: a
+  // few bytes each.
+  struct Ended {
+    std::uint32_t floor = 0;
+    bool unsettled = false;
+  };
+  std::unordered_map<std::uint32_t, Ended> ended_epochs_;
   std::uint32_t next_epoch_ = 1;  // this end's next session's epoch; guarded by peers_mu_
 
   std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_
@@ -253,11 +259,9 @@ class NatsNode final : public RemoteNodes {
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
-  std::mutex flush_mu_;  // pairs with flush_cv_, guards flush_queue_ and flush_stopping_
-  std::condition_variable flush_cv_;
-  std::deque<std::shared_ptr<Peer>> flush_queue_;  // peers whose batch waits for the flusher
-  bool flush_stopping_ = false;
-  std::thread flusher_;
+  // The flusher thread: publishes the frames that wait in the peers'
+  // batches.
+  Flusher<Peer> flusher_;
   std::atomic<bool> stopped_{false};
   std::atomic<int> in_callbacks_{0};  // subscription callbacks running now (stop waits for none)
   bool enter_callback();

@@ -7,11 +7,22 @@ Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch
   // Addressed to an earlier session of this end.
   if (to_epoch != 0 && to_epoch != epoch_) return Verdict::Stale;
   if (from_epoch == 0) return Verdict::Stale;
-  if (peer_epoch_ == 0) {
+  if (!settled_) {
     // Not heard from the peer yet: one of its earlier sessions is not
     // mistaken for its current one.
     if (from_epoch <= floor_) return Verdict::Stale;
+    if (wary_ && to_epoch != epoch_) {
+      // Maybe of the session that ended unsettled: named in this end's
+      // frames (the highest heard: its later sessions have higher ones),
+      // taken for nothing else.
+      if (from_epoch > peer_epoch_) {
+        peer_epoch_ = from_epoch;
+        epoch_news_ = true;
+      }
+      return Verdict::Stale;
+    }
     peer_epoch_ = from_epoch;
+    settled_ = true;
     epoch_news_ = true;
   } else if (from_epoch < peer_epoch_) {
     return Verdict::Stale;

@@ -72,9 +72,12 @@ class Session {
   // `epoch`: this end's number for the session (nonzero); `floor`: the
   // highest epoch the peer used in an earlier session with this end (0:
   // none), so that a frame of one is stale even before the peer's current
-  // epoch is known.
-  explicit Session(SessionLimits limits = {}, std::uint32_t epoch = 1, std::uint32_t floor = 0)
-      : limits_(limits), epoch_(epoch), floor_(floor) {}
+  // epoch is known. `wary`: the last session with the peer ended before
+  // this end settled the peer's epoch in it, so the floor does not cover
+  // that session, whose frames may still come: until a frame names this
+  // end's epoch, none is taken as this session's (judge).
+  explicit Session(SessionLimits limits = {}, std::uint32_t epoch = 1, std::uint32_t floor = 0, bool wary = false)
+      : limits_(limits), epoch_(epoch), floor_(floor), wary_(wary) {}
 
   // --- epochs ---
   enum class Verdict {
@@ -85,12 +88,24 @@ class Session {
               // takes the peer down, resetting it)
   };
   // Judges a frame's epochs (its sender's, and this end's as the sender
-  // knows it, 0 when it does not yet). The first current frame teaches
+  // knows it, 0 when it does not yet). The first current frame settles
   // the peer's epoch; a Newer verdict records the newer one, so that the
   // reset names it.
+  //
+  // A wary session (the constructor's) settles it only from a frame that
+  // names this end's epoch: that frame's sender heard from this session,
+  // so it is no frame of an ended one. Until then a frame naming no epoch
+  // of this end is Stale (its data and reset are not taken), and only
+  // its epoch, the highest such, is what this end's frames name (so that
+  // the peer's session can settle this one's in turn). Not for every
+  // session: the peer's data sent before it heard from this end would be
+  // dropped and wait for the resend.
   Verdict judge(std::uint32_t from_epoch, std::uint32_t to_epoch);
   std::uint32_t epoch() const { return epoch_; }
-  std::uint32_t peer_epoch() const { return peer_epoch_; }  // 0: not heard yet
+  // The peer's epoch as this end's frames name it: 0 while not heard; in
+  // a wary session, before settled(), the highest heard so far.
+  std::uint32_t peer_epoch() const { return peer_epoch_; }
+  bool settled() const { return settled_; }
   // Whether a frame naming this end's epoch came: until then the tick
   // sends an ack frame anyway, so that even an idle pair learns each
   // other's epochs (what a later reset must name).
@@ -152,6 +167,8 @@ class Session {
   // Epochs.
   std::uint32_t epoch_;
   std::uint32_t floor_;
+  bool wary_;
+  bool settled_ = false;  // peer_epoch_ is the peer's epoch for this session
   std::uint32_t peer_epoch_ = 0;
   bool peer_knows_epoch_ = false;
   bool epoch_news_ = false;  // the peer's epoch learned since the last ack frame
