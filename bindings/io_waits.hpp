@@ -1,14 +1,15 @@
 // A process's waits whose completion a C continuation takes (io_wait,
 // io_watch in lua_process.hpp), found by tag (the completion, the unwatch
 // and the expiry that name one) and by owner (the close that drops all of
-// an object's). Threads: the one running the process.
+// an object's), each in constant time: an HTTP acceptor holds one watch
+// per hibernated connection, tens of thousands of them, and each event on
+// one looks its wait up. Threads: the one running the process.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-#include <vector>
+#include <unordered_map>
 
 #include "host/process.hpp"
 
@@ -29,32 +30,50 @@ class IoWaits {
     bool timer;  // a sleep of the same tag bounds it
     bool watch;  // no task waits (io_watch): its continuation gets no task
   };
-  void add(std::uint64_t tag, const Wait& w) { w_.push_back(Entry{tag, w}); }
+
+  // Tags are unique among the waits held (a poller's tag names one wait
+  // on its slot, a call tag one call).
+  void add(std::uint64_t tag, const Wait& w) {
+    by_tag_.emplace(tag, w);
+    by_owner_.emplace(w.owner, tag);
+  }
+
   // The wait of tag, or null; good until the next change.
   const Wait* find(std::uint64_t tag) const {
-    auto it = std::find_if(w_.begin(), w_.end(), [tag](const Entry& e) { return e.tag == tag; });
-    return it == w_.end() ? nullptr : &it->wait;
+    auto it = by_tag_.find(tag);
+    return it == by_tag_.end() ? nullptr : &it->second;
   }
+
   // Takes the wait of tag out into *out; false where there is none.
   bool take(std::uint64_t tag, Wait* out) {
-    auto it = std::find_if(w_.begin(), w_.end(), [tag](const Entry& e) { return e.tag == tag; });
-    if (it == w_.end()) return false;
-    *out = it->wait;
-    w_.erase(it);
+    auto it = by_tag_.find(tag);
+    if (it == by_tag_.end()) return false;
+    *out = it->second;
+    by_tag_.erase(it);
+    // An owner holds a few waits at once at most (a connection: its read
+    // watch and its idle sleep): this range is short.
+    auto [b, e] = by_owner_.equal_range(out->owner);
+    for (; b != e; ++b)
+      if (b->second == tag) {
+        by_owner_.erase(b);
+        break;
+      }
     return true;
   }
+
   // Drops every wait of owner (its yields are left to end by themselves).
   void forget(void* owner) {
-    w_.erase(std::remove_if(w_.begin(), w_.end(), [owner](const Entry& e) { return e.wait.owner == owner; }), w_.end());
+    auto [b, e] = by_owner_.equal_range(owner);
+    if (b == e) return;
+    for (auto it = b; it != e; ++it) by_tag_.erase(it->second);
+    by_owner_.erase(b, e);
   }
-  std::size_t size() const { return w_.size(); }
+
+  std::size_t size() const { return by_tag_.size(); }
 
  private:
-  struct Entry {
-    std::uint64_t tag;
-    Wait wait;
-  };
-  std::vector<Entry> w_;
+  std::unordered_map<std::uint64_t, Wait> by_tag_;
+  std::unordered_multimap<void*, std::uint64_t> by_owner_;
 };
 
 }  // namespace host::lua
