@@ -300,6 +300,17 @@ return { main = function(host)
       c:close()
       srv:close()
     end },
+    { "host.http's tracking handle: its methods refuse another userdata as self", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local h = assert(require("host.http").track(c))
+      local untrack = getmetatable(h).__index.untrack
+      T.raises(function() untrack(c) end, "http track handle expected, got userdata")
+      T.raises(function() untrack() end, "http track handle expected")
+      untrack(h)
+      c:close()
+      srv:close()
+    end },
     { "a handler's process past its memory limit gets the client 500; the server goes on", function()
       local srv, port = serve()
       local c = connect(port)
