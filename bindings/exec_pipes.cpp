@@ -28,6 +28,7 @@
 
 #include "bindings/host_finalizers.hpp"
 #include "bindings/lua_process.hpp"
+#include "bindings/registry_table.hpp"
 #include "host/io/io_services.hpp"
 #include "host/io/pipe_stream.hpp"
 
@@ -89,14 +90,7 @@ void release(lua_State* L, PipeState* st) {
 }
 
 PipeState* check(lua_State* L, const char* method, int idx = 1) {
-  auto* r = static_cast<PipeRef*>(lua_touserdata(L, idx));
-  if (r && lua_getmetatable(L, idx)) {
-    lua_pushlightuserdata(L, &kMetatableKey);
-    lua_rawget(L, LUA_REGISTRYINDEX);
-    const bool ours = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-    if (ours) return r->st;  // null once finalized
-  }
+  if (auto* r = static_cast<PipeRef*>(to_userdata(L, idx, &kMetatableKey))) return r->st;  // null once finalized
   luaL_error(L, "bad argument #%d to '%s' (program pipe expected, got %s)", idx, method, luaL_typename(L, idx));
   return nullptr;
 }
@@ -345,12 +339,8 @@ int m_gc(lua_State* L) {
   return 0;
 }
 
-// The metatable, made at the process's first program.
-void push_metatable(lua_State* L) {
-  lua_pushlightuserdata(L, &kMetatableKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (lua_istable(L, -1)) return;
-  lua_pop(L, 1);
+// The metatable (push_registry_table's make), made at the process's first program.
+void make_metatable(lua_State* L) {
   lua_createtable(L, 0, 4);
   lua_createtable(L, 0, 3);
   lua_pushcfunction(L, m_receive);
@@ -366,9 +356,6 @@ void push_metatable(lua_State* L) {
   lua_setfield(L, -2, "__gc");
   lua_pushliteral(L, "program pipe");
   lua_setfield(L, -2, "__metatable");
-  lua_pushlightuserdata(L, &kMetatableKey);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
 // A new pipe object, its end not yet given (closed until then). Made
@@ -381,7 +368,7 @@ PipeRef* push_pipe(lua_State* L, const char* name) {
   r->st = new PipeState{};
   r->st->name = name;
   track_finalizer(L, &r->fin, finalize, r);  // its __gc closes it
-  push_metatable(L);
+  push_registry_table(L, &kMetatableKey, make_metatable);
   lua_setmetatable(L, -2);
   return r;
 }

@@ -55,6 +55,7 @@
 #include <lua.hpp>
 
 #include "bindings/lua_process.hpp"
+#include "bindings/registry_table.hpp"
 #include "bindings/socket_ref.hpp"
 #include "host/commands.hpp"
 #include "host/io/http_request_parser.hpp"
@@ -101,7 +102,7 @@ void send_all_now(int fd, const std::string& data) {
 
 // ---- a connection
 
-constexpr const char* kConnMeta = "host.http.conn";
+char kConnMetaKey;  // the metatable's registry key (registry_table.hpp)
 
 struct Conn {
   HostFinalizer fin;  // its end (finalize_conn): its __gc, or the process's
@@ -149,9 +150,8 @@ struct Conn {
 };
 
 // The methods hold the connection's metatable as their upvalue: the check
-// compares it with the object's, where luaL_checkudata would look its name
-// up in the registry (a string made and hashed) on every call, twice a
-// request. Anything else gets luaL_checkudata's error.
+// compares it with the object's, without the registry look-up, twice a
+// request.
 Conn* check_conn(lua_State* L) {
   void* p = lua_touserdata(L, 1);
   if (p != nullptr && lua_getmetatable(L, 1)) {
@@ -159,7 +159,8 @@ Conn* check_conn(lua_State* L) {
     lua_pop(L, 1);
     if (ours) return static_cast<Conn*>(p);
   }
-  return static_cast<Conn*>(luaL_checkudata(L, 1, kConnMeta));
+  luaL_typerror(L, 1, "http connection");
+  return nullptr;
 }
 
 void close_now(lua_State* L, Conn* c) {
@@ -876,6 +877,26 @@ int m_gc(lua_State* L) {
   return 0;
 }
 
+// The connections' metatable (push_registry_table's make), made at the
+// process's first connection.
+void make_conn_meta(lua_State* L) {
+  static const luaL_Reg methods[] = {
+      {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
+      {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
+      {"remote", m_remote}, {nullptr, nullptr},
+  };
+  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 10);
+  for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, m->func, 1);
+    lua_setfield(L, -2, m->name);
+  }
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, m_gc);
+  lua_setfield(L, -2, "__gc");
+}
+
 double opt_field(lua_State* L, int idx, const char* name, double dflt) {
   lua_getfield(L, idx, name);
   const double v = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : dflt;
@@ -946,7 +967,7 @@ int f_conn(lua_State* L) {
   auto* c = static_cast<Conn*>(lua_newuserdata(L, sizeof(Conn)));
   new (c) Conn();
   track_finalizer(L, &c->fin, finalize_conn, c);
-  luaL_getmetatable(L, kConnMeta);
+  push_registry_table(L, &kConnMetaKey, make_conn_meta);
   lua_setmetatable(L, -2);
   c->sock = std::move(sock);
   c->parser = std::make_unique<io::HttpRequestParser>(lim);
@@ -986,7 +1007,7 @@ int f_check_tls(lua_State* L) {
 // The acceptor's handle on a connection (track): its __gc lets the
 // connection go, so that the duplicates of an acceptor that fails do not
 // keep its connections open.
-constexpr const char* kTrackMeta = "host.http.tracked";
+char kTrackMetaKey;  // the handles' metatable's registry key (registry_table.hpp)
 struct TrackHandle {
   std::uint64_t id;
   HostFinalizer fin;  // its end (finalize_track): its __gc, or the process's
@@ -1012,7 +1033,11 @@ void release(std::uint64_t id, bool failed) {
   ::close(t->dup_fd);
 }
 
-TrackHandle* check_track(lua_State* L) { return static_cast<TrackHandle*>(luaL_checkudata(L, 1, kTrackMeta)); }
+TrackHandle* check_track(lua_State* L) {
+  if (auto* h = static_cast<TrackHandle*>(to_userdata(L, 1, &kTrackMetaKey))) return h;
+  luaL_typerror(L, 1, "http track handle");
+  return nullptr;
+}
 
 // The hibernated socket, if any, closed and its watch dropped. (A
 // process's end drops its watches itself: io_forget finds none then.)
@@ -1035,11 +1060,11 @@ int t_hibernate(lua_State* L);
 int t_wake(lua_State* L);
 int t_gc(lua_State* L);
 
-// The handles' metatable, made at the first track: only the acceptor
-// tracks, and each connection's process opens this module too (its
-// opener made both metatables; this one was a fifth of the opener's cost there).
-void push_track_meta(lua_State* L) {
-  if (!luaL_newmetatable(L, kTrackMeta)) return;
+// The handles' metatable (push_registry_table's make), made at the first
+// track: only the acceptor tracks, and each connection's process opens
+// this module too (made by the opener, it was a fifth of the opener's cost).
+void make_track_meta(lua_State* L) {
+  lua_createtable(L, 0, 2);
   static const luaL_Reg methods[] = {{"untrack", t_untrack},
                                      {"drain", t_drain},
                                      {"hibernate", t_hibernate},
@@ -1076,7 +1101,7 @@ int f_track(lua_State* L) {
   auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
   new (h) TrackHandle{id, {}, nullptr, 0};
   track_finalizer(L, &h->fin, finalize_track, h);
-  push_track_meta(L);
+  push_registry_table(L, &kTrackMetaKey, make_track_meta);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1205,23 +1230,6 @@ int f_error_response(lua_State* L) {
 }  // namespace
 
 int open_http_conn(lua_State* L) {
-  if (luaL_newmetatable(L, kConnMeta)) {
-    static const luaL_Reg methods[] = {
-        {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
-        {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
-        {"remote", m_remote}, {nullptr, nullptr},
-    };
-    lua_createtable(L, 0, 10);
-    for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
-      lua_pushvalue(L, -2);
-      lua_pushcclosure(L, m->func, 1);
-      lua_setfield(L, -2, m->name);
-    }
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, m_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
   static const luaL_Reg funcs[] = {
       {"conn", f_conn},   {"track", f_track},
       {"error_response", f_error_response},

@@ -27,6 +27,7 @@
 #include <lua.hpp>
 
 #include "bindings/host_finalizers.hpp"
+#include "bindings/io_waits.hpp"
 #include "bindings/lua_runtime.hpp"
 #include "bindings/peer_strings.hpp"
 #include "bindings/luajit/small_globals.hpp"
@@ -41,10 +42,6 @@
 struct lua_State;
 
 namespace host::lua {
-
-// A wait's continuation (io_wait, below).
-using IoContinuation = void (*)(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed,
-                               std::string_view payload);
 
 // It is its kernel's KernelHost (task_kernel.hpp): the timers' sleep
 // command and kernel_ext.lua's loader are its.
@@ -272,15 +269,7 @@ class LuaProcess final : public Process, private KernelHost {
   void add_monitor(const Pid& target, std::uint64_t ref);
   // Waiting calls whose completion a C continuation takes instead of the
   // task (io_wait, below): made at the first, as most processes have none.
-  struct IoWait {
-    std::uint64_t tag;
-    void* owner;
-    IoContinuation cont;
-    CommandId command;
-    bool timer;  // a sleep of the same tag bounds it
-    bool watch;  // no task waits (io_watch): its continuation gets no task
-  };
-  std::unique_ptr<std::vector<IoWait>> io_waits_;
+  std::unique_ptr<IoWaits> io_waits_;
   bool io_wait_completed(lua_State* L, const Event& ev);
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
   // The timer commands TaskKernel started (LuaProcess::start_timer: their

@@ -18,8 +18,8 @@ void Primitives::io_start(LuaProcess& p, IoWaitCall& call, void* owner, IoContin
   y.bytes = std::move(call.bytes);
   const bool timer = call.timeout >= 0;
   if (timer) out.add_yield(cmd::kSleep, call.tag).arg = static_cast<std::int64_t>(std::min(call.timeout * 1e9, 9e18));
-  if (!p.io_waits_) p.io_waits_ = std::make_unique<std::vector<LuaProcess::IoWait>>();
-  p.io_waits_->push_back(LuaProcess::IoWait{call.tag, owner, cont, call.command, timer, watch});
+  if (!p.io_waits_) p.io_waits_ = std::make_unique<IoWaits>();
+  p.io_waits_->add(call.tag, IoWaits::Wait{owner, cont, call.command, timer, watch});
 }
 
 std::uint64_t Primitives::io_call_tag(lua_State* L) { return TaskKernel::kCallTagMark | ++of(L).c_timers_; }
@@ -43,9 +43,7 @@ void Primitives::io_resume(lua_State* L, lua_State* co, int n) { of(L).kernel_.w
 
 void Primitives::io_forget(lua_State* L, void* owner) {
   LuaProcess* p = owner_by_api(L);
-  if (!p || !p->io_waits_) return;
-  auto& w = *p->io_waits_;
-  w.erase(std::remove_if(w.begin(), w.end(), [owner](const LuaProcess::IoWait& e) { return e.owner == owner; }), w.end());
+  if (p && p->io_waits_) p->io_waits_->forget(owner);
 }
 
 void Primitives::io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinuation cont) {
@@ -54,23 +52,19 @@ void Primitives::io_watch(lua_State* L, IoWaitCall call, void* owner, IoContinua
 
 void Primitives::io_unwatch(lua_State* L, std::uint64_t tag) {
   LuaProcess& p = of(L);
-  if (!p.io_waits_) return;
-  auto& w = *p.io_waits_;
-  auto it = std::find_if(w.begin(), w.end(), [tag](const LuaProcess::IoWait& e) { return e.tag == tag; });
-  if (it == w.end()) return;
-  if (!p.step_out_->drop_yield(it->command, tag)) p.step_out_->cancel_yield(it->command, tag);
-  if (it->timer && !p.step_out_->drop_yield(cmd::kSleep, tag)) p.step_out_->cancel_yield(cmd::kSleep, tag);
-  w.erase(it);
+  IoWaits::Wait wait;
+  if (!p.io_waits_ || !p.io_waits_->take(tag, &wait)) return;
+  if (!p.step_out_->drop_yield(wait.command, tag)) p.step_out_->cancel_yield(wait.command, tag);
+  if (wait.timer && !p.step_out_->drop_yield(cmd::kSleep, tag)) p.step_out_->cancel_yield(cmd::kSleep, tag);
 }
 
 bool Primitives::io_expire(lua_State* L, std::uint64_t tag) {
   LuaProcess& p = of(L);
   if (!p.io_waits_) return false;
-  auto& w = *p.io_waits_;
-  auto it = std::find_if(w.begin(), w.end(), [tag](const LuaProcess::IoWait& e) { return e.tag == tag; });
-  if (it == w.end() || it->watch) return false;
-  const LuaProcess::IoWait wait = *it;
-  w.erase(it);
+  const IoWaits::Wait* found = p.io_waits_->find(tag);
+  if (!found || found->watch) return false;
+  IoWaits::Wait wait;
+  (void)p.io_waits_->take(tag, &wait);
   // A wait made earlier in this step is taken back before it starts (a
   // cancel would come before it in dispatch, and miss it).
   if (!p.step_out_->drop_yield(wait.command, tag)) p.step_out_->cancel_yield(wait.command, tag);
@@ -135,11 +129,8 @@ bool post_self(lua_State* L, std::string_view topic, double value) { return Prim
 // other half of the wait (the readiness or the sleep that bounds it) is
 // cancelled. False: no such wait (an ordinary waiting call's).
 bool LuaProcess::io_wait_completed(lua_State* L, const Event& ev) {
-  auto& w = *io_waits_;
-  auto it = std::find_if(w.begin(), w.end(), [&](const IoWait& e) { return e.tag == ev.tag; });
-  if (it == w.end()) return false;
-  const IoWait wait = *it;
-  w.erase(it);
+  IoWaits::Wait wait;
+  if (!io_waits_->take(ev.tag, &wait)) return false;
   lua_State* co = wait.watch ? nullptr : kernel_.take_call(L, ev.tag);
   // The sleep's completion has an empty payload; the call's never does
   // (a failure carries its error).

@@ -12,6 +12,7 @@
 #include "bindings/codec.hpp"
 #include "host/io/io_services.hpp"
 #include "bindings/lua_process.hpp"
+#include "bindings/registry_table.hpp"
 #include "bindings/socket_ref.hpp"
 
 namespace host::lua {
@@ -27,10 +28,6 @@ constexpr unsigned kAll = (1u << kClasses) - 1;
 // the objects by id (weak values) whose class a call may change.
 char kMetatableKey, kMethodsKey, kObjectsKey;
 
-void push_registry(lua_State* L, char* key) {
-  lua_pushlightuserdata(L, key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-}
 
 Class class_of(std::string_view name) {
   for (int c = 0; c < kClasses; ++c)
@@ -40,13 +37,7 @@ Class class_of(std::string_view name) {
 
 // The socket at idx; raises, naming the method, where it is none.
 SocketRef* check(lua_State* L, const char* method) {
-  auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
-  if (s && lua_getmetatable(L, 1)) {
-    push_registry(L, &kMetatableKey);
-    const bool ours = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-    if (ours) return s;
-  }
+  if (auto* s = static_cast<SocketRef*>(to_userdata(L, 1, &kMetatableKey))) return s;
   luaL_error(L, "bad argument #1 to '%s' (socket expected, got %s)", method, luaL_typename(L, 1));
   return nullptr;
 }
@@ -472,7 +463,7 @@ int m_index(lua_State* L) {
   for (const Method& each : kMethods)
     if (!std::strcmp(each.name, name)) m = &each;
   if (!m || !(m->classes & bit(s->cls))) return 0;
-  push_registry(L, &kMethodsKey);
+  push_registry_table(L, &kMethodsKey, [](lua_State* S) { lua_createtable(S, 0, 4); });
   lua_pushvalue(L, 2);
   lua_rawget(L, -2);
   if (lua_isnil(L, -1)) {
@@ -505,15 +496,8 @@ int m_tostring(lua_State* L) {
   return 1;
 }
 
-// The metatable and tables, made at the process's first socket.
-void push_metatable(lua_State* L) {
-  push_registry(L, &kMetatableKey);
-  if (lua_istable(L, -1)) return;
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 4);
-  lua_pushlightuserdata(L, &kMethodsKey);
-  lua_insert(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+// The metatable (push_registry_table's make), made at the process's first socket.
+void make_metatable(lua_State* L) {
   lua_createtable(L, 0, 4);
   lua_pushcfunction(L, m_index);
   lua_setfield(L, -2, "__index");
@@ -523,9 +507,6 @@ void push_metatable(lua_State* L) {
   lua_setfield(L, -2, "__gc");
   lua_pushliteral(L, "socket");
   lua_setfield(L, -2, "__metatable");
-  lua_pushlightuserdata(L, &kMetatableKey);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
 void push_new(lua_State* L, double id, Class cls) {
@@ -537,18 +518,13 @@ void push_new(lua_State* L, double id, Class cls) {
 // (connect, listen, setpeername) answers with: made at a process's first
 // such call, so a process that only holds connections has no table.
 void expect_class_change(lua_State* L, const SocketRef* s) {
-  push_registry(L, &kObjectsKey);
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    lua_createtable(L, 0, 1);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "v");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushlightuserdata(L, &kObjectsKey);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, LUA_REGISTRYINDEX);
-  }
+  push_registry_table(L, &kObjectsKey, [](lua_State* S) {
+    lua_createtable(S, 0, 1);
+    lua_createtable(S, 0, 1);
+    lua_pushliteral(S, "v");
+    lua_setfield(S, -2, "__mode");
+    lua_setmetatable(S, -2);
+  });
   lua_pushnumber(L, s->id);
   lua_pushvalue(L, 1);
   lua_rawset(L, -3);
@@ -584,27 +560,16 @@ SocketRef* push_socket(lua_State* L, SocketClass cls) {
   auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
   *s = SocketRef{0, -1, -1, nullptr, cls, false, false};
   track_finalizer(L, &s->fin, finalize_socket, s);  // its __gc closes it
-  push_metatable(L);
+  push_registry_table(L, &kMetatableKey, make_metatable);
   lua_setmetatable(L, -2);
   return s;
 }
 
-SocketRef* to_socket(lua_State* L, int idx) {
-  auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
-  if (!s || !lua_getmetatable(L, idx)) return nullptr;
-  push_registry(L, &kMetatableKey);
-  const bool ours = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return ours ? s : nullptr;
-}
+SocketRef* to_socket(lua_State* L, int idx) { return static_cast<SocketRef*>(to_userdata(L, idx, &kMetatableKey)); }
 
 bool encode_socket(lua_State* L, int idx, std::string& out) {
-  auto* s = static_cast<SocketRef*>(lua_touserdata(L, idx));
-  if (!s || !lua_getmetatable(L, idx)) return false;
-  push_registry(L, &kMetatableKey);
-  const bool ours = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  if (!ours) return false;
+  SocketRef* s = to_socket(L, idx);
+  if (!s) return false;
   // A socket closed here moves as one the receiver finds closed. TCP's
   // travel as themselves ('~' before the class: an id of TcpTransit's).
   double id = live(s) ? s->id : 0;
@@ -629,7 +594,8 @@ bool encode_socket(lua_State* L, int idx, std::string& out) {
 bool decode_socket(lua_State* L, std::uint64_t id, std::string_view cls) {
   if (!lua_checkstack(L, 8) || cls.empty()) return false;
   if (cls[0] == '=') {  // a class change of a socket this process holds
-    push_registry(L, &kObjectsKey);
+    lua_pushlightuserdata(L, &kObjectsKey);  // none: no socket here expects a change
+    lua_rawget(L, LUA_REGISTRYINDEX);
     if (lua_istable(L, -1)) {
       lua_pushnumber(L, static_cast<lua_Number>(id));
       lua_rawget(L, -2);

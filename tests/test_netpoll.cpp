@@ -60,6 +60,30 @@ constexpr int kRounds = 400;
 constexpr int kRounds = 3000;
 #endif
 
+// One socket pair registered with a poller that the test polls itself (as
+// the workers do), so that it knows when an edge has been read without
+// sleeping for it. sp[0] is the registered end, sp[1] the writer's.
+struct PolledPair {
+  Sink sink;
+  NetPoller poller{[this](const Pid&, std::uint64_t tag) { sink.add(tag); }};
+  int sp[2] = {-1, -1};
+  int slot = -1;
+  PolledPair() {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) == 0);
+    slot = poller.open(sp[0]);
+    REQUIRE(slot >= 0);
+  }
+  ~PolledPair() {
+    ::close(sp[0]);
+    ::close(sp[1]);
+  }
+  void poll_once() {
+    NetPoller::Batch batch;
+    poller.wait(batch, true);
+    poller.dispatch(batch);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("netpoll: every armed wait completes once, or its cancel says it never will") {
@@ -157,20 +181,7 @@ TEST_CASE("netpoll: every armed wait completes once, or its cancel says it never
   CHECK(poller.open_count() == 0);
 }
 
-TEST_CASE("netpoll: an edge before the wait is kept for it; a close wakes the waiter") {
-  // This test polls itself (as the workers do), so that it knows when an
-  // edge has been read without sleeping for it.
-  Sink sink;
-  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
-  auto poll_once = [&] {
-    NetPoller::Batch batch;
-    poller.wait(batch, true);
-    poller.dispatch(batch);
-  };
-  int sp[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) == 0);
-  const int slot = poller.open(sp[0]);
-  REQUIRE(slot >= 0);
+TEST_CASE_FIXTURE(PolledPair, "netpoll: an edge before the wait is kept for it; a close wakes the waiter") {
   // Registration reports the writable edge at once; a read wait waits.
   const std::uint64_t r1 = poller.tag_for(slot, NetPoller::kRead);
   poller.arm(Pid{}, r1);
@@ -203,26 +214,13 @@ TEST_CASE("netpoll: an edge before the wait is kept for it; a close wakes the wa
   poller.wait(batch, false);
   CHECK(batch.n == 0);
   poll_once();  // returns: the interrupt is still there
-  ::close(sp[0]);
-  ::close(sp[1]);
 }
 
-TEST_CASE("netpoll: an edge spent on a wait cancelled too late is kept for the next wait") {
+TEST_CASE_FIXTURE(PolledPair, "netpoll: an edge spent on a wait cancelled too late is kept for the next wait") {
   // A watch given up for a read of its own (an exec pipe's read-ahead
   // when a receive comes): the cancel reaches the poller after an edge
   // already completed the watch, and the receive's wait, armed after,
   // must still hear of that edge.
-  Sink sink;
-  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
-  auto poll_once = [&] {
-    NetPoller::Batch batch;
-    poller.wait(batch, true);
-    poller.dispatch(batch);
-  };
-  int sp[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) == 0);
-  const int slot = poller.open(sp[0]);
-  REQUIRE(slot >= 0);
   poll_once();  // the writable edge of the registration
   const std::uint64_t watch = poller.tag_for(slot, NetPoller::kRead);
   poller.arm(Pid{}, watch);
@@ -235,6 +233,4 @@ TEST_CASE("netpoll: an edge spent on a wait cancelled too late is kept for the n
   CHECK(sink.count(read) == 1);
   CHECK_FALSE(poller.waiting());
   poller.close(slot);
-  ::close(sp[0]);
-  ::close(sp[1]);
 }

@@ -5,46 +5,8 @@
 -- at once, none lost), its deadline passes (408 or a close), the client
 -- leaves, the server closes; and what one costs the acceptor.
 local T = require("t")
-local http = require("http")
-local socket = require("socket")
-
-local APP = "fixtures.http_app:handle"
-
-local function serve(opts)
-  local srv = assert(http.serve("127.0.0.1:0", APP, opts))
-  return srv, tonumber(srv.address:match(":(%d+)$"))
-end
-
-local function connect(port)
-  local c = assert(socket.connect("127.0.0.1", port))
-  c:settimeout(10)
-  return c
-end
-
--- One response off a raw connection: its status and body (content-length).
-local function read_response(c)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
-  local len = 0
-  while true do
-    local h = assert(c:receive("*l"))
-    if h == "" then break end
-    len = tonumber(h:match("^[Cc]ontent%-[Ll]ength: (%d+)")) or len
-  end
-  return status, assert(c:receive(len))
-end
-
-local function get(c, path)
-  assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
-  return read_response(c)
-end
-
--- The server closed the connection: a read returns "closed".
-local function closed(c)
-  local data, err = c:receive("*a")
-  return data ~= nil or err == "closed"
-end
+local H = require("http_raw")
+local serve, connect, read_response, get, closed = H.serve, H.connect, H.read_response, H.get, H.closed
 
 local function all_hibernated()
   T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 10, "every connection hibernated")
@@ -63,7 +25,7 @@ return { main = function()
         all_hibernated()
         for i = 1, 300 do assert(conns[i]:send("GET /who HTTP/1.1\r\nHost: t\r\n\r\n")) end
         for i = 1, 300 do
-          local status, body = read_response(conns[i])
+          local status, _, body = read_response(conns[i])
           T.eq(status, 200, "round " .. round .. ", connection " .. i)
           T.eq(body, "1", "a new process for the woken connection")
         end
@@ -134,10 +96,10 @@ return { main = function()
       local raw = connect(port)
       local c = assert(require("ssl").wrap(raw, { mode = "client", verify = "peer", cafile = certs.ca }))
       assert(c:dohandshake())
-      local _, first = get(c, "/who")
+      local _, _, first = get(c, "/who")
       T.eq(first, "1")
       all_hibernated()
-      local status, again = get(c, "/who")
+      local status, _, again = get(c, "/who")
       T.eq(status, 200, "woken over the same session")
       T.eq(again, "1", "by a new process")
       all_hibernated()

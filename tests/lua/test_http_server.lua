@@ -4,74 +4,12 @@ local T = require("t")
 local http = require("http")
 local json = require("json")
 local socket = require("socket")
+local H = require("http_raw")
+local APP, serve, connect, read_response, get, closed, fds = H.APP, H.serve, H.connect, H.read_response, H.get, H.closed, H.fds
 
-local APP = "fixtures.http_app:handle"
-
-local function serve(opts)
-  local srv = assert(http.serve("127.0.0.1:0", APP, opts))
-  local port = tonumber(srv.address:match(":(%d+)$"))
-  return srv, port
-end
-
-local function connect(port)
-  local c = assert(socket.connect("127.0.0.1", port))
-  c:settimeout(10)
-  return c
-end
-
--- One response read off a raw connection: status, headers (lower-case
--- names), body (content-length or chunked).
-local function read_response(c, head_only)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
-  assert(status, "status line: " .. line)
-  local headers = {}
-  while true do
-    local h = assert(c:receive("*l"))
-    if h == "" then break end
-    local k, v = h:match("^([^:]+):%s*(.*)$")
-    k = k:lower()
-    headers[k] = headers[k] and (headers[k] .. "|" .. v) or v
-  end
-  local body = ""
-  if head_only or status == 204 or status == 304 or status == 100 then
-    return status, headers, body
-  end
-  if headers["transfer-encoding"] == "chunked" then
-    local parts = {}
-    while true do
-      local size = tonumber(assert(c:receive("*l")), 16)
-      if size == 0 then assert(c:receive("*l")) break end
-      parts[#parts + 1] = assert(c:receive(size))
-      assert(c:receive("*l"))
-    end
-    body = table.concat(parts)
-  elseif headers["content-length"] then
-    body = assert(c:receive(tonumber(headers["content-length"])))
-  end
-  return status, headers, body
-end
-
-local function get(c, path, extra)
-  assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n" .. (extra or "") .. "\r\n"))
-  return read_response(c)
-end
-
--- The connection was closed by the server: a read returns "closed".
-local function closed(c)
-  local data, err, partial = c:receive("*a")
-  return (data ~= nil or err == "closed"), (data or partial)
-end
-
--- This host's resident memory, in MB, and its open descriptors.
+-- This host's resident memory, in MB.
 local function rss_mb()
   return tonumber(assert(fs.read("/proc/self/status")):match("VmRSS:%s*(%d+) kB")) / 1024
-end
-local function fds()
-  local n = 0
-  for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
-  return n
 end
 
 local function curl(args)
@@ -359,6 +297,17 @@ return { main = function(host)
       T.eq(get(c, "/raise"), 500)
       _, _, body = get(c, "/made")
       T.eq(body, "rare=true tracked=false", "the 500 loaded it")
+      c:close()
+      srv:close()
+    end },
+    { "host.http's tracking handle: its methods refuse another userdata as self", function()
+      local srv, port = serve()
+      local c = connect(port)
+      local h = assert(require("host.http").track(c))
+      local untrack = getmetatable(h).__index.untrack
+      T.raises(function() untrack(c) end, "http track handle expected, got userdata")
+      T.raises(function() untrack() end, "http track handle expected")
+      untrack(h)
       c:close()
       srv:close()
     end },

@@ -5,46 +5,22 @@
 -- must get its own response, in order, exactly once; afterwards no
 -- connection process and no descriptor is left.
 local T = require("t")
-local http = require("http")
 local json = require("json")
-local socket = require("socket")
-
-local function fds()
-  local n = 0
-  for _ in pairs(assert(fs.list("/proc/self/fd"))) do n = n + 1 end
-  return n
-end
-
-local function read_response(c)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
-  local len
-  while true do
-    local h, herr = c:receive("*l")
-    if not h then return nil, herr end
-    if h == "" then break end
-    len = len or tonumber(h:match("^[Cc]ontent%-[Ll]ength: (%d+)"))
-  end
-  local body, berr = c:receive(len)
-  if not body then return nil, berr end
-  return status, body
-end
+local H = require("http_raw")
 
 return { main = function(clients, rounds)
   clients = tonumber(clients) or 100
   rounds = tonumber(rounds) or 20
   return T.run {
     { clients .. " clients x " .. rounds .. " rounds of pipelined requests, some cut off", function()
-      local srv = assert(http.serve("127.0.0.1:0", "fixtures.http_app:handle", { hibernate_after = 0.05 }))
-      local base_fds = fds() - 1  -- the I/O threads are up; the listener closes at the end
-      local port = tonumber(srv.address:match(":(%d+)$"))
+      local srv, port = H.serve { hibernate_after = 0.05 }
+      local base_fds = H.fds() - 1  -- the I/O threads are up; the listener closes at the end
       local done = channel.new(clients)
       local answered, cut = 0, 0
       for client = 1, clients do
         coroutine.spawn(function()
           local ok, err = pcall(function()
-            local c = assert(socket.connect("127.0.0.1", port))
+            local c = H.connect(port)
             c:settimeout(30)
             for round = 1, rounds do
               local burst = 1 + (client + round) % 3
@@ -54,14 +30,14 @@ return { main = function(clients, rounds)
               end
               -- Every seventh round ends mid-request on a fresh connection.
               if (client * rounds + round) % 7 == 0 then
-                local half = assert(socket.connect("127.0.0.1", port))
+                local half = H.connect(port)
                 assert(half:send(reqs[1]:sub(1, 20)))
                 half:close()
                 cut = cut + 1
               end
               assert(c:send(table.concat(reqs)))
               for k = 1, burst do
-                local status, body = read_response(c)
+                local status, _, body = H.read_response(c)
                 assert(status == 200, "client " .. client .. " round " .. round .. ": " .. tostring(body))
                 local q = json.decode(body).query
                 assert(tonumber(q.c) == client and tonumber(q.r) == round and tonumber(q.k) == k,
@@ -86,9 +62,9 @@ return { main = function(clients, rounds)
       T.eq(answered, want, "responses")
       srv:close()
       local deadline = time.now() + 20
-      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or fds() > base_fds) do time.sleep(0.05) end
+      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or H.fds() > base_fds) do time.sleep(0.05) end
       T.eq(T.count_processes("http.conn:serve"), 0, "connection processes left")
-      T.eq(fds(), base_fds, "descriptors left open")
+      T.eq(H.fds(), base_fds, "descriptors left open")
       print(string.format("%d requests answered, %d connections cut mid-request", answered, cut))
     end },
   }
