@@ -24,6 +24,9 @@ int hex_digit(char ch) {
 // %XX escapes decoded (and '+' as a space in a query); a malformed escape
 // stays as it is.
 std::string percent_decode(std::string_view s, bool plus_is_space) {
+  // The usual path has nothing to decode: copied whole, not a byte at a time.
+  if (s.find('%') == std::string_view::npos && !(plus_is_space && s.find('+') != std::string_view::npos))
+    return std::string(s);
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -187,11 +190,23 @@ const char* reason(int status) {
   return std::strcmp(r, "<unknown>") == 0 ? "" : r;
 }
 
+// Made once for each status a handler may give, rather than from their
+// parts for each response.
+const std::string& status_line(int status) {
+  static const std::vector<std::string> lines = [] {
+    std::vector<std::string> v;
+    v.reserve(800);
+    for (int s = 200; s <= 999; ++s) v.push_back("HTTP/1.1 " + std::to_string(s) + " " + reason(s) + "\r\n");
+    return v;
+  }();
+  return lines[static_cast<std::size_t>(status - 200)];
+}
+
 // A response the loop writes by itself, for a request that never reaches
 // a handler (or whose handler's process ended).
 std::string error_response(int status) {
   const std::string body = std::string(reason(status)) + "\n";
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+  std::string out = status_line(status);
   out += date_header();
   out += "Content-Type: text/plain; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n\r\n";
@@ -449,39 +464,44 @@ void split_target(const HttpRequest& r, std::string* path, HttpQuery* query) {
   *query = parse_query(query_text);
 }
 
-std::vector<std::pair<std::string, std::string>> group_headers(HttpRequest& r) {
-  std::vector<std::pair<std::string, std::string>> headers;
-  headers.reserve(r.headers.size());
-  // A few names (the usual request) are grouped by looking through those
-  // seen: no table to make. Many go through the hash, whose time stays
-  // linear whatever the names.
-  if (r.headers.size() <= 16) {
-    for (auto& [name, value] : r.headers) {
-      auto it = std::find_if(headers.begin(), headers.end(), [&](const auto& h) { return h.first == name; });
-      if (it == headers.end()) {
-        headers.emplace_back(std::move(name), std::move(value));
+void group_headers(HttpRequest& r) {
+  auto& hs = r.headers;
+  const auto join = [](std::string& joined, const std::string& name, const std::string& value) {
+    joined += name == "cookie" ? "; " : ", ";
+    joined += value;
+  };
+  // A few names (the usual request) are grouped where they are, by
+  // looking through those kept before: nothing to allocate. Many go
+  // through the hash, whose time stays linear whatever the names.
+  if (hs.size() <= 16) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      std::size_t j = 0;
+      while (j < kept && hs[j].first != hs[i].first) ++j;
+      if (j < kept) {
+        join(hs[j].second, hs[j].first, hs[i].second);
       } else {
-        it->second += it->first == "cookie" ? "; " : ", ";
-        it->second += value;
+        if (kept != i) hs[kept] = std::move(hs[i]);
+        ++kept;
       }
     }
-    return headers;
+    hs.resize(kept);
+    return;
   }
-  // A name's place in headers; the views are of r.headers' names, which
-  // stay where they are.
+  // A name's place in grouped; the views are of the names in hs, which
+  // stay where they are until grouped replaces them.
+  std::vector<std::pair<std::string, std::string>> grouped;
+  grouped.reserve(hs.size());
   std::unordered_map<std::string_view, std::size_t, NameHash> at;
-  at.reserve(r.headers.size());
-  for (auto& [name, value] : r.headers) {
-    const auto [it, fresh] = at.try_emplace(std::string_view(name), headers.size());
-    if (fresh) {
-      headers.emplace_back(name, std::move(value));
-    } else {
-      std::string& joined = headers[it->second].second;
-      joined += name == "cookie" ? "; " : ", ";
-      joined += value;
-    }
+  at.reserve(hs.size());
+  for (auto& [name, value] : hs) {
+    const auto [it, fresh] = at.try_emplace(std::string_view(name), grouped.size());
+    if (fresh)
+      grouped.emplace_back(name, std::move(value));
+    else
+      join(grouped[it->second].second, name, value);
   }
-  return headers;
+  hs = std::move(grouped);
 }
 
 }  // namespace host::io

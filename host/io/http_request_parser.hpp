@@ -119,9 +119,9 @@ class HttpRequestParser {
 // keys in order, a key given more than once with all its values).
 using HttpQuery = std::vector<std::pair<std::string, std::vector<std::string>>>;
 void split_target(const HttpRequest& r, std::string* path, HttpQuery* query);
-// A header given more than once is one value, joined as RFC 9110 allows
-// (cookies with "; "). Takes the values out of r.
-std::vector<std::pair<std::string, std::string>> group_headers(HttpRequest& r);
+// r.headers with a header given more than once made one value, joined as
+// RFC 9110 allows (cookies with "; "), in the order of each name's first.
+void group_headers(HttpRequest& r);
 
 // RFC 9110's token characters, which a header name is made of.
 bool is_token(std::string_view s);
@@ -131,6 +131,8 @@ std::string lower(std::string s);
 bool iequals(std::string_view a, std::string_view b);
 // The status's reason phrase ("" for one http-parser does not know).
 const char* reason(int status);
+// "HTTP/1.1 200 OK\r\n" for a status from 200 to 999.
+const std::string& status_line(int status);
 // "Date: ...\r\n", made once a second.
 const std::string& date_header();
 // A response the server writes by itself (a request that never reaches
