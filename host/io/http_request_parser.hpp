@@ -7,7 +7,9 @@
 // max_body_bytes as 413, a version other than 1.x as 505, an
 // absolute-form URL over 64 KB as 414; nothing after such a request is
 // parsed. A body over buffer_body_bytes is streamed: its request queues
-// at once, its bytes follow in stream_buf.
+// at once, its bytes follow in stream_buf. A head of the usual shape
+// (a GET or HEAD with no body, take_plain) is read in one pass beside
+// http-parser; anything else goes through http-parser.
 //
 // Also here, for the binding: the request's path and query split off its
 // URL (a URL of the usual form is split by hand: http-parser holds
@@ -102,6 +104,7 @@ class HttpRequestParser {
   static int on_headers_complete(http_parser* p);
   static int on_body(http_parser* p, const char* at, std::size_t n);
   static int on_message_complete(http_parser* p);
+  std::size_t take_plain(const char* data, std::size_t n);
   bool count_header(std::size_t n);
   void end_header();
   void begin_stream();
