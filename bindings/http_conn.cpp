@@ -212,7 +212,8 @@ int push_request(lua_State* L, io::HttpRequest& r) {
   std::string path;
   io::HttpQuery query;
   io::split_target(r, &path, &query);
-  const auto headers = io::group_headers(r);
+  io::group_headers(r);
+  const auto& headers = r.headers;
   lua_pushlstring(L, r.method.data(), r.method.size());
   lua_pushlstring(L, path.data(), path.size());
   if (query.empty()) {
@@ -621,12 +622,7 @@ bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std:
   };
   const int status = static_cast<int>(sv);
   const bool no_body = status == 204 || status == 304;
-  const char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
-                        static_cast<char>('0' + status % 10), ' '};
-  h->append("HTTP/1.1 ", 9);
-  h->append(code, 4);
-  h->append(io::reason(status));
-  h->append("\r\n", 2);
+  *h += io::status_line(status);
   bool has_date = false, asked_close = false;
   if (lua_istable(L, 3)) {
     lua_pushnil(L);
@@ -707,7 +703,8 @@ void answered(lua_State* L, Conn* c) {
   c->in_flight = false;
   c->head_written = false;
   c->parser->answering = false;
-  c->idle_since = now();
+  const double t = now();
+  c->idle_since = t;
   if (c->tracked) c->tracked->in_flight.store(false, std::memory_order_relaxed);
   if (c->flight_streamed) {  // what the handler did not read of its body is dropped as it comes
     c->flight_streamed = false;
@@ -718,7 +715,7 @@ void answered(lua_State* L, Conn* c) {
     c->parser->ready.clear();
     c->closing = true;
   }
-  c->request_since = now();
+  c->request_since = t;
 }
 
 // ---- the methods

@@ -24,6 +24,9 @@ int hex_digit(char ch) {
 // %XX escapes decoded (and '+' as a space in a query); a malformed escape
 // stays as it is.
 std::string percent_decode(std::string_view s, bool plus_is_space) {
+  // The usual path has nothing to decode: copied whole, not a byte at a time.
+  if (s.find('%') == std::string_view::npos && !(plus_is_space && s.find('+') != std::string_view::npos))
+    return std::string(s);
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -187,11 +190,23 @@ const char* reason(int status) {
   return std::strcmp(r, "<unknown>") == 0 ? "" : r;
 }
 
+// Made once for each status a handler may give, rather than from their
+// parts for each response.
+const std::string& status_line(int status) {
+  static const std::vector<std::string> lines = [] {
+    std::vector<std::string> v;
+    v.reserve(800);
+    for (int s = 200; s <= 999; ++s) v.push_back("HTTP/1.1 " + std::to_string(s) + " " + reason(s) + "\r\n");
+    return v;
+  }();
+  return lines[static_cast<std::size_t>(status - 200)];
+}
+
 // A response the loop writes by itself, for a request that never reaches
 // a handler (or whose handler's process ended).
 std::string error_response(int status) {
   const std::string body = std::string(reason(status)) + "\n";
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+  std::string out = status_line(status);
   out += date_header();
   out += "Content-Type: text/plain; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n\r\n";
@@ -397,8 +412,105 @@ int HttpRequestParser::on_message_complete(http_parser* p) {
   return 0;
 }
 
+namespace {
+
+// What take_plain reads without http-parser: a URL's bytes (all that
+// http-parser takes in one, less '#', whose fragment it reads apart) and
+// a header value's (visible ASCII and the space).
+struct PlainTable {
+  bool url[256] = {};
+  bool value[256] = {};
+  constexpr PlainTable() {
+    for (int i = 0x21; i <= 0x7e; ++i) url[i] = value[i] = true;
+    url[static_cast<unsigned char>('#')] = false;
+    value[static_cast<unsigned char>(' ')] = true;
+  }
+};
+constexpr PlainTable kPlain;
+
+}  // namespace
+
+// A request head of the usual shape, whole at data, queued without
+// http-parser, whose byte loop and callbacks were the larger part of a
+// small keep-alive request's cost: GET or HEAD of an origin-form URL,
+// HTTP/1.1, one Host, each header a token, a colon and a plain value
+// (no trailing space), none that frames a body (Content-Length,
+// Transfer-Encoding), asks for 100-continue or an upgrade, and
+// Connection, if given, "close" or "keep-alive". Returns the bytes it
+// took, or 0: anything else, or a head not all there, http-parser reads
+// as before, which keeps its answers (400, 431, ...) to what is not of
+// this shape. Called only between requests (http-parser holds none).
+std::size_t HttpRequestParser::take_plain(const char* data, std::size_t n) {
+  const char* p = data;
+  const char* const end = data + n;
+  const auto starts = [&](std::string_view s) {
+    return static_cast<std::size_t>(end - p) >= s.size() && std::memcmp(p, s.data(), s.size()) == 0;
+  };
+  HttpRequest r;
+  if (starts("GET /")) {
+    p += 4;
+  } else if (starts("HEAD /")) {
+    p += 5;
+    r.head = true;
+  } else {
+    return 0;
+  }
+  const char* const url = p;
+  while (p < end && kPlain.url[static_cast<unsigned char>(*p)]) ++p;
+  std::size_t bytes = static_cast<std::size_t>(p - url);
+  if (!starts(" HTTP/1.1\r\n")) return 0;
+  r.url.assign(url, bytes);
+  p += 11;
+  int hosts = 0;
+  for (;;) {
+    if (starts("\r\n")) {
+      p += 2;
+      break;
+    }
+    const char* const name = p;
+    while (p < end && kToken.ok[static_cast<unsigned char>(*p)]) ++p;
+    const std::size_t name_len = static_cast<std::size_t>(p - name);
+    if (name_len == 0 || p == end || *p != ':') return 0;
+    ++p;
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    const char* const value = p;
+    while (p < end && kPlain.value[static_cast<unsigned char>(*p)]) ++p;
+    const std::string_view v(value, static_cast<std::size_t>(p - value));
+    if (v.empty() || v.back() == ' ' || !starts("\r\n")) return 0;
+    p += 2;
+    bytes += name_len + v.size();
+    if (bytes > limits_.max_header_bytes) return 0;
+    std::string key = lower(std::string(name, name_len));
+    if (key == "host") {
+      ++hosts;
+    } else if (key == "connection") {
+      if (iequals(v, "close")) r.keep_alive = false;
+      else if (!iequals(v, "keep-alive")) return 0;
+    } else if (key == "content-length" || key == "transfer-encoding" || key == "expect" || key == "upgrade" ||
+               key == "proxy-connection") {
+      return 0;
+    }
+    r.headers.emplace_back(std::move(key), std::string(v));
+  }
+  if (hosts != 1) return 0;
+  r.method = r.head ? "HEAD" : "GET";
+  began = true;
+  ready.push_back(std::move(r));
+  if (!ready.back().keep_alive) no_more = true;  // answered, then closed
+  return static_cast<std::size_t>(p - data);
+}
+
 void HttpRequestParser::feed(const char* data, std::size_t n) {
   if (no_more) return;
+  if (n > 0) {  // n == 0 tells http-parser of the end
+    while (n > 0 && !in_message && !no_more) {
+      const std::size_t took = take_plain(data, n);
+      if (took == 0) break;
+      data += took;
+      n -= took;
+    }
+    if (n == 0 || no_more) return;
+  }
   http_parser_execute(&parser_, &settings(), data, n);
   const auto err = HTTP_PARSER_ERRNO(&parser_);
   if (err == HPE_OK || err == HPE_PAUSED) return;
@@ -449,39 +561,44 @@ void split_target(const HttpRequest& r, std::string* path, HttpQuery* query) {
   *query = parse_query(query_text);
 }
 
-std::vector<std::pair<std::string, std::string>> group_headers(HttpRequest& r) {
-  std::vector<std::pair<std::string, std::string>> headers;
-  headers.reserve(r.headers.size());
-  // A few names (the usual request) are grouped by looking through those
-  // seen: no table to make. Many go through the hash, whose time stays
-  // linear whatever the names.
-  if (r.headers.size() <= 16) {
-    for (auto& [name, value] : r.headers) {
-      auto it = std::find_if(headers.begin(), headers.end(), [&](const auto& h) { return h.first == name; });
-      if (it == headers.end()) {
-        headers.emplace_back(std::move(name), std::move(value));
+void group_headers(HttpRequest& r) {
+  auto& hs = r.headers;
+  const auto join = [](std::string& joined, const std::string& name, const std::string& value) {
+    joined += name == "cookie" ? "; " : ", ";
+    joined += value;
+  };
+  // A few names (the usual request) are grouped where they are, by
+  // looking through those kept before: nothing to allocate. Many go
+  // through the hash, whose time stays linear whatever the names.
+  if (hs.size() <= 16) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      std::size_t j = 0;
+      while (j < kept && hs[j].first != hs[i].first) ++j;
+      if (j < kept) {
+        join(hs[j].second, hs[j].first, hs[i].second);
       } else {
-        it->second += it->first == "cookie" ? "; " : ", ";
-        it->second += value;
+        if (kept != i) hs[kept] = std::move(hs[i]);
+        ++kept;
       }
     }
-    return headers;
+    hs.resize(kept);
+    return;
   }
-  // A name's place in headers; the views are of r.headers' names, which
-  // stay where they are.
+  // A name's place in grouped; the views are of the names in hs, which
+  // stay where they are until grouped replaces them.
+  std::vector<std::pair<std::string, std::string>> grouped;
+  grouped.reserve(hs.size());
   std::unordered_map<std::string_view, std::size_t, NameHash> at;
-  at.reserve(r.headers.size());
-  for (auto& [name, value] : r.headers) {
-    const auto [it, fresh] = at.try_emplace(std::string_view(name), headers.size());
-    if (fresh) {
-      headers.emplace_back(name, std::move(value));
-    } else {
-      std::string& joined = headers[it->second].second;
-      joined += name == "cookie" ? "; " : ", ";
-      joined += value;
-    }
+  at.reserve(hs.size());
+  for (auto& [name, value] : hs) {
+    const auto [it, fresh] = at.try_emplace(std::string_view(name), grouped.size());
+    if (fresh)
+      grouped.emplace_back(name, std::move(value));
+    else
+      join(grouped[it->second].second, name, value);
   }
-  return headers;
+  hs = std::move(grouped);
 }
 
 }  // namespace host::io

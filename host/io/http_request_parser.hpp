@@ -7,7 +7,9 @@
 // max_body_bytes as 413, a version other than 1.x as 505, an
 // absolute-form URL over 64 KB as 414; nothing after such a request is
 // parsed. A body over buffer_body_bytes is streamed: its request queues
-// at once, its bytes follow in stream_buf.
+// at once, its bytes follow in stream_buf. A head of the usual shape
+// (a GET or HEAD with no body, take_plain) is read in one pass beside
+// http-parser; anything else goes through http-parser.
 //
 // Also here, for the binding: the request's path and query split off its
 // URL (a URL of the usual form is split by hand: http-parser holds
@@ -102,6 +104,7 @@ class HttpRequestParser {
   static int on_headers_complete(http_parser* p);
   static int on_body(http_parser* p, const char* at, std::size_t n);
   static int on_message_complete(http_parser* p);
+  std::size_t take_plain(const char* data, std::size_t n);
   bool count_header(std::size_t n);
   void end_header();
   void begin_stream();
@@ -119,9 +122,9 @@ class HttpRequestParser {
 // keys in order, a key given more than once with all its values).
 using HttpQuery = std::vector<std::pair<std::string, std::vector<std::string>>>;
 void split_target(const HttpRequest& r, std::string* path, HttpQuery* query);
-// A header given more than once is one value, joined as RFC 9110 allows
-// (cookies with "; "). Takes the values out of r.
-std::vector<std::pair<std::string, std::string>> group_headers(HttpRequest& r);
+// r.headers with a header given more than once made one value, joined as
+// RFC 9110 allows (cookies with "; "), in the order of each name's first.
+void group_headers(HttpRequest& r);
 
 // RFC 9110's token characters, which a header name is made of.
 bool is_token(std::string_view s);
@@ -131,6 +134,8 @@ std::string lower(std::string s);
 bool iequals(std::string_view a, std::string_view b);
 // The status's reason phrase ("" for one http-parser does not know).
 const char* reason(int status);
+// "HTTP/1.1 200 OK\r\n" for a status from 200 to 999.
+const std::string& status_line(int status);
 // "Date: ...\r\n", made once a second.
 const std::string& date_header();
 // A response the server writes by itself (a request that never reaches

@@ -118,6 +118,54 @@ return { main = function(host)
       c:close()
       srv:close()
     end },
+    { "a usual GET head is read as http-parser reads it: the same request, Connection: close kept", function()
+      -- The first of each pair is of the usual shape (read without
+      -- http-parser, http_request_parser.cpp's take_plain); the second,
+      -- which also says Content-Length: 0, is read by http-parser.
+      local head = "GET /e%63ho?a=1&b=two+words&a=3&flag HTTP/1.1\r\nHost: t\r\nX-Mixed-Case:  Yes\r\n" ..
+        "x-mixed-case: again\r\nCookie: a=1\r\ncookie: b=2\r\nUser-Agent: T/1 (x; y)\r\n"
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send(head .. "\r\n" .. head .. "Content-Length: 0\r\n\r\n" ..
+        "HEAD /echo HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local _, _, plain = read_response(c)
+      local _, _, parsed = read_response(c)
+      local hs, hh = read_response(c, true)
+      plain, parsed = json.decode(plain), json.decode(parsed)
+      T.eq(parsed.headers["content-length"], "0")
+      parsed.headers["content-length"] = nil
+      local function same(a, b, what)
+        for k, v in pairs(a) do T.eq(type(v) == "table" and table.concat(v, "|") or v,
+          type(b[k]) == "table" and table.concat(b[k], "|") or b[k], what .. " " .. k) end
+        for k in pairs(b) do T.ok(a[k] ~= nil, what .. " " .. k) end
+      end
+      same(plain.headers, parsed.headers, "header")
+      T.eq(plain.headers["x-mixed-case"], "Yes, again", "names in lower case, one value")
+      T.eq(plain.headers.cookie, "a=1; b=2")
+      same(plain.query, parsed.query, "query key")
+      T.eq(plain.query.b, "two words")
+      for _, k in ipairs { "method", "path", "body", "version", "remote" } do
+        T.eq(plain[k], parsed[k], k)
+      end
+      T.eq(plain.path, "/echo")
+      T.eq(hs, 200); T.ok(tonumber(hh["content-length"]) > 0, "HEAD, read the same way")
+      -- Connection: close in a usual head: answered, then closed, what
+      -- came after it unanswered.
+      assert(c:send("GET /who HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET /who HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local status, headers = read_response(c)
+      T.eq(status, 200)
+      T.eq(headers.connection, "close")
+      T.eq(read_response(c), nil, "closed after it")
+      c:close()
+      -- No Host, or two: refused (400) either way.
+      for _, hosts in ipairs { "", "Host: a\r\nHost: b\r\n" } do
+        local c2 = connect(port)
+        assert(c2:send("GET /echo HTTP/1.1\r\n" .. hosts .. "\r\n"))
+        T.eq(read_response(c2), 400, "hosts: " .. hosts)
+        c2:close()
+      end
+      srv:close()
+    end },
     { "a chunked request body arrives whole; a function body goes out chunked", function()
       local srv, port = serve()
       local c = connect(port)
