@@ -133,6 +133,8 @@ struct Conn {
   bool closing = false;  // answer nothing more: write what is queued, then close
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
+  bool client_closes = false;  // the request in flight asked for the close (Connection: close, HTTP/1.0)
+  bool linger = true;    // once shut: wait for the client's end (false: it has nothing more to send)
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
@@ -368,10 +370,17 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // Graceful: the write side shut, what the client still sends read
       // and dropped for a moment (closing with unread bytes would reset
       // the connection and could lose the response at the client).
+      // A client that asked for the close itself, whose request was read
+      // whole, and that has sent nothing since, sends no more: over plain
+      // TCP its connection closes at once, as nginx's does (a TLS client
+      // may answer the close with an alert of its own). Lingering for its
+      // end cost each such connection's process a wait, a timer and one
+      // more step (BENCHMARKS.md, "A new connection's cost, the close").
       if (!c->shut) {
         c->shut = true;
         c->sock->stream()->shutdown(false, true);
         c->linger_until = now() + 2;
+        c->linger = !(c->client_closes && !p.in_message && !c->sock->stream()->tls());
       }
       if (c->eof || now() >= c->linger_until) {
         close_now(L, c);
@@ -380,11 +389,16 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       std::string drop;
       const Io r = c->sock->stream()->any(drop, io::ByteStream::kReadChunk);
       if (r == Io::kAgain) {
+        if (!c->linger) {
+          close_now(L, c);
+          continue;
+        }
         *reading = true;
         c->deadline = c->linger_until;
         return -1;
       }
       if (r == Io::kEnd) c->eof = true;
+      else c->linger = true;  // it sent more after all: its bytes are read and dropped
       continue;
     }
     if (c->tracked && c->tracked->draining.load(std::memory_order_relaxed) && !c->in_flight) {
@@ -406,6 +420,7 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       p.answering = true;
       c->responding_head = r.head;
       c->keep_alive = r.keep_alive;
+      c->client_closes = !r.keep_alive;
       c->minor = r.minor;
       c->flight_streamed = r.streamed;
       c->head_written = false;
