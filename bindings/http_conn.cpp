@@ -1157,8 +1157,11 @@ void hibernated_ready(lua_State* L, lua_State*, void* owner, std::uint64_t tag, 
 // message rather than a task per connection: a task's coroutine, its
 // closure and its wait cost the acceptor's heap about 1.1 KB a
 // connection (BENCHMARKS.md, "Hibernated HTTP connections"). The
-// deadline is the caller's. True; or nil, "closed" where sock is not a
-// live TCP client with no call waiting (the caller closes it).
+// deadline is the caller's. True; or, where its bytes are there already
+// (a new client's request came with its connection), the socket back as
+// a new object for the caller to serve now, with no message and no wake
+// of the acceptor between; or nil, "closed" where sock is not a live TCP
+// client with no call waiting (the caller closes it).
 int t_hibernate(lua_State* L) {
   TrackHandle* h = check_track(L);
   SocketRef* s = to_socket(L, 2);
@@ -1170,6 +1173,10 @@ int t_hibernate(lua_State* L) {
     lua_pushnil(L);
     lua_pushliteral(L, "closed");
     return 2;
+  }
+  if (peek(*sock) == Waiting::kBytes) {
+    tcp_push(L, std::move(sock), kClient);
+    return 1;
   }
   h->sock = std::move(sock);
   look(L, h);
