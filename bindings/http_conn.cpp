@@ -375,7 +375,7 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // TCP its connection closes at once, as nginx's does (a TLS client
       // may answer the close with an alert of its own). Lingering for its
       // end cost each such connection's process a wait, a timer and one
-      // more step (BENCHMARKS.md, "A new connection's cost, the close").
+      // more step (BENCHMARKS.md, "A new connection's cost: the close and the accept").
       if (!c->shut) {
         c->shut = true;
         c->sock->stream()->shutdown(false, true);
