@@ -420,7 +420,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       p.answering = true;
       c->responding_head = r.head;
       c->keep_alive = r.keep_alive;
-      c->client_closes = !r.keep_alive;
+      // A streamed request is marked to close by the server (its body may
+      // be left unread), not by its client: that one lingers as before.
+      c->client_closes = !r.keep_alive && !r.streamed;
       c->minor = r.minor;
       c->flight_streamed = r.streamed;
       c->head_written = false;

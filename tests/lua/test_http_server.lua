@@ -271,6 +271,18 @@ return { main = function(host)
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "ended at the client's end")
       c:close(); c2:close()
       srv:close()
+      -- A streamed body (over buffer_body_bytes) the handler left unread:
+      -- the server closes, not the client (which asked for keep-alive).
+      local srv2, port2 = serve { buffer_body_bytes = 16 }
+      local e = connect(port2)
+      assert(e:send("POST /who HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" .. string.rep("x", 100)))
+      T.eq(read_response(e), 200)
+      T.ok(closed(e), "closed after a streamed body")
+      time.sleep(0.3)
+      T.eq(T.count_processes("http.conn:serve"), 1, "lingering for a client that asked for keep-alive")
+      e:close()
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "ended at the client's end")
+      srv2:close()
     end },
     { "framing: a 204 with a function body writes no chunks; HTTP/1.0 gets a stream raw, then the close", function()
       local srv, port = serve()
