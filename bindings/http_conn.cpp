@@ -134,6 +134,8 @@ struct Conn {
   bool closing = false;  // answer nothing more: write what is queued, then close
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
+  bool client_closes = false;  // the request in flight asked for the close (Connection: close, HTTP/1.0)
+  bool linger = true;    // once shut: wait for the client's end (false: it has nothing more to send)
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
@@ -370,10 +372,17 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // Graceful: the write side shut, what the client still sends read
       // and dropped for a moment (closing with unread bytes would reset
       // the connection and could lose the response at the client).
+      // A client that asked for the close itself, whose request was read
+      // whole, and that has sent nothing since, sends no more: over plain
+      // TCP its connection closes at once, as nginx's does (a TLS client
+      // may answer the close with an alert of its own). Lingering for its
+      // end cost each such connection's process a wait, a timer and one
+      // more step (BENCHMARKS.md, "A new connection's cost: the close and the accept").
       if (!c->shut) {
         c->shut = true;
         c->sock->stream()->shutdown(false, true);
         c->linger_until = now() + 2;
+        c->linger = !(c->client_closes && !p.in_message && !c->sock->stream()->tls());
       }
       if (c->eof || now() >= c->linger_until) {
         close_now(L, c);
@@ -382,11 +391,16 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       std::string drop;
       const Io r = c->sock->stream()->any(drop, io::ByteStream::kReadChunk);
       if (r == Io::kAgain) {
+        if (!c->linger) {
+          close_now(L, c);
+          continue;
+        }
         *reading = true;
         c->deadline = c->linger_until;
         return -1;
       }
       if (r == Io::kEnd) c->eof = true;
+      else c->linger = true;  // it sent more after all: its bytes are read and dropped
       continue;
     }
     if (c->tracked && c->tracked->draining.load(std::memory_order_relaxed) && !c->in_flight) {
@@ -408,6 +422,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       p.answering = true;
       c->responding_head = r.head;
       c->keep_alive = r.keep_alive;
+      // A streamed request is marked to close by the server (its body may
+      // be left unread), not by its client: that one lingers as before.
+      c->client_closes = !r.keep_alive && !r.streamed;
       c->minor = r.minor;
       c->flight_streamed = r.streamed;
       c->head_written = false;
@@ -1164,8 +1181,11 @@ void hibernated_ready(lua_State* L, lua_State*, void* owner, std::uint64_t tag, 
 // message rather than a task per connection: a task's coroutine, its
 // closure and its wait cost the acceptor's heap about 1.1 KB a
 // connection (BENCHMARKS.md, "Hibernated HTTP connections"). The
-// deadline is the caller's. True; or nil, "closed" where sock is not a
-// live TCP client with no call waiting (the caller closes it).
+// deadline is the caller's. True; or, where its bytes are there already
+// (a new client's request came with its connection), the socket back as
+// a new object for the caller to serve now, with no message and no wake
+// of the acceptor between; or nil, "closed" where sock is not a live TCP
+// client with no call waiting (the caller closes it).
 int t_hibernate(lua_State* L) {
   TrackHandle* h = check_track(L);
   SocketRef* s = to_socket(L, 2);
@@ -1177,6 +1197,10 @@ int t_hibernate(lua_State* L) {
     lua_pushnil(L);
     lua_pushliteral(L, "closed");
     return 2;
+  }
+  if (peek(*sock) == Waiting::kBytes) {
+    tcp_push(L, std::move(sock), kClient);
+    return 1;
   }
   h->sock = std::move(sock);
   look(L, h);

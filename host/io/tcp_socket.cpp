@@ -77,11 +77,8 @@ void TcpSocket::discard_fd() {
   family_ = master_family_;
 }
 
-TcpSocket::TcpSocket(NetPoller& poller, int fd, bool)
-    : poller_(poller), fd_(fd), family_(AF_UNSPEC), created_(wall_seconds()) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) family_ = ss.ss_family;
+TcpSocket::TcpSocket(NetPoller& poller, int fd, int family)
+    : poller_(poller), fd_(fd), family_(family), created_(wall_seconds()) {
   slot_ = poller_.open(fd_);
   become_client();
 }
@@ -195,9 +192,14 @@ TcpSocket::Io TcpSocket::finish_connect(std::string* err) {
 
 TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* err) {
   for (;;) {
-    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    // The peer's address gives the family (a socket's own and its peer's
+    // are the same), where a getsockname was one more system call a
+    // connection.
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      auto s = std::make_unique<TcpSocket>(poller_, fd, true);
+      auto s = std::make_unique<TcpSocket>(poller_, fd, static_cast<int>(peer.ss_family));
       if (s->slot_ < 0) {
         *err = socket_errno_text(errno);
         return Io::kEnd;

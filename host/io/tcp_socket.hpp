@@ -43,8 +43,8 @@ class TcpSocket {
 
   // A master of family (AF_UNSPEC: made once an address names one).
   TcpSocket(NetPoller& poller, int family);
-  // An accepted connection (fd registered here).
-  TcpSocket(NetPoller& poller, int fd, bool accepted);
+  // An accepted connection of family (fd registered here).
+  TcpSocket(NetPoller& poller, int fd, int family);
   ~TcpSocket();
   TcpSocket(const TcpSocket&) = delete;
   TcpSocket& operator=(const TcpSocket&) = delete;

@@ -248,12 +248,17 @@ function M.accept(owner, lst, conf)
     handle:untrack(failed)
   end
 
-  -- The connection waits, with no process, for its (next) request.
+  local serve
+
+  -- The connection waits, with no process, for its (next) request; one
+  -- whose bytes are there already is served at once.
   local function hibernate(id, sock, q)
-    if not conns[id]:hibernate(sock) then
+    local held = conns[id]:hibernate(sock)
+    if not held then
       sock:close()
       return done(id, false)
     end
+    if held ~= true then return serve(id, held) end
     local at = time.now() + q.wait
     push(q, id, at)
     if asleep_until and at < asleep_until then
@@ -262,9 +267,10 @@ function M.accept(owner, lst, conf)
     end
   end
 
-  -- Its bytes came: a process serves them.
-  local function serve(id)
-    local sock = conns[id]:wake()
+  -- Its bytes came: a process serves them (sock: the connection's socket
+  -- where it is not hibernated).
+  function serve(id, sock)
+    sock = sock or conns[id]:wake()
     if not sock then return done(id, false) end
     local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conn_conf)
     if not pid then

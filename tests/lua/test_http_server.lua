@@ -234,6 +234,42 @@ return { main = function(host)
       c3:close()
       srv:close()
     end },
+    { "a client that asked for the close and sends nothing more is closed at once; one the server closes is lingered on", function()
+      local srv, port = serve()
+      local c = connect(port)
+      T.eq(get(c, "/who", "Connection: close\r\n"), 200)
+      T.ok(closed(c), "closed after Connection: close")
+      -- The client keeps its side open: its connection's process ends all
+      -- the same, well within the 2 s a lingering close waits for it.
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 1, "its process ended")
+      local c2 = connect(port)
+      assert(c2:send("GET /who HTTP/1.0\r\n\r\n"))
+      T.eq(read_response(c2), 200)
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 1, "HTTP/1.0: its process ended")
+      -- The handler's close: the client did not ask for it and may still
+      -- send, so its connection waits for the client's end.
+      local d = connect(port)
+      T.eq(get(d, "/close"), 200)
+      T.ok(closed(d), "closed after the handler's Connection: close")
+      time.sleep(0.3)
+      T.eq(T.count_processes("http.conn:serve"), 1, "lingering for a client that did not ask")
+      d:close()
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "ended at the client's end")
+      c:close(); c2:close()
+      srv:close()
+      -- A streamed body (over buffer_body_bytes) the handler left unread:
+      -- the server closes, not the client (which asked for keep-alive).
+      local srv2, port2 = serve { buffer_body_bytes = 16 }
+      local e = connect(port2)
+      assert(e:send("POST /who HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" .. string.rep("x", 100)))
+      T.eq(read_response(e), 200)
+      T.ok(closed(e), "closed after a streamed body")
+      time.sleep(0.3)
+      T.eq(T.count_processes("http.conn:serve"), 1, "lingering for a client that asked for keep-alive")
+      e:close()
+      T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "ended at the client's end")
+      srv2:close()
+    end },
     { "framing: a 204 with a function body writes no chunks; HTTP/1.0 gets a stream raw, then the close", function()
       local srv, port = serve()
       local c = connect(port)
