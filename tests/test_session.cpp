@@ -389,6 +389,36 @@ TEST_CASE("after a session that ended before either end learned the other's epoc
   CHECK(a.reset);
 }
 
+TEST_CASE("two wary sessions that each first heard the other's ended session still settle, and deliver") {
+  using namespace std::chrono_literals;
+  Session::Clock::time_point now{};
+  // Both old sessions ended unsettled: both new ones wary.
+  PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+  a_old.ack();  // in flight, naming no epoch of B's (e.g. in NATS's reconnect buffer)
+  b_old.ack();
+  const std::string a_stale = a_old.out.back(), b_stale = b_old.out.back();
+  PairEnd a(10, 20, 2, 0, true), b(20, 10, 2, 0, true);
+  // Each new session's first to=0 ack never reached the other's new session
+  // (it arrived before that session existed: a heartbeat on host.cluster and
+  // a frame on host.node.<id> are delivered by different threads) or was lost.
+  a.ack(); b.ack(); a.out.clear(); b.out.clear();
+  // The ended sessions' late frames reach the new ones.
+  a.receive(b_stale, now);
+  b.receive(a_stale, now);
+  b.send("hello", now);
+  for (int round = 0; round < 200; ++round) {
+    now += 200ms;
+    a.tick(now);
+    b.tick(now);
+    exchange(a, b, now);
+  }
+  CHECK(a.s.settled());
+  CHECK(b.s.settled());
+  CHECK(a.got == std::vector<std::string>{"hello"});
+  INFO("a names " << a.s.peer_epoch() << ", b names " << b.s.peer_epoch());
+  CHECK(b.s.unacked_messages() == 0);
+}
+
 TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
   Session s(SessionLimits{}, 7, 3, /*wary=*/true);
   CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor

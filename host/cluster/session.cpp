@@ -5,8 +5,16 @@ namespace host::cluster {
 
 Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch) {
   // Addressed to an earlier session of this end.
-  if (to_epoch != 0 && to_epoch != epoch_) return Verdict::Stale;
   if (from_epoch == 0) return Verdict::Stale;
+  if (to_epoch != 0 && to_epoch != epoch_) {
+    // A wary session still unsettled names the highest epoch of the peer
+    // heard, also from a frame addressed to an ended session of this end.
+    if (wary_ && !settled_ && from_epoch > floor_ && from_epoch > peer_epoch_) {
+      peer_epoch_ = from_epoch;
+      epoch_news_ = true;
+    }
+    return Verdict::Stale;
+  }
   if (!settled_) {
     // Not heard from the peer yet: one of its earlier sessions is not
     // mistaken for its current one.
