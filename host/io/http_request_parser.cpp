@@ -199,7 +199,12 @@ const std::string& status_line(int status) {
     for (int s = 200; s <= 999; ++s) v.push_back("HTTP/1.1 " + std::to_string(s) + " " + reason(s) + "\r\n");
     return v;
   }();
-  return lines[static_cast<std::size_t>(status - 200)];
+  if (status >= 200 && status <= 999) return lines[static_cast<std::size_t>(status - 200)];
+  // Outside what a handler may give (http.error_response takes any
+  // number): made each time, never read past the table.
+  thread_local std::string other;
+  other = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+  return other;
 }
 
 // A response the loop writes by itself, for a request that never reaches

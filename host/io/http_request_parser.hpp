@@ -134,7 +134,8 @@ std::string lower(std::string s);
 bool iequals(std::string_view a, std::string_view b);
 // The status's reason phrase ("" for one http-parser does not know).
 const char* reason(int status);
-// "HTTP/1.1 200 OK\r\n" for a status from 200 to 999.
+// "HTTP/1.1 200 OK\r\n": made once for each status from 200 to 999, each
+// call for another (valid until the next such call on the thread).
 const std::string& status_line(int status);
 // "Date: ...\r\n", made once a second.
 const std::string& date_header();

@@ -5,6 +5,7 @@
 -- at once, none lost), its deadline passes (408 or a close), the client
 -- leaves, the server closes; and what one costs the acceptor.
 local T = require("t")
+local socket = require("socket")
 local H = require("http_raw")
 local serve, connect, read_response, get, closed = H.serve, H.connect, H.read_response, H.get, H.closed
 
