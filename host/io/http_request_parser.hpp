@@ -95,6 +95,11 @@ class HttpRequestParser {
   const HttpLimits& limits() const { return limits_; }
 
  private:
+  // The differential test (tests/test_http_request_parser.cpp) calls
+  // take_plain alone, to see which heads it takes: no counter on the
+  // served path.
+  friend struct HttpRequestParserProbe;
+
   static const http_parser_settings& settings();
   static HttpRequestParser* of(http_parser* p) { return static_cast<HttpRequestParser*>(p->data); }
   static int on_message_begin(http_parser* p);
