@@ -110,14 +110,23 @@ int attempt_receive(lua_State* L, PipeState* st) {
   // may still hold: the result must fit too.
   const std::size_t room = memory_room(L) / 2;
   std::string& out = st->got;
+  std::string_view got;  // a count's: where the stream holds it
   Io r;
   switch (st->kind) {
     case 'l': r = s.line(out, room); break;
-    case 'n': r = s.exactly(out, st->n, room); break;
+    case 'n': r = s.exactly(&got, st->n, room); break;
     default: r = s.all(out, room); break;
   }
   if (r == Io::kAgain) return -1;
   if (r == Io::kDone) {
+    if (st->kind == 'n') {
+      const io::TakenGuard done(s);
+      if (out.empty()) {
+        lua_pushlstring(L, got.data(), got.size());
+        return 1;
+      }
+      out.append(got);
+    }
     lua_pushlstring(L, out.data(), out.size());
     return 1;
   }

@@ -251,15 +251,16 @@ int push_request(lua_State* L, io::HttpRequest& r) {
 // Reads once more into the parser: kDone (something came, or the client
 // finished sending), kAgain.
 Io read_more(Conn* c) {
-  thread_local std::string got;  // one landing place a worker: no allocation a read
-  got.clear();
-  const Io r = c->sock->stream()->any(got, io::ByteStream::kReadChunk);
+  io::ByteStream& st = *c->sock->stream();
+  std::string_view got;  // where the stream holds it: fed to the parser without a copy between
+  const Io r = st.any(&got, io::ByteStream::kReadChunk);
   if (r == Io::kAgain) return Io::kAgain;
   if (r == Io::kEnd) {
     c->eof = true;
     c->parser->ended();
     return Io::kDone;
   }
+  const io::TakenGuard done(st);
   c->parser->feed(got.data(), got.size());
   return Io::kDone;
 }
@@ -388,8 +389,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
         close_now(L, c);
         continue;
       }
-      std::string drop;
-      const Io r = c->sock->stream()->any(drop, io::ByteStream::kReadChunk);
+      std::string_view drop;
+      const Io r = c->sock->stream()->any(&drop, io::ByteStream::kReadChunk);
+      if (r == Io::kDone) c->sock->stream()->taken();
       if (r == Io::kAgain) {
         if (!c->linger) {
           close_now(L, c);

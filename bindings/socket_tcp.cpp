@@ -106,15 +106,26 @@ int attempt_receive(lua_State* L, TcpState* t, Pending& p) {
   const std::size_t room = memory_room(L) / 2;
   std::string& out = p.got;
   const std::size_t had = out.size();
+  std::string_view got;  // a count's or what came: where the stream holds it
   Io r;
   switch (p.kind) {
     case 'l': r = st.line(out, room); break;
-    case 'n': r = st.exactly(out, p.n, room); break;
+    case 'n': r = st.exactly(&got, p.n, room); break;
     case 'a': r = st.all(out, room); break;
-    default: r = st.any(out, p.n); break;
+    default: r = st.any(&got, p.n); break;
   }
   if (r == Io::kAgain) return -1;
   if (r == Io::kDone) {
+    if (p.kind == 'n' || p.kind == 'y') {
+      // The string is made from the stream's bytes themselves (no copy
+      // between), the prefix, if any, before them.
+      const io::TakenGuard done(st);
+      if (out.empty()) {
+        lua_pushlstring(L, got.data(), got.size());
+        return 1;
+      }
+      out.append(got);
+    }
     lua_pushlstring(L, out.data(), out.size());
     return 1;
   }

@@ -9,14 +9,27 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <system_error>
 
 namespace host::io {
 namespace {
 
 // One read's landing place: what came is appended to the stream's buffer,
-// so an idle stream holds no chunk of its own.
+// so an idle stream holds no chunk of its own, or answered from here
+// (read_answer).
 thread_local char tls_chunk[ByteStream::kReadChunk];
+// The stream whose receive answered with a view of tls_chunk, until its
+// taken() or its next call. A read of another stream meanwhile (a
+// finalizer's, which the collector may run while that answer is made
+// into a Lua string) lands in a buffer of its own.
+thread_local const ByteStream* chunk_lent_to = nullptr;
+
+char* landing(const ByteStream* self, std::unique_ptr<char[]>& spare) {
+  if (chunk_lent_to == nullptr || chunk_lent_to == self) return tls_chunk;
+  spare.reset(new char[ByteStream::kReadChunk]);
+  return spare.get();
+}
 
 // A line's bytes without the carriage returns (LuaSocket drops every CR
 // of a line, not only the last).
@@ -86,6 +99,7 @@ void ByteStream::close() {
   wbuf_.clear();
   ::close(fd_);
   fd_ = -1;
+  if (chunk_lent_to == this) chunk_lent_to = nullptr;
   rbuf_.clear();
   rbuf_.shrink_to_fit();
   rpos_ = scan_ = 0;
@@ -128,9 +142,11 @@ ByteStream::Io ByteStream::after_recv(ssize_t n, int err) {
 }
 
 ByteStream::Io ByteStream::recv_ciphertext() {
-  const ssize_t n = ::recv(fd_, tls_chunk, kReadChunk, 0);
+  std::unique_ptr<char[]> spare;
+  char* buf = landing(this, spare);
+  const ssize_t n = ::recv(fd_, buf, kReadChunk, 0);
   const int err = errno;
-  if (n > 0) tls_->feed(std::string_view(tls_chunk, static_cast<std::size_t>(n)));
+  if (n > 0) tls_->feed(std::string_view(buf, static_cast<std::size_t>(n)));
   return after_recv(n, err);
 }
 
@@ -148,10 +164,41 @@ ByteStream::Io ByteStream::fill(std::size_t want) {
     rbuf_.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     return after_recv(n, err);
   }
-  const ssize_t n = read_some(tls_chunk, kReadChunk);
+  std::unique_ptr<char[]> spare;
+  char* buf = landing(this, spare);
+  const ssize_t n = read_some(buf, kReadChunk);
   const int err = errno;
-  if (n > 0) rbuf_.append(tls_chunk, static_cast<std::size_t>(n));
+  if (n > 0) rbuf_.append(buf, static_cast<std::size_t>(n));
   return after_recv(n, err);
+}
+
+ByteStream::Io ByteStream::read_answer(std::string_view* got, std::size_t min, std::size_t max) {
+  *got = {};
+  if (fd_ < 0) return end("closed");
+  if (ended_reading()) return Io::kEnd;
+  if (tls_) return fill_tls(min);
+  compact();  // empty: an idle stream keeps no buffer
+  std::unique_ptr<char[]> spare;
+  char* buf = landing(this, spare);
+  const ssize_t n = read_some(buf, kReadChunk);
+  const int err = errno;
+  const Io r = after_recv(n, err);
+  if (r != Io::kDone) return r;
+  const auto came = static_cast<std::size_t>(n);
+  if (came < min || spare) {  // not enough for the answer, or it cannot stay where it landed
+    rbuf_.append(buf, came);
+    return Io::kDone;
+  }
+  const std::size_t k = std::min(max, came);
+  rbuf_.append(buf + k, came - k);
+  chunk_lent_to = this;
+  *got = {buf, k};
+  return Io::kDone;
+}
+
+void ByteStream::taken() {
+  if (chunk_lent_to == this) chunk_lent_to = nullptr;
+  compact();
 }
 
 ByteStream::Io ByteStream::fill_tls(std::size_t want) {
@@ -205,17 +252,19 @@ ByteStream::Io ByteStream::line(std::string& out, std::size_t limit) {
   }
 }
 
-ByteStream::Io ByteStream::exactly(std::string& out, std::size_t n, std::size_t limit) {
+ByteStream::Io ByteStream::exactly(std::string_view* got, std::size_t n, std::size_t limit) {
   for (;;) {
     if (buffered() >= n) {
-      out.append(rbuf_.data() + rpos_, n);
+      *got = {rbuf_.data() + rpos_, n};
       rpos_ += n;
       scan_ = 0;
-      compact();
       return Io::kDone;
     }
     if (n > limit) return end("limit: memory: a receive of more than this process may hold");
-    const Io r = fill(n - buffered());
+    // Nothing buffered and a count one read may bring: answered from where
+    // it lands, where it all comes at once.
+    const Io r = buffered() == 0 && n <= kReadChunk ? read_answer(got, n, n) : fill(n - buffered());
+    if (r == Io::kDone && !got->empty()) return r;
     if (r != Io::kDone) {
       if (r == Io::kAgain) compact();
       return r;
@@ -237,17 +286,17 @@ ByteStream::Io ByteStream::all(std::string& out, std::size_t limit) {
   }
 }
 
-ByteStream::Io ByteStream::any(std::string& out, std::size_t max) {
+ByteStream::Io ByteStream::any(std::string_view* got, std::size_t max) {
   for (;;) {
     if (buffered() > 0) {
       const std::size_t k = std::min(max, buffered());
-      out.append(rbuf_.data() + rpos_, k);
+      *got = {rbuf_.data() + rpos_, k};
       rpos_ += k;
       scan_ = 0;
-      compact();
       return Io::kDone;
     }
-    const Io r = fill(kReadChunk);
+    const Io r = read_answer(got, 1, max);
+    if (r == Io::kDone && !got->empty()) return r;
     if (r != Io::kDone) {
       if (r == Io::kAgain) compact();
       return r;

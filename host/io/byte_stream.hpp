@@ -14,6 +14,9 @@
 // at most kReadChunk beyond what the receive needs; a line is scanned
 // once (scan_ remembers where the last look stopped); a receive fails
 // with "limit: memory" rather than buffer more than the limit it is given.
+// A receive of a count or of what has come (exactly, any) answers with a
+// view, not a copy: a message read whole by one read goes from the read's
+// landing place straight into the caller's string.
 // Writes go straight to the kernel; under TLS the ciphertext that the
 // kernel did not take waits in a buffer of at most about kWriteChunk.
 //
@@ -56,13 +59,18 @@ class ByteStream {
   void close();
   bool closed() const { return fd_ < 0; }
 
-  // The receive patterns; what they take is appended to out. limit: the
-  // most the buffer may hold for this receive. On kEnd, take_partial
-  // gives what a receive that ends early returns, and error() why.
+  // The receive patterns. line and all append what they take to out;
+  // exactly and any answer with a view of the bytes where they lie (the
+  // buffer, or the read's landing place), not a copy: *got holds until
+  // the stream's next call, and taken() ends it once the bytes are used
+  // (the buffer may shrink then). limit: the most the buffer may hold for
+  // this receive. On kEnd, take_partial gives what a receive that ends
+  // early returns, and error() why.
   Io line(std::string& out, std::size_t limit);
-  Io exactly(std::string& out, std::size_t n, std::size_t limit);
   Io all(std::string& out, std::size_t limit);
-  Io any(std::string& out, std::size_t max);
+  Io exactly(std::string_view* got, std::size_t n, std::size_t limit);
+  Io any(std::string_view* got, std::size_t max);
+  void taken();
   // What is buffered, for a receive that ends early: a line's (carriage
   // returns dropped), up to n bytes ('n'), or everything ('a').
   std::string take_partial(char kind, std::size_t n);
@@ -108,6 +116,11 @@ class ByteStream {
   // Reads once more into the buffer (at least want bytes room): kDone when
   // bytes came, kAgain, kEnd.
   Io fill(std::size_t want);
+  // With nothing buffered: reads once into the landing place and, where
+  // at least min bytes came, answers up to max of them from there (*got;
+  // the rest is buffered), else buffers them all (*got empty). kDone when
+  // bytes came, kAgain, kEnd.
+  Io read_answer(std::string_view* got, std::size_t min, std::size_t max);
   Io fill_tls(std::size_t want);
   // recv(2) for a socket, read(2) for a pipe; send(2) without SIGPIPE,
   // or write(2) with SIGPIPE blocked on this thread (the write answers
@@ -137,6 +150,16 @@ class ByteStream {
   std::unique_ptr<TlsSession> tls_;
   std::string wbuf_;  // TLS ciphertext the kernel has not taken
   double bytes_in_ = 0, bytes_out_ = 0;
+};
+
+// Ends a view that exactly or any answered with however the scope ends
+// (a Lua string made from it may raise).
+struct TakenGuard {
+  explicit TakenGuard(ByteStream& s) : stream(s) {}
+  ~TakenGuard() { stream.taken(); }
+  TakenGuard(const TakenGuard&) = delete;
+  TakenGuard& operator=(const TakenGuard&) = delete;
+  ByteStream& stream;
 };
 
 // LuaSocket's word for an errno ("closed", "connection refused", ...).

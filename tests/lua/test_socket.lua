@@ -111,6 +111,40 @@ return { main = function()
       T.eq(err, "closed")
       s:close()
     end },
+    { "a count or receiveany answered from one read keeps the rest, in order, for the next receive", function()
+      local c, s = pair()
+      s:settimeout(5)  -- bytes lost fail the test, not hang it
+      c:send("0123456789abcdef")
+      time.sleep(0.02)  -- all 16 bytes come in the first read
+      T.eq(s:receive(4), "0123", "a count from a read that brought more")
+      T.eq(s:receiveany(3), "456", "the rest was kept")
+      T.eq(s:receive(3, "p-"), "p-789")
+      T.eq(s:receiveany(100), "abcdef")
+      c:send("xyz")
+      time.sleep(0.02)
+      T.eq(s:receiveany(2), "xy", "receiveany from a read that brought more")
+      T.eq(s:receive(1), "z")
+      c:send("tail")
+      time.sleep(0.02)
+      T.eq(s:receive(2, "pre-"), "pre-ta", "a prefixed count from a read that brought more")
+      T.eq(s:receive(2), "il")
+      -- Larger than one read: by count, and by what came, in order.
+      local parts = {}
+      for i = 1, 20000 do parts[i] = string.format("%09d\n", i) end
+      local big = table.concat(parts)
+      coroutine.spawn(function() c:send(big) end)
+      T.eq(s:receive(#big), big, "a count larger than a read")
+      coroutine.spawn(function() c:send(big) end)
+      local got, n = {}, 0
+      while n < #big do
+        local part = assert(s:receiveany(65536))
+        got[#got + 1] = part
+        n = n + #part
+      end
+      T.eq(table.concat(got), big, "receiveany's parts, in order")
+      c:close()
+      s:close()
+    end },
     { "the peer closing mid-line gives closed with the partial data", function()
       local c, s = pair()
       c:send("no newline")
