@@ -371,14 +371,12 @@ void make_metatable(lua_State* L) {
 // before the descriptors, as it may raise (out of memory): an end made
 // first would have no owner.
 PipeRef* push_pipe(lua_State* L, const char* name) {
-  auto* r = static_cast<PipeRef*>(lua_newuserdata(L, sizeof(PipeRef)));
+  auto* r = static_cast<PipeRef*>(new_userdata_with(L, sizeof(PipeRef), &kMetatableKey, make_metatable));
   r->st = nullptr;
   r->fin = HostFinalizer{};
   r->st = new PipeState{};
   r->st->name = name;
   track_finalizer(L, &r->fin, finalize, r);  // its __gc closes it
-  push_registry_table(L, &kMetatableKey, make_metatable);
-  lua_setmetatable(L, -2);
   return r;
 }
 

@@ -980,11 +980,9 @@ int f_conn(lua_State* L) {
     }
     sock->stream()->start_tls(std::make_unique<io::TlsSession>(std::move(ctx)));
   }
-  auto* c = static_cast<Conn*>(lua_newuserdata(L, sizeof(Conn)));
+  auto* c = static_cast<Conn*>(new_userdata_with(L, sizeof(Conn), &kConnMetaKey, make_conn_meta));
   new (c) Conn();
   track_finalizer(L, &c->fin, finalize_conn, c);
-  push_registry_table(L, &kConnMetaKey, make_conn_meta);
-  lua_setmetatable(L, -2);
   c->sock = std::move(sock);
   c->parser = std::make_unique<io::HttpRequestParser>(lim);
   c->tracked = id ? find_tracked(id) : nullptr;
@@ -1114,11 +1112,9 @@ int f_track(lua_State* L) {
     id = ++g_next_tracked;
     g_tracked.emplace(id, std::move(t));
   }
-  auto* h = static_cast<TrackHandle*>(lua_newuserdata(L, sizeof(TrackHandle)));
+  auto* h = static_cast<TrackHandle*>(new_userdata_with(L, sizeof(TrackHandle), &kTrackMetaKey, make_track_meta));
   new (h) TrackHandle{id, {}, nullptr, 0};
   track_finalizer(L, &h->fin, finalize_track, h);
-  push_registry_table(L, &kTrackMetaKey, make_track_meta);
-  lua_setmetatable(L, -2);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
 }

@@ -33,9 +33,16 @@ class IoWaits {
 
   // Tags are unique among the waits held (a poller's tag names one wait
   // on its slot, a call tag one call).
+  // Both or neither: a wait found by tag but not by owner would outlive
+  // its owner's forget.
   void add(std::uint64_t tag, const Wait& w) {
-    by_tag_.emplace(tag, w);
-    by_owner_.emplace(w.owner, tag);
+    auto it = by_tag_.emplace(tag, w).first;
+    try {
+      by_owner_.emplace(w.owner, tag);
+    } catch (...) {
+      by_tag_.erase(it);
+      throw;
+    }
   }
 
   // The wait of tag, or null; good until the next change.

@@ -6,6 +6,8 @@
 // is compared by identity. Threads: the one running the process.
 #pragma once
 
+#include <cstddef>
+
 #include <lua.hpp>
 
 namespace host::lua {
@@ -22,6 +24,20 @@ inline void push_registry_table(lua_State* L, const void* key, void (*make)(lua_
   lua_pushlightuserdata(L, const_cast<void*>(key));
   lua_pushvalue(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+// A new userdata of size bytes with the metatable kept under key, pushed.
+// The metatable first: made after the userdata, its raise (out of memory)
+// would leave an object with no __gc, which the collector frees while
+// its host finalizer is still linked. So the caller links the finalizer
+// after this returns (nothing between allocates: no collection runs
+// before the object is filled in).
+inline void* new_userdata_with(lua_State* L, std::size_t size, const void* key, void (*make)(lua_State* L)) {
+  push_registry_table(L, key, make);
+  void* p = lua_newuserdata(L, size);
+  lua_insert(L, -2);
+  lua_setmetatable(L, -2);
+  return p;
 }
 
 // The userdata at idx where its metatable is the table kept under key;

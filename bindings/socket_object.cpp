@@ -557,11 +557,9 @@ void socket_moves_undo(lua_State* L) {
 }
 
 SocketRef* push_socket(lua_State* L, SocketClass cls) {
-  auto* s = static_cast<SocketRef*>(lua_newuserdata(L, sizeof(SocketRef)));
+  auto* s = static_cast<SocketRef*>(new_userdata_with(L, sizeof(SocketRef), &kMetatableKey, make_metatable));
   *s = SocketRef{0, -1, -1, nullptr, cls, false, false};
   track_finalizer(L, &s->fin, finalize_socket, s);  // its __gc closes it
-  push_registry_table(L, &kMetatableKey, make_metatable);
-  lua_setmetatable(L, -2);
   return s;
 }
 

@@ -366,3 +366,14 @@ TEST_CASE("a buffer fed whole queues what http-parser alone queues, field by fie
   CHECK(taken < cases);
   CHECK(errors > cases / 20);
 }
+
+TEST_CASE("a response the server writes by itself has its status line for any status, cached or not") {
+  // http.error_response takes any number; the cached lines cover 200-999.
+  CHECK(host::io::error_response(404).rfind("HTTP/1.1 404 Not Found\r\n", 0) == 0);
+  CHECK(host::io::error_response(100).rfind("HTTP/1.1 100 Continue\r\n", 0) == 0);
+  CHECK(host::io::error_response(0).rfind("HTTP/1.1 0 \r\n", 0) == 0);
+  CHECK(host::io::error_response(1000).rfind("HTTP/1.1 1000 \r\n", 0) == 0);
+  CHECK(host::io::error_response(-5).rfind("HTTP/1.1 -5 \r\n", 0) == 0);
+  CHECK(host::io::status_line(200) == "HTTP/1.1 200 OK\r\n");
+  CHECK(host::io::status_line(999) == "HTTP/1.1 999 \r\n");
+}
