@@ -17,14 +17,13 @@ IoWaits::Wait wait_of(void* owner, host::CommandId command) { return IoWaits::Wa
 
 }  // namespace
 
-TEST_CASE("io_waits: a wait taken by tag or forgotten with its owner is gone, and only it") {
-  IoWaits waits;
+void check_take_and_forget(IoWaits& waits, std::size_t base) {
   char a, b, c;
   waits.add(1, wait_of(&a, 10));
   waits.add(2, wait_of(&a, 20));  // an owner with two waits (a connection's watch and its sleep)
   waits.add(3, wait_of(&b, 30));
   waits.add(4, wait_of(&c, 40));
-  REQUIRE(waits.size() == 4);
+  REQUIRE(waits.size() == base + 4);
   REQUIRE(waits.find(2) != nullptr);
   CHECK(waits.find(2)->owner == &a);
   CHECK(waits.find(2)->command == 20);
@@ -36,15 +35,15 @@ TEST_CASE("io_waits: a wait taken by tag or forgotten with its owner is gone, an
   CHECK(got.command == 10);
   CHECK_FALSE(waits.take(1, &got));
   CHECK(waits.find(1) == nullptr);
-  CHECK(waits.size() == 3);
+  CHECK(waits.size() == base + 3);
 
   // Forgetting a's waits drops its other one, not b's or c's; an owner
   // with none changes nothing.
   waits.forget(&a);
   CHECK(waits.find(2) == nullptr);
-  CHECK(waits.size() == 2);
+  CHECK(waits.size() == base + 2);
   waits.forget(&a);
-  CHECK(waits.size() == 2);
+  CHECK(waits.size() == base + 2);
 
   // A wait taken by tag is no longer its owner's: forgetting that owner
   // later leaves alone a wait of another's that came with the same tag.
@@ -53,9 +52,29 @@ TEST_CASE("io_waits: a wait taken by tag or forgotten with its owner is gone, an
   waits.forget(&b);
   REQUIRE(waits.find(3) != nullptr);
   CHECK(waits.find(3)->owner == &c);
-  CHECK(waits.size() == 2);
+  CHECK(waits.size() == base + 2);
   waits.forget(&c);
   CHECK(waits.find(3) == nullptr);
   CHECK(waits.find(4) == nullptr);
-  CHECK(waits.size() == 0);
+  CHECK(waits.size() == base + 0);
+}
+
+TEST_CASE("io_waits: a wait taken by tag or forgotten with its owner is gone, and only it") {
+  SUBCASE("a few waits: the short vector") {
+    IoWaits waits;
+    check_take_and_forget(waits, 0);
+    CHECK_FALSE(waits.hashed());
+  }
+  SUBCASE("many waits: the two indexes, the few before them carried over") {
+    IoWaits waits;
+    char other;
+    for (std::uint64_t t = 0; t < IoWaits::kFew; ++t) waits.add(1000 + t, wait_of(&other, 1000 + t));
+    CHECK_FALSE(waits.hashed());
+    check_take_and_forget(waits, IoWaits::kFew);
+    CHECK(waits.hashed());
+    REQUIRE(waits.find(1000) != nullptr);
+    CHECK(waits.find(1000)->command == 1000);
+    waits.forget(&other);
+    CHECK(waits.size() == 0);
+  }
 }
