@@ -274,6 +274,19 @@ void exchange(PairEnd& a, PairEnd& b, Session::Clock::time_point now, bool lose 
   }
 }
 
+// Heartbeat rounds 200 ms apart (each end ticks, then the two exchange)
+// while busy(), at most `rounds` of them.
+template <class Busy>
+void run_rounds(PairEnd& a, PairEnd& b, Session::Clock::time_point& now, int rounds, Busy busy) {
+  using namespace std::chrono_literals;
+  for (int round = 0; busy() && round < rounds; ++round) {
+    now += 200ms;
+    a.tick(now);
+    b.tick(now);
+    exchange(a, b, now);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("frames of an earlier session of the pair (reset, ack, data) leave the new session untouched") {
@@ -329,12 +342,7 @@ TEST_CASE("frames of an earlier session of the pair (reset, ack, data) leave the
   // doubled or reordered.
   for (int i = 3; i < 5; ++i) a.send("new " + std::to_string(i), now);
   for (int i = 0; i < 2; ++i) b.send("b new " + std::to_string(i), now);
-  for (int round = 0; (a.s.unacked_messages() || b.s.unacked_messages()) && round < 100; ++round) {
-    now += 200ms;
-    a.tick(now);
-    b.tick(now);
-    exchange(a, b, now);
-  }
+  run_rounds(a, b, now, 100, [&] { return a.s.unacked_messages() || b.s.unacked_messages(); });
   CHECK(b.got == std::vector<std::string>{"new 0", "new 1", "new 2", "new 3", "new 4"});
   CHECK(a.got == std::vector<std::string>{"b new 0", "b new 1"});
   CHECK(a.s.unacked_messages() == 0);
@@ -368,14 +376,9 @@ TEST_CASE("after a session that ended before either end learned the other's epoc
   // The new sessions settle and carry everything, once, in order.
   b.send("b new 0", now);
   a.send("new 0", now);
-  for (int round = 0; (a.s.unacked_messages() || b.s.unacked_messages() || !a.s.settled() || !b.s.settled()) &&
-                      round < 100;
-       ++round) {
-    now += 200ms;
-    a.tick(now);
-    b.tick(now);
-    exchange(a, b, now);
-  }
+  run_rounds(a, b, now, 100, [&] {
+    return a.s.unacked_messages() || b.s.unacked_messages() || !a.s.settled() || !b.s.settled();
+  });
   CHECK(a.s.settled());
   CHECK(b.s.settled());
   CHECK(a.s.peer_epoch() == 2);
@@ -406,12 +409,7 @@ TEST_CASE("two wary sessions that each first heard the other's ended session sti
   a.receive(b_stale, now);
   b.receive(a_stale, now);
   b.send("hello", now);
-  for (int round = 0; round < 200; ++round) {
-    now += 200ms;
-    a.tick(now);
-    b.tick(now);
-    exchange(a, b, now);
-  }
+  run_rounds(a, b, now, 200, [] { return true; });
   CHECK(a.s.settled());
   CHECK(b.s.settled());
   CHECK(a.got == std::vector<std::string>{"hello"});

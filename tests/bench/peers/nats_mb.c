@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nats_connect.h"
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static long answered = 0;
@@ -66,27 +68,12 @@ static void answered_one(natsConnection* nc, natsSubscription* sub, natsMsg* msg
   pthread_mutex_unlock(&mu);
 }
 
-static natsConnection* connect_to(const char* url) {
-  natsOptions* o = NULL;
-  natsConnection* nc = NULL;
-  natsOptions_Create(&o);
-  natsOptions_SetURL(o, url);
-  natsOptions_SetSendAsap(o, true);
-  natsStatus s = natsConnection_Connect(&nc, o);
-  natsOptions_Destroy(o);
-  if (s != NATS_OK) {
-    fprintf(stderr, "nats_mb: cannot connect to %s: %s\n", url, natsStatus_GetText(s));
-    exit(1);
-  }
-  return nc;
-}
-
 int main(int argc, char** argv) {
   if (argc < 3 || (strcmp(argv[1], "sink") && strcmp(argv[1], "send"))) {
     fprintf(stderr, "usage: nats_mb sink URL | nats_mb send URL N [SIZE]\n");
     return 2;
   }
-  natsConnection* nc = connect_to(argv[2]);
+  natsConnection* nc = connect_to("nats_mb", argv[2]);
   natsSubscription* sub = NULL;
   if (!strcmp(argv[1], "sink")) {
     natsConnection_Subscribe(&sub, nc, "bench.mb", answer, NULL);

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nats_connect.h"
+
 static double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -30,27 +32,12 @@ static int cmp(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-static natsConnection* connect_to(const char* url) {
-  natsOptions* o = NULL;
-  natsConnection* nc = NULL;
-  natsOptions_Create(&o);
-  natsOptions_SetURL(o, url);
-  natsOptions_SetSendAsap(o, true);
-  natsStatus s = natsConnection_Connect(&nc, o);
-  natsOptions_Destroy(o);
-  if (s != NATS_OK) {
-    fprintf(stderr, "nats_rtt: cannot connect to %s: %s\n", url, natsStatus_GetText(s));
-    exit(1);
-  }
-  return nc;
-}
-
 int main(int argc, char** argv) {
   if (argc < 3 || (strcmp(argv[1], "serve") && strcmp(argv[1], "ask"))) {
     fprintf(stderr, "usage: nats_rtt serve URL | nats_rtt ask URL N\n");
     return 2;
   }
-  natsConnection* nc = connect_to(argv[2]);
+  natsConnection* nc = connect_to("nats_rtt", argv[2]);
   if (!strcmp(argv[1], "serve")) {
     natsSubscription* sub = NULL;
     natsConnection_Subscribe(&sub, nc, "bench.echo", answer, NULL);
