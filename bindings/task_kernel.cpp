@@ -263,6 +263,7 @@ void TaskKernel::init(lua_State* L, KernelHost& host) {
   lua_replace(L, LUA_REGISTRYINDEX);
   lua_createtable(L, 0, 1);
   tasks_ref_ = pin(L);
+  calls_.clear();
   // The inbox: a channel with a fifth field, the slow flag. Its queues
   // come on first use (push_inbox_queue): a process waiting in
   // process.receive takes each message as it arrives and needs none, and
@@ -646,22 +647,6 @@ void TaskKernel::check_blockable(lua_State* L) const {
   if (!lua_isyieldable(L)) luaL_error(L, "%s", kCBoundary);
 }
 
-void TaskKernel::map_call(lua_State* L, std::uint64_t tag, lua_State* co) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
-  lua_pushnumber(L, static_cast<lua_Number>(tag));
-  push_task(L, co);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
-
-void TaskKernel::unmap_call(lua_State* L, std::uint64_t tag) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
-  lua_pushnumber(L, static_cast<lua_Number>(tag));
-  lua_pushnil(L);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
-
 int TaskKernel::block_in_sleep(lua_State* L, double secs) {
   add_timer(monotonic_seconds() + secs, TimerKind::kSleep, current_);
   // BLOCK: the task waits for a wake (kernel_ext's coroutine wrapper passes
@@ -671,20 +656,12 @@ int TaskKernel::block_in_sleep(lua_State* L, double secs) {
 }
 
 int TaskKernel::block_in_call(lua_State* L, std::uint64_t tag) {
-  map_call(L, tag, current_);
+  map_call(tag, current_);
   lua_pushlightuserdata(L, &kBlock);
   return lua_yield(L, 1);
 }
 
-lua_State* TaskKernel::take_call(lua_State* L, std::uint64_t tag) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
-  lua_pushnumber(L, static_cast<lua_Number>(tag));
-  lua_rawget(L, -2);
-  lua_State* co = lua_tothread(L, -1);
-  lua_pop(L, 2);
-  if (co) unmap_call(L, tag);
-  return co;
-}
+lua_State* TaskKernel::take_call(lua_State*, std::uint64_t tag) { return calls_.take(tag); }
 
 void TaskKernel::complete_call(lua_State* L, std::uint64_t tag, bool failed, std::string_view payload) {
   lua_State* co = take_call(L, tag);
@@ -1147,6 +1124,7 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   // finds no task, and is dropped).
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  calls_.clear();
   start(L, n);
 }
 

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "bindings/call_tasks.hpp"
+
 struct lua_State;
 
 namespace host::lua {
@@ -176,8 +178,8 @@ class TaskKernel {
   // that must wait on something outside the process (a file, a program,
   // a socket) starts a command whose tag is kCallTagMark and a count
   // (below kTimerTagMark; kernel_ext.lua's tags are small counts), and
-  // block_in_call yields the running task, mapped to that tag in the
-  // tasks table as a sleep is. complete_call wakes it with the command's
+  // block_in_call yields the running task, mapped to that tag
+  // (calls_). complete_call wakes it with the command's
   // results (codec bytes, decoded into its return values) or with
   // nil, error; a completion whose task is gone (stopped, or dropped by an
   // upgrade) is dropped. Callers check check_blockable first.
@@ -190,7 +192,7 @@ class TaskKernel {
   // (nullptr: none, the completion is dropped); mapping a task that still
   // waits to a new tag; waking it with the n values on top of L.
   lua_State* take_call(lua_State* L, std::uint64_t tag);
-  void rewait_call(lua_State* L, std::uint64_t tag, lua_State* co) { map_call(L, tag, co); }
+  void rewait_call(lua_State*, std::uint64_t tag, lua_State* co) { map_call(tag, co); }
   void wake_call(lua_State* L, lua_State* co, int n) { wake(L, co, n); }
   // process.watch made a monitor: from now on an exit event may be for a
   // watch channel, which kernel_ext.lua knows (event asks it only then).
@@ -370,10 +372,8 @@ class TaskKernel {
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
-  // A waiting call's entry in the tasks table (tasks[tag] = task co), and
-  // its removal once it completed.
-  void map_call(lua_State* L, std::uint64_t tag, lua_State* co);
-  void unmap_call(lua_State* L, std::uint64_t tag);
+  // A waiting call's task held by its tag (calls_) until it completes.
+  void map_call(std::uint64_t tag, lua_State* co) { calls_.add(tag, co); }
   // The timers (see check_blockable): an entry that wakes what kind says
   // at due (monotonic_seconds), and its id (> 0); an entry's removal
   // (nothing once it fired or went); what fired (complete); and every
@@ -438,6 +438,9 @@ class TaskKernel {
   // Tasks blocked in process.receive from recvq (behind other waiters):
   // their wake gives them only the message (a plain ch:receive also gets ok).
   std::vector<lua_State*> receive_one_;
+  // The tasks waiting in calls, by tag: each is in the tasks table too,
+  // which keeps it alive while it waits (call_tasks.hpp).
+  CallTasks calls_;
   // bindings/inbox.lua (inbox_chunk_ its bytecode), loaded by load_inbox:
   // its constructor and its append. messages_ counts a process's messages until the
   // kMessagesBeforeCtor-th, which loads it (if nothing did before) and
