@@ -108,7 +108,46 @@ struct ForgedPeer {
   }
 };
 
+// The node id in the "<ID.INDEX.GEN>" PID a node printed after "ready ".
+std::uint32_t node_id_in(const std::string& out) {
+  const auto at = out.find("ready <");
+  REQUIRE(at != std::string::npos);
+  return static_cast<std::uint32_t>(std::stoul(out.substr(at + 7)));
+}
+
 }  // namespace
+
+TEST_CASE("after a session that ended before the peer's epoch settled, the node's next one with that peer is wary: "
+          "the ended session's data is not delivered, the new one's is") {
+  SKIP_WITHOUT_NATS();
+  NatsServer nats;
+  auto a = start_node(node_argv("a", nats.url(), "forged", {}, "10"), "a", "ready");
+  const std::uint32_t a_id = node_id_in(a->stdout_text());
+  ForgedPeer p(nats.url(), 0x5eed0001, "p");
+  p.heartbeat();
+  // a's session: its epoch in the ack frame a sends at once; nothing from
+  // p reaches it, so it ends unsettled at p's bye.
+  auto first = p.next_frame(a_id, 10s, [](const Frame&) { return true; });
+  REQUIRE(first);
+  CHECK(first->to == 0);
+  p.bye();
+  REQUIRE(wait_until([&] { return contains(a->stderr_text(), "node p (id " + std::to_string(p.id) + ") is down: it ended"); },
+                     10s));
+  // The next session, with a new epoch of a's.
+  p.heartbeat();
+  auto second = p.next_frame(a_id, 10s, [&](const Frame& f) { return f.from_epoch != first->from; });
+  REQUIRE(second);
+  INFO("a's stdout: " << a->stdout_text());
+  INFO("a's stderr: " << a->stderr_text());
+  // Data of p's ended session, sent before it heard from a (so naming no
+  // epoch of a's), arrives late; then the data of p's next session, which
+  // heard from a's new one.
+  p.message(a_id, 5, 0, 1, "stale");
+  p.message(a_id, 6, second->from, 1, "fresh");
+  CHECK(a->says("got fresh", 10s));
+  CHECK_FALSE(contains(a->stdout_text(), "got stale"));
+  CHECK_FALSE(contains(a->stderr_text(), "began a new session"));
+}
 
 TEST_CASE("a node refuses a peer that speaks another wire version, naming both versions once, and reports it "
           "unreachable: not listed, noconnection, nodedown") {
@@ -146,4 +185,39 @@ TEST_CASE("a node refuses a peer that speaks another wire version, naming both v
   CHECK(err.find(refusal) == err.rfind(refusal));  // once, not at each heartbeat
   CHECK(contains(err, "node legacy (id " + std::to_string(legacy.id) + ") speaks cluster wire version 0, this node version " +
                           std::to_string(host::cluster::kWireVersion) + ": refused"));
+}
+
+TEST_CASE("a peer's session that began and ended while the node had none: its late data is delivered once, then the "
+          "peer's current session takes the pair down and up again") {
+  SKIP_WITHOUT_NATS();
+  NatsServer nats;
+  auto a = start_node(node_argv("a", nats.url(), "forged", {}, "10"), "a", "ready");
+  const std::uint32_t a_id = node_id_in(a->stdout_text());
+  ForgedPeer p(nats.url(), 0x5eed0005, "p");
+  p.heartbeat();
+  auto first = p.next_frame(a_id, 10s, [](const Frame&) { return true; });
+  REQUIRE(first);
+  INFO("a's stdout: " << a->stdout_text());
+  INFO("a's stderr: " << a->stderr_text());
+  // Data of p's session 5, which a never had (p met a and took it down
+  // before a heard p): it names no epoch of a's, as p's session 6 does.
+  p.message(a_id, 5, 0, 1, "gone");
+  REQUIRE(a->says("got gone", 10s));
+  p.message(a_id, 6, 0, 1, "current");
+  // a resets p, naming p's session 6; both ends then begin again.
+  auto reset = p.next_frame(a_id, 10s, [](const Frame& f) { return f.kind == FrameKind::Bye; });
+  REQUIRE(reset);
+  CHECK(reset->from == first->from);
+  CHECK(reset->to == 6);
+  // Logged after the reset goes.
+  CHECK(wait_until([&] { return contains(a->stderr_text(), "is down: it began a new session while this one went on"); },
+                   10s));
+  CHECK_FALSE(contains(a->stdout_text(), "got current"));
+  // The next session is a new one of a's, and takes p's data.
+  p.heartbeat();
+  auto next = p.next_frame(a_id, 10s, [&](const Frame& f) { return f.kind == FrameKind::Ack && f.from_epoch != first->from; });
+  REQUIRE(next);
+  p.message(a_id, 7, next->from, 1, "after");
+  CHECK(a->says("got after", 10s));
+  CHECK(a->stdout_text().find("got gone") == a->stdout_text().rfind("got gone"));
 }

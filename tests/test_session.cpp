@@ -417,6 +417,31 @@ TEST_CASE("two wary sessions that each first heard the other's ended session sti
   CHECK(b.s.unacked_messages() == 0);
 }
 
+TEST_CASE("a peer's session that began and ended while this end had none: its data is delivered, then both end") {
+  Session::Clock::time_point now{};
+  // B's session began (B heard A's heartbeat) and ended (B took A down)
+  // before A made one: A never heard of it, so A's session has no floor
+  // and is not wary. Its data names no epoch of A's, as the new one's does.
+  PairEnd b_gone(20, 10, 1, 0);
+  b_gone.send("b gone 0", now);
+  const std::string late = b_gone.out.back();
+  PairEnd a(10, 20, 1, 0);
+  PairEnd b(20, 10, 2, 0, /*wary=*/!b_gone.s.settled());
+  a.receive(late, now);
+  // Taken as A's session's: delivered, once (B's session dropped it from
+  // its ring as it ended, so nothing sends it again).
+  CHECK(a.got == std::vector<std::string>{"b gone 0"});
+  CHECK_FALSE(a.reset);
+  // B's current session is then a newer one: A ends its session and
+  // resets B, which ends its own (each end's nodedown, noconnection).
+  b.tick(now);
+  exchange(a, b, now);
+  CHECK(a.reset);
+  a.out.push_back(a.reset_frame());
+  exchange(a, b, now);
+  CHECK(b.reset);
+}
+
 TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
   Session s(SessionLimits{}, 7, 3, /*wary=*/true);
   CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor
