@@ -221,3 +221,31 @@ TEST_CASE("a peer's session that began and ended while the node had none: its la
   CHECK(a->says("got after", 10s));
   CHECK(a->stdout_text().find("got gone") == a->stdout_text().rfind("got gone"));
 }
+
+TEST_CASE("a peer's session that goes on after the node's reset to it was lost is taken down again, not left one-way") {
+  SKIP_WITHOUT_NATS();
+  NatsServer nats;
+  auto a = start_node(node_argv("a", nats.url(), "forged"), "a", "ready");
+  const std::uint32_t a_id = node_id_in(a->stdout_text());
+  ForgedPeer p(nats.url(), 0x5eed0006, "p");
+  p.heartbeat();
+  auto first = p.next_frame(a_id, 10s, [](const Frame&) { return true; });
+  REQUIRE(first);
+  INFO("a's stdout: " << a->stdout_text());
+  INFO("a's stderr: " << a->stderr_text());
+  // p's session 5 settles with a's.
+  p.message(a_id, 5, first->from, 1, "one");
+  REQUIRE(a->says("got one", 10s));
+  // p falls silent past the node timeout (2 s): a takes it down and resets
+  // it, a reset p never hears (it goes on with its session 5).
+  REQUIRE(wait_until([&] { return contains(a->stderr_text(), "is down: silent for the node timeout"); }, 10s));
+  p.heartbeat();
+  auto next = p.next_frame(a_id, 10s, [&](const Frame& f) { return f.kind == FrameKind::Ack && f.from_epoch != first->from; });
+  REQUIRE(next);
+  // p's session 5 heard a's new one and names it.
+  p.message(a_id, 5, next->from, 2, "two");
+  auto reset = p.next_frame(a_id, 10s, [&](const Frame& f) { return f.kind == FrameKind::Bye && f.from_epoch == next->from; });
+  CHECK(reset);
+  CHECK(wait_until([&] { return contains(a->stderr_text(), "is down: it carries on a session this node ended"); }, 10s));
+  CHECK_FALSE(contains(a->stdout_text(), "got two"));
+}

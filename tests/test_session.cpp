@@ -254,7 +254,7 @@ struct PairEnd {
     REQUIRE(f->to_node == node);
     const Session::Verdict v = s.judge(f->from_epoch, f->to_epoch);
     if (v == Session::Verdict::Stale) return;
-    if (v == Session::Verdict::Newer || f->kind == FrameKind::Bye) {
+    if (v == Session::Verdict::Newer || v == Session::Verdict::Ended || f->kind == FrameKind::Bye) {
       reset = true;
       return;
     }
@@ -442,6 +442,62 @@ TEST_CASE("a peer's session that began and ended while this end had none: its da
   CHECK(b.reset);
 }
 
+namespace {
+
+// Two sessions (a, b) that went on after the reset ending an earlier one
+// was lost run until both are reset, or `rounds` pass.
+void rounds_until_reset(PairEnd& a, PairEnd& b, Session::Clock::time_point& now, int rounds) {
+  run_rounds(a, b, now, rounds, [&] { return !a.reset || !b.reset; });
+}
+
+}  // namespace
+
+TEST_CASE("a peer's session that goes on after this end's reset to it was lost is ended, and the next sessions "
+          "carry both ways") {
+  using namespace std::chrono_literals;
+  for (const bool b_heard_a : {true, false}) {
+    CAPTURE(b_heard_a);
+    Session::Clock::time_point now{};
+    // A's old session settled B's epoch; B's settled A's unless the
+    // frames from A were lost.
+    PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+    b_old.ack();
+    exchange(a_old, b_old, now);
+    a_old.ack();
+    exchange(a_old, b_old, now, /*lose=*/!b_heard_a);
+    REQUIRE(a_old.s.settled());
+    REQUIRE(b_old.s.settled() == b_heard_a);
+    // A took B down (silent for the timeout, say); its reset was lost, and
+    // B, hearing A's heartbeats again, goes on with its old session.
+    b_old.out.clear();
+    PairEnd a(10, 20, 2, a_old.s.peer_epoch());
+    a.send("a new 0", now);
+    b_old.send("b old 1", now);
+    // Each end with the session it has: the two disagree, so each ends
+    // (rather than one taking the other's frames while its own are
+    // dropped, with nothing to end it).
+    PairEnd& b_cur = b_old;
+    rounds_until_reset(a, b_cur, now, 10);
+    CHECK(a.reset);
+    CHECK(a.got.empty());
+    // What B got from A's new session is not lost: B's processes had
+    // heard nothing of A's going down, and the message came once.
+    CHECK(b_cur.got.size() <= 1);
+    // The next sessions, as NatsNode makes them from each end's record.
+    PairEnd a2(10, 20, 3, a.s.settled() ? a.s.peer_epoch() : a_old.s.peer_epoch(), !a.s.settled());
+    PairEnd b2(20, 10, 2, b_cur.s.settled() ? b_cur.s.peer_epoch() : 0, !b_cur.s.settled());
+    a2.send("a 1", now);
+    b2.send("b 1", now);
+    run_rounds(a2, b2, now, 100, [&] {
+      return a2.s.unacked_messages() || b2.s.unacked_messages() || !a2.s.settled() || !b2.s.settled();
+    });
+    CHECK(a2.got == std::vector<std::string>{"b 1"});
+    CHECK(b2.got == std::vector<std::string>{"a 1"});
+    CHECK_FALSE(a2.reset);
+    CHECK_FALSE(b2.reset);
+  }
+}
+
 TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
   Session s(SessionLimits{}, 7, 3, /*wary=*/true);
   CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor
@@ -478,6 +534,15 @@ TEST_CASE("a session learns the peer's epoch once, refuses older ones and report
   CHECK_FALSE(s.ack_due_at_tick());
   CHECK(s.judge(3, 7) == Session::Verdict::Stale);
   CHECK(s.judge(5, 7) == Session::Verdict::Newer);
+  // Before settling, an ended session of the peer naming this one's epoch
+  // goes on with it (a reset to it was lost): Ended; naming none, Stale.
+  Session t(SessionLimits{}, 7, 3);
+  CHECK(t.judge(3, 7) == Session::Verdict::Ended);
+  CHECK(t.judge(2, 7) == Session::Verdict::Ended);
+  CHECK(t.judge(3, 0) == Session::Verdict::Stale);
+  CHECK_FALSE(t.settled());
+  Session w(SessionLimits{}, 7, 3, /*wary=*/true);
+  CHECK(w.judge(3, 7) == Session::Verdict::Ended);
   CHECK(s.peer_epoch() == 5);  // the reset then names the peer's new session
 }
 

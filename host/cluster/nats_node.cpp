@@ -662,6 +662,10 @@ void NatsNode::received(std::string_view bytes) {
     take_down(peer, "it began a new session while this one went on", /*reset=*/true);
     return;
   }
+  if (verdict == Session::Verdict::Ended) {
+    take_down(peer, "it carries on a session this node ended (its reset was lost)", /*reset=*/true);
+    return;
+  }
   if (f->kind == FrameKind::Bye) {  // a reset: the peer took this node down
     take_down(peer, "it took this node down", /*reset=*/false);
     return;
