@@ -240,7 +240,7 @@ class NatsNode final : public RemoteNodes {
   std::unordered_map<std::uint32_t, Ended> ended_epochs_;
   std::uint32_t next_epoch_ = 1;  // this end's next session's epoch; guarded by peers_mu_
   // The ids of runs heard with another wire version (never peers): each
-  // refusal is logged once. Guarded by peers_mu_.
+  // refusal is logged once. Guarded by peers_mu_. A few bytes per run.
   std::unordered_set<std::uint32_t> refused_;
 
   std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_

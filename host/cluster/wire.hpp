@@ -40,7 +40,7 @@ namespace host::cluster {
 inline constexpr std::uint32_t kWireVersion = 1;
 
 enum class FrameKind : std::uint8_t {
-  Heartbeat = 1,  // on the cluster subject: "I am (id, name)", every 500 ms
+  Heartbeat = 1,  // on the cluster subject: "I am (id, name, wire version)", every 500 ms
   Bye = 2,        // on the cluster subject: this run ends; take it down now.
                   // To a node: a reset, "I took you down; take me down too"
   Data = 3,       // to a node: one session message (seq, ack, envelope)
