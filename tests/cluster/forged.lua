@@ -1,9 +1,10 @@
 -- Node a's side of tests/test_cluster_peer.cpp, whose test process plays
 -- the other nodes with frames it forges on NATS. main registers "inbox"
 -- and prints the topic of each message it gets, in order. peers(NODE, OK)
--- waits until node OK is connected, then prints what this node reports
--- of NODE: whether process.nodes() lists it, and the events of a monitor
--- of { "inbox", NODE } and of process.monitor_node(NODE).
+-- waits until node OK is connected (and a while longer), then prints what
+-- this node reports of NODE: whether process.nodes() lists it, and the
+-- events of a monitor of { "inbox", NODE } and of
+-- process.monitor_node(NODE).
 local M = {}
 
 local function say(...)
@@ -35,6 +36,9 @@ function M.peers(node, ok)
     if listed(ok) then break end
     time.sleep(0.05)
   end
+  -- NODE's heartbeats come as often as OK's, on a connection of their
+  -- own: a while longer, so that NODE would be listed by now if heard.
+  time.sleep(0.5)
   say("listed", ok, listed(ok))
   say("listed", node, listed(node))
   local events = process.events()
