@@ -254,7 +254,7 @@ struct PairEnd {
     REQUIRE(f->to_node == node);
     const Session::Verdict v = s.judge(f->from_epoch, f->to_epoch);
     if (v == Session::Verdict::Stale) return;
-    if (v == Session::Verdict::Newer || f->kind == FrameKind::Bye) {
+    if (v == Session::Verdict::Newer || v == Session::Verdict::Ended || f->kind == FrameKind::Bye) {
       reset = true;
       return;
     }
@@ -417,6 +417,87 @@ TEST_CASE("two wary sessions that each first heard the other's ended session sti
   CHECK(b.s.unacked_messages() == 0);
 }
 
+TEST_CASE("a peer's session that began and ended while this end had none: its data is delivered, then both end") {
+  Session::Clock::time_point now{};
+  // B's session began (B heard A's heartbeat) and ended (B took A down)
+  // before A made one: A never heard of it, so A's session has no floor
+  // and is not wary. Its data names no epoch of A's, as the new one's does.
+  PairEnd b_gone(20, 10, 1, 0);
+  b_gone.send("b gone 0", now);
+  const std::string late = b_gone.out.back();
+  PairEnd a(10, 20, 1, 0);
+  PairEnd b(20, 10, 2, 0, /*wary=*/!b_gone.s.settled());
+  a.receive(late, now);
+  // Taken as A's session's: delivered, once (B's session dropped it from
+  // its ring as it ended, so nothing sends it again).
+  CHECK(a.got == std::vector<std::string>{"b gone 0"});
+  CHECK_FALSE(a.reset);
+  // B's current session is then a newer one: A ends its session and
+  // resets B, which ends its own (each end's nodedown, noconnection).
+  b.tick(now);
+  exchange(a, b, now);
+  CHECK(a.reset);
+  a.out.push_back(a.reset_frame());
+  exchange(a, b, now);
+  CHECK(b.reset);
+}
+
+namespace {
+
+// Two sessions (a, b) that went on after the reset ending an earlier one
+// was lost run until both are reset, or `rounds` pass.
+void rounds_until_reset(PairEnd& a, PairEnd& b, Session::Clock::time_point& now, int rounds) {
+  run_rounds(a, b, now, rounds, [&] { return !a.reset || !b.reset; });
+}
+
+}  // namespace
+
+TEST_CASE("a peer's session that goes on after this end's reset to it was lost is ended, and the next sessions "
+          "carry both ways") {
+  using namespace std::chrono_literals;
+  for (const bool b_heard_a : {true, false}) {
+    CAPTURE(b_heard_a);
+    Session::Clock::time_point now{};
+    // A's old session settled B's epoch; B's settled A's unless the
+    // frames from A were lost.
+    PairEnd a_old(10, 20, 1, 0), b_old(20, 10, 1, 0);
+    b_old.ack();
+    exchange(a_old, b_old, now);
+    a_old.ack();
+    exchange(a_old, b_old, now, /*lose=*/!b_heard_a);
+    REQUIRE(a_old.s.settled());
+    REQUIRE(b_old.s.settled() == b_heard_a);
+    // A took B down (silent for the timeout, say); its reset was lost, and
+    // B, hearing A's heartbeats again, goes on with its old session.
+    b_old.out.clear();
+    PairEnd a(10, 20, 2, a_old.s.peer_epoch());
+    a.send("a new 0", now);
+    b_old.send("b old 1", now);
+    // Each end with the session it has: the two disagree, so each ends
+    // (rather than one taking the other's frames while its own are
+    // dropped, with nothing to end it).
+    PairEnd& b_cur = b_old;
+    rounds_until_reset(a, b_cur, now, 10);
+    CHECK(a.reset);
+    CHECK(a.got.empty());
+    // What B got from A's new session is not lost: B's processes had
+    // heard nothing of A's going down, and the message came once.
+    CHECK(b_cur.got.size() <= 1);
+    // The next sessions, as NatsNode makes them from each end's record.
+    PairEnd a2(10, 20, 3, a.s.settled() ? a.s.peer_epoch() : a_old.s.peer_epoch(), !a.s.settled());
+    PairEnd b2(20, 10, 2, b_cur.s.settled() ? b_cur.s.peer_epoch() : 0, !b_cur.s.settled());
+    a2.send("a 1", now);
+    b2.send("b 1", now);
+    run_rounds(a2, b2, now, 100, [&] {
+      return a2.s.unacked_messages() || b2.s.unacked_messages() || !a2.s.settled() || !b2.s.settled();
+    });
+    CHECK(a2.got == std::vector<std::string>{"b 1"});
+    CHECK(b2.got == std::vector<std::string>{"a 1"});
+    CHECK_FALSE(a2.reset);
+    CHECK_FALSE(b2.reset);
+  }
+}
+
 TEST_CASE("a wary session settles the peer's epoch only from a frame naming its own") {
   Session s(SessionLimits{}, 7, 3, /*wary=*/true);
   CHECK(s.judge(3, 0) == Session::Verdict::Stale);  // at the floor
@@ -453,6 +534,15 @@ TEST_CASE("a session learns the peer's epoch once, refuses older ones and report
   CHECK_FALSE(s.ack_due_at_tick());
   CHECK(s.judge(3, 7) == Session::Verdict::Stale);
   CHECK(s.judge(5, 7) == Session::Verdict::Newer);
+  // Before settling, an ended session of the peer naming this one's epoch
+  // goes on with it (a reset to it was lost): Ended; naming none, Stale.
+  Session t(SessionLimits{}, 7, 3);
+  CHECK(t.judge(3, 7) == Session::Verdict::Ended);
+  CHECK(t.judge(2, 7) == Session::Verdict::Ended);
+  CHECK(t.judge(3, 0) == Session::Verdict::Stale);
+  CHECK_FALSE(t.settled());
+  Session w(SessionLimits{}, 7, 3, /*wary=*/true);
+  CHECK(w.judge(3, 7) == Session::Verdict::Ended);
   CHECK(s.peer_epoch() == 5);  // the reset then names the peer's new session
 }
 
@@ -586,7 +676,19 @@ TEST_CASE("frames and envelopes read back as written, and cut or foreign bytes a
   const std::string hb_bytes = encode_frame(hb);
   REQUIRE(decode_frame(hb_bytes));
   CHECK(decode_frame(hb_bytes)->text == "alpha");
-  for (std::size_t n = 0; n < hb_bytes.size(); ++n) CHECK_FALSE(decode_frame(hb_bytes.substr(0, n)));
+  CHECK(decode_frame(hb_bytes)->version == kWireVersion);
+  // Cut at the name's end it is a heartbeat naming no version (0, a node
+  // from before the version was named); past the version, what a later
+  // version adds is read past.
+  const std::size_t name_end = hb_bytes.size() - 4;
+  REQUIRE(decode_frame(hb_bytes.substr(0, name_end)));
+  CHECK(decode_frame(hb_bytes.substr(0, name_end))->version == 0);
+  CHECK(decode_frame(hb_bytes.substr(0, name_end))->text == "alpha");
+  hb.version = kWireVersion + 1;
+  REQUIRE(decode_frame(encode_frame(hb) + "later"));
+  CHECK(decode_frame(encode_frame(hb) + "later")->version == kWireVersion + 1);
+  for (std::size_t n = 0; n < hb_bytes.size(); ++n)
+    if (n != name_end) CHECK_MESSAGE(!decode_frame(hb_bytes.substr(0, n)), n);
   for (std::size_t n = 0; n < 47; ++n) CHECK_FALSE(decode_envelope(body.substr(0, n)));
   std::string foreign = bytes;
   foreign[0] = 'x';

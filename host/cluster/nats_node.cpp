@@ -565,7 +565,7 @@ void NatsNode::on_cluster_msg(natsConnection*, natsSubscription*, natsMsg* msg, 
   }
   const std::string_view bytes(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
   if (auto f = decode_frame(bytes); f && f->from_node != node->id_) {
-    if (f->kind == FrameKind::Heartbeat) node->heard_heartbeat(f->from_node, f->text);
+    if (f->kind == FrameKind::Heartbeat) node->heard_heartbeat(f->from_node, f->text, f->version);
     if (f->kind == FrameKind::Bye)
       if (auto peer = node->find(f->from_node)) node->take_down(peer, "it ended", /*reset=*/false);
   }
@@ -595,8 +595,23 @@ void NatsNode::on_node_msg(natsConnection*, natsSubscription*, natsMsg* msg, voi
   natsMsg_Destroy(msg);
 }
 
-void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name) {
+void NatsNode::heard_heartbeat(std::uint32_t id, std::string_view name, std::uint32_t version) {
   if (check_node_name(name).size()) return;  // not one of ours
+  if (version != kWireVersion) {
+    // Its frames would be misread here, and ours there: never a peer, so
+    // to this node's processes it is a node not connected. Said once per
+    // run of it, not at each heartbeat.
+    bool first = false;
+    {
+      std::unique_lock lock(peers_mu_);
+      first = refused_.insert(id).second;
+    }
+    if (first)
+      log::logger().error("cluster: node {} (id {}) speaks cluster wire version {}, this node version {}: refused, "
+                          "it stays unreachable from here (run one version on every node)",
+                          name, id, version, kWireVersion);
+    return;
+  }
   if (auto peer = find(id)) {
     std::lock_guard lock(peer->mu);
     peer->last_heard = Clock::now();
@@ -645,6 +660,10 @@ void NatsNode::received(std::string_view bytes) {
   if (verdict == Session::Verdict::Stale) return;
   if (verdict == Session::Verdict::Newer) {
     take_down(peer, "it began a new session while this one went on", /*reset=*/true);
+    return;
+  }
+  if (verdict == Session::Verdict::Ended) {
+    take_down(peer, "it carries on a session this node ended (its reset was lost)", /*reset=*/true);
     return;
   }
   if (f->kind == FrameKind::Bye) {  // a reset: the peer took this node down

@@ -19,6 +19,10 @@
 // same id is a one in four billion chance, which the name check does not
 // cover.
 //
+// Versions. A heartbeat names its sender's wire version (wire.hpp); one
+// of another version makes no peer (it is logged once and the node stays
+// unknown here): its frames would be misread.
+//
 // Peers. A heartbeat from an id not known makes a peer (nodeup) and is
 // answered at once with this node's heartbeat, so the newcomer learns of
 // it within a round trip rather than 500 ms. A heartbeat with a known name
@@ -48,6 +52,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "host/cluster/batch.hpp"
@@ -160,7 +165,8 @@ class NatsNode final : public RemoteNodes {
   static void on_cluster_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
   static void on_node_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
   static void on_name_msg(__natsConnection*, __natsSubscription*, __natsMsg* msg, void* self);
-  void heard_heartbeat(std::uint32_t id, std::string_view name);
+  // `version`: the heartbeat's wire version; a peer of another is refused.
+  void heard_heartbeat(std::uint32_t id, std::string_view name, std::uint32_t version);
   void received(std::string_view bytes);
   // `owned`, when given, holds the envelope's payload (a large one put
   // together from parts, Reassembly): it is moved into the delivery, not
@@ -233,6 +239,9 @@ class NatsNode final : public RemoteNodes {
   };
   std::unordered_map<std::uint32_t, Ended> ended_epochs_;
   std::uint32_t next_epoch_ = 1;  // this end's next session's epoch; guarded by peers_mu_
+  // The ids of runs heard with another wire version (never peers): each
+  // refusal is logged once. Guarded by peers_mu_. A few bytes per run.
+  std::unordered_set<std::uint32_t> refused_;
 
   std::mutex watch_mu_;  // guards watches_, node_watchers_, named_monitors_ and spawns_
   std::unordered_map<std::uint32_t, std::vector<Watch>> watches_;          // by the peer's id

@@ -18,7 +18,7 @@ Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch
   if (!settled_) {
     // Not heard from the peer yet: one of its earlier sessions is not
     // mistaken for its current one.
-    if (from_epoch <= floor_) return Verdict::Stale;
+    if (from_epoch <= floor_) return to_epoch == epoch_ ? Verdict::Ended : Verdict::Stale;
     if (wary_ && to_epoch != epoch_) {
       // Maybe of the session that ended unsettled: named in this end's
       // frames (the highest heard: its later sessions have higher ones),

@@ -86,6 +86,11 @@ class Session {
     Newer,    // the peer began a later session while this one went on: the
               // two ends disagree, so this one must end too (NatsNode
               // takes the peer down, resetting it)
+    Ended,    // from a session of the peer that ended with this end (at or
+              // below the floor) yet names this session's epoch: the peer
+              // carries that one on (this end's reset to it was lost) with
+              // this one, whose frames it may take while this end drops
+              // its own; they disagree too, and this one ends as for Newer
   };
   // Judges a frame's epochs (its sender's, and this end's as the sender
   // knows it, 0 when it does not yet). The first current frame settles
@@ -100,6 +105,12 @@ class Session {
   // the peer's session can settle this one's in turn). Not for every
   // session: the peer's data sent before it heard from this end would be
   // dropped and wait for the resend.
+  //
+  // A frame of an ended session of the peer is Stale, but Ended when it
+  // names this session's epoch: its sender heard from this session after
+  // this end ended that one. Left Stale, the peer's frames would never
+  // settle this session while the peer took this one's: a one-way stream
+  // with nothing to end it (the heartbeats keep the peer up).
   Verdict judge(std::uint32_t from_epoch, std::uint32_t to_epoch);
   std::uint32_t epoch() const { return epoch_; }
   // The peer's epoch as this end's frames name it: 0 while not heard; in

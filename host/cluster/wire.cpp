@@ -104,6 +104,9 @@ std::string encode_frame(const Frame& f) {
   put_int(out, f.to_epoch);
   switch (f.kind) {
     case FrameKind::Heartbeat:
+      put_str(out, f.text);
+      put_int(out, f.version);
+      break;
     case FrameKind::Bye: put_str(out, f.text); break;
     case FrameKind::Data: break;  // above
     case FrameKind::Ack: put_int(out, f.ack); break;
@@ -122,8 +125,14 @@ std::optional<Frame> decode_frame(std::string_view bytes) {
   f.to_epoch = r.get<std::uint32_t>();
   switch (kind) {
     case static_cast<std::uint8_t>(FrameKind::Heartbeat):
+      f.kind = FrameKind::Heartbeat;
+      f.text = r.str();
+      // None named: a node from before the version was; past it, what a
+      // later version added (wire.hpp).
+      f.version = r.ok && r.rest.empty() ? 0 : r.get<std::uint32_t>();
+      break;
     case static_cast<std::uint8_t>(FrameKind::Bye):
-      f.kind = static_cast<FrameKind>(kind);
+      f.kind = FrameKind::Bye;
       f.text = r.str();
       if (!r.rest.empty()) return std::nullopt;
       break;

@@ -12,6 +12,12 @@
 // up again). Integers are
 // little-endian, strings a u32 length and their bytes. Reading checks every
 // length: a truncated, foreign or corrupt frame is refused, never trusted.
+//
+// The heartbeat names its sender's wire version (kWireVersion) after the
+// name: a node hearing another version refuses that peer (NatsNode) rather
+// than misread its frames. So every version keeps the header and the
+// heartbeat's name and version where they are; what a later version adds
+// to the heartbeat goes after them (read past, not refused).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +33,14 @@
 
 namespace host::cluster {
 
+// The frames' and envelopes' format this build speaks. Raised with any
+// change a node of the previous version would misread. A heartbeat naming
+// none is 0: a node from before the version was named (whose heartbeat
+// ended at the name), whose batches and frames this one does not read.
+inline constexpr std::uint32_t kWireVersion = 1;
+
 enum class FrameKind : std::uint8_t {
-  Heartbeat = 1,  // on the cluster subject: "I am (id, name)", every 500 ms
+  Heartbeat = 1,  // on the cluster subject: "I am (id, name, wire version)", every 500 ms
   Bye = 2,        // on the cluster subject: this run ends; take it down now.
                   // To a node: a reset, "I took you down; take me down too"
   Data = 3,       // to a node: one session message (seq, ack, envelope)
@@ -46,6 +58,7 @@ struct Frame {
   std::uint64_t seq = 0;  // Data
   std::uint64_t ack = 0;  // Data, Ack
   std::string_view text;  // Heartbeat, Bye: the node's name; Data: the envelope
+  std::uint32_t version = kWireVersion;  // Heartbeat: the sender's wire version
 };
 
 std::string encode_frame(const Frame& f);
