@@ -741,6 +741,37 @@ TEST_CASE("a 1 MB message crosses in few parts, each a NATS message, and two par
   CHECK(limits.ack_every_bytes <= kPartBytes);
 }
 
+TEST_CASE("beside whole messages a large message keeps one part in flight; a flow alone keeps two") {
+  using namespace host::cluster;
+  const SessionLimits limits;
+  const auto parts = split_into_bodies(encode_envelope_buffer(message_of(std::string(1u << 20, 'z'))), 1);
+  const Body ping = whole_body(encode_envelope_buffer(message_of("ping")));
+  // The parts the session lets in at `now`, as NatsNode's pump does.
+  auto let_in = [&](Session& s, Session::Clock::time_point now) {
+    std::size_t n = 0;
+    for (const Body& part : parts) {
+      if (!s.room_for_part(now)) break;
+      CHECK(part.part());
+      (void)s.stamp(part, now);
+      ++n;
+    }
+    return n;
+  };
+  const auto t0 = Session::Clock::now();
+  Session alone(limits);
+  CHECK(let_in(alone, t0) == 2);  // one travels while the other's ack comes
+  Session beside(limits);
+  CHECK_FALSE(ping.part());
+  (void)beside.stamp(ping, t0);
+  // A small message finds at most one part ahead of the next one.
+  CHECK(let_in(beside, t0 + 1ms) == 1);
+  beside.acknowledged(beside.next_seq() - 1, t0 + 2ms);
+  CHECK(let_in(beside, t0 + 2ms) == 1);
+  // No whole message for beside_whole_for: two again.
+  beside.acknowledged(beside.next_seq() - 1, t0 + 3ms);
+  CHECK(let_in(beside, t0 + limits.beside_whole_for + 1ms) == 2);
+}
+
 TEST_CASE("an envelope over 128 KB travels in parts and is reassembled whole, and a bad part drops it") {
   using namespace host::cluster;
   for (std::size_t size : {std::size_t{0}, std::size_t{10}, kPartBytes - 60, kPartBytes, kPartBytes + 1,

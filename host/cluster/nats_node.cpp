@@ -253,7 +253,7 @@ void NatsNode::send_body(Peer& peer, Body body, Clock::time_point now) {
 }
 
 void NatsNode::pump(Peer& peer, Clock::time_point now) {
-  while (!peer.outbox.empty() && peer.session.unacked_bytes() < options_.session.parts_in_flight_bytes)
+  while (!peer.outbox.empty() && peer.session.room_for_part(now))
     send_body(peer, *peer.outbox.next(), now);
 }
 

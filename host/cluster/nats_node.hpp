@@ -191,8 +191,8 @@ class NatsNode final : public RemoteNodes {
   // Under peer.mu: stamps one body with the next sequence number and
   // publishes it.
   void send_body(Peer& peer, Body body, Clock::time_point now);
-  // Under peer.mu: moves bodies from the outbox into the session while its
-  // unacknowledged bytes are under SessionLimits::parts_in_flight_bytes.
+  // Under peer.mu: moves bodies from the outbox into the session while it
+  // has room for parts in flight (Session::room_for_part).
   void pump(Peer& peer, Clock::time_point now);
   // Bytes held for the peer: unacknowledged plus waiting in the outbox.
   static std::size_t buffered_bytes(const Peer& peer) { return peer.session.unacked_bytes() + peer.outbox.bytes(); }

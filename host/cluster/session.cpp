@@ -47,8 +47,17 @@ std::uint64_t Session::stamp(Body body, Clock::time_point now) {
   if (ring_.empty()) last_progress_ = now;
   const std::uint64_t seq = next_seq_++;
   unacked_bytes_ += body.size();
+  if (!body.part()) {
+    sent_whole_ = true;
+    last_whole_ = now;
+  }
   ring_.push_back(Outgoing{seq, std::move(body)});
   return seq;
+}
+
+bool Session::room_for_part(Clock::time_point now) const {
+  const bool beside_whole = sent_whole_ && now - last_whole_ < limits_.beside_whole_for;
+  return unacked_bytes_ < (beside_whole ? limits_.parts_in_flight_beside_whole_bytes : limits_.parts_in_flight_bytes);
 }
 
 void Session::acknowledged(std::uint64_t ack, Clock::time_point now) {

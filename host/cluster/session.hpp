@@ -53,6 +53,17 @@ struct SessionLimits {
   // (its median), with no loss in the 1 MB rate (BENCHMARKS.md, "Kept
   // buffers on the receiving side").
   std::size_t parts_in_flight_bytes = 256u << 10;
+  // The same while whole messages go to the peer beside the parts (one
+  // was sent within `beside_whole_for`): one part's worth, so that a
+  // small message finds at most one part ahead of it. A ping under an
+  // 8 MB flow waited mostly for the transport (nats-server and the
+  // receiving client working through the parts ahead, and each thread
+  // on its way waiting for a CPU the flow kept busy), not in this node:
+  // one part ahead instead of two shortened its wait and left the CPUs
+  // less busy, for a slower flow while the small messages go
+  // (BENCHMARKS.md, "A ping beside a flow"). A flow alone keeps two.
+  std::size_t parts_in_flight_beside_whole_bytes = 128u << 10;
+  std::chrono::milliseconds beside_whole_for{20};
   // Bytes held for a peer (unacknowledged, plus waiting in its outbox)
   // past which, while the transport is down, the peer is reported down
   // (SPEC: at most 8 MB buffered per peer). NatsNode checks it.
@@ -147,6 +158,10 @@ class Session {
   }
   std::size_t unacked_bytes() const { return unacked_bytes_; }
   std::size_t unacked_messages() const { return ring_.size(); }
+  // Whether the next part of a large message may be sent now: while the
+  // unacknowledged bytes are under the limit for parts in flight (the
+  // smaller one while whole messages go beside them: SessionLimits).
+  bool room_for_part(Clock::time_point now) const;
   bool window_full() const { return unacked_bytes_ >= limits_.window_bytes; }
   std::uint64_t resends() const { return resends_; }
 
@@ -189,6 +204,8 @@ class Session {
   std::size_t unacked_bytes_ = 0;
   Clock::time_point last_progress_{};
   std::uint64_t resends_ = 0;
+  bool sent_whole_ = false;       // a whole body was stamped, at last_whole_
+  Clock::time_point last_whole_{};
   // Receiver half.
   std::uint64_t delivered_ = 0;  // every seq up to this one delivered
   std::uint64_t ack_sent_ = 0;

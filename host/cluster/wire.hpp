@@ -159,6 +159,9 @@ class Body {
   explicit Body(std::string_view bytes);
   // Bytes on the wire: its header and its slice.
   std::size_t size() const { return header_ + slice_; }
+  // Whether it is one part of a large envelope (not a whole one, nor
+  // bytes given as they are).
+  bool part() const { return header_ == kPartHeaderBytes; }
   // Calls fn(frame bytes), the data frame `header` (its text ignored)
   // carrying this body, built in place; the buffer is as before after.
   template <typename Fn>
