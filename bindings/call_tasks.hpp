@@ -72,9 +72,13 @@ class CallTasks {
   };
 
   // Once: a process that held many (a fan-out of calls) keeps the map.
+  // The map is filled before it is kept, so a bad_alloc part way leaves
+  // every wait still in the vector.
   void rehash() {
-    many_ = std::make_unique<std::unordered_map<std::uint64_t, lua_State*>>();
-    for (const Entry& e : few_) many_->emplace(e.tag, e.co);
+    auto many = std::make_unique<std::unordered_map<std::uint64_t, lua_State*>>();
+    many->reserve(2 * kFew);
+    for (const Entry& e : few_) many->emplace(e.tag, e.co);
+    many_ = std::move(many);
     few_.clear();
     few_.shrink_to_fit();
   }

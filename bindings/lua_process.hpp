@@ -272,15 +272,19 @@ class LuaProcess final : public Process, private KernelHost {
   std::unique_ptr<IoWaits> io_waits_;
   bool io_wait_completed(lua_State* L, const Event& ev);
   int loaded_ref_ = -2;  // package.loaded's registry slot (push_loaded)
-  // The timer commands TaskKernel started (LuaProcess::start_timer: their
-  // tags), and its waiting calls (TaskKernel::kCallTagMark and this count).
-  std::uint32_t c_timers_ = 0;
   std::uint8_t jit_step_firings_ = 0;
   std::uint8_t jit_long_history_ = 0;
   // Sampled steps in a row that found the process hot (probe_jit), and
   // the tag of the thread of the last sample.
   std::uint8_t jit_hot_samples_ = 0;
   std::uint8_t jit_hot_thread_ = 0;
+  // The timer commands TaskKernel started (LuaProcess::start_timer: their
+  // tags), and its waiting calls (TaskKernel::kCallTagMark and this count).
+  // 56 bits, not 32: a 32-bit count can wrap within a long-lived process,
+  // and a wait still parked under an old tag would share it with a new
+  // one. The flag after it fills the word, so the object stays in its
+  // size class.
+  std::uint64_t c_timers_ : 56 = 0;
   bool jit_after_load_ = false;  // jit named in Init: the compiler comes on when it ends (Primitives::open_lib)
   double started_ = 0;  // when Init ran, in time.now() seconds (process.info)
 };
