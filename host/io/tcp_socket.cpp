@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -77,8 +78,9 @@ void TcpSocket::discard_fd() {
   family_ = master_family_;
 }
 
-TcpSocket::TcpSocket(NetPoller& poller, int fd, int family)
-    : poller_(poller), fd_(fd), family_(family), created_(wall_seconds()) {
+TcpSocket::TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer)
+    : poller_(poller), fd_(fd), family_(peer.family()), created_(wall_seconds()) {
+  std::memcpy(&peer_, &peer.ss, std::min<std::size_t>(peer.len, sizeof peer_));
   slot_ = poller_.open(fd_);
   become_client();
 }
@@ -195,11 +197,11 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
     // The peer's address gives the family (a socket's own and its peer's
     // are the same), where a getsockname was one more system call a
     // connection.
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    SocketAddress peer;
+    peer.len = sizeof peer.ss;
+    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      auto s = std::make_unique<TcpSocket>(poller_, fd, static_cast<int>(peer.ss_family));
+      auto s = std::make_unique<TcpSocket>(poller_, fd, peer);
       if (s->slot_ < 0) {
         *err = socket_errno_text(errno);
         return Io::kEnd;
@@ -217,6 +219,11 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
 std::string TcpSocket::name(bool peer, std::string* ip, int* port, const char** family) const {
   if (fd_ < 0) return peer ? "closed" : "not bound";
   SocketAddress a;
+  if (peer && peer_.sin6_family != AF_UNSPEC) {
+    std::memcpy(&a.ss, &peer_, sizeof peer_);
+    describe(a, ip, port, family);
+    return {};
+  }
   a.len = sizeof a.ss;
   const int rc = peer ? ::getpeername(fd_, reinterpret_cast<sockaddr*>(&a.ss), &a.len)
                       : ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a.ss), &a.len);

@@ -10,6 +10,7 @@
 // Threads: one at a time (the owning process's); TcpTransit any.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -43,8 +44,9 @@ class TcpSocket {
 
   // A master of family (AF_UNSPEC: made once an address names one).
   TcpSocket(NetPoller& poller, int family);
-  // An accepted connection of family (fd registered here).
-  TcpSocket(NetPoller& poller, int fd, int family);
+  // An accepted connection (fd registered here), its family and peer
+  // the address accept gave.
+  TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer);
   ~TcpSocket();
   TcpSocket(const TcpSocket&) = delete;
   TcpSocket& operator=(const TcpSocket&) = delete;
@@ -77,6 +79,9 @@ class TcpSocket {
   // An accepted connection, or kAgain (wait for readable), kEnd (*err).
   Io accept(std::unique_ptr<TcpSocket>* out, std::string* err);
 
+  // The socket's own address, or its peer's: an accepted connection's
+  // peer is the address accept gave (no system call, and still known
+  // once the client has reset the connection).
   std::string name(bool peer, std::string* ip, int* port, const char** family) const;
   // setoption / getoption; value: a boolean (number for linger's timeout).
   std::string set_option(const std::string& name, bool on, int linger_timeout);
@@ -101,6 +106,9 @@ class TcpSocket {
   bool keepalive_ = false;
   bool reuseaddr_ = false;
   double created_;
+  // An accepted connection's peer (room for either family: sockaddr_in
+  // fits in sockaddr_in6); AF_UNSPEC where the kernel is asked instead.
+  sockaddr_in6 peer_{};
   std::unique_ptr<ByteStream> stream_;
 };
 
