@@ -329,6 +329,19 @@ return { main = function()
       s:close()
       T.eq(select(2, s:getpeername()), "closed")
       srv:close()
+      -- The same over IPv6, where the machine has it (the address is longer).
+      local srv6 = socket.bind("::1", 0)
+      if srv6 then
+        local _, port6 = srv6:getsockname()
+        local c6 = assert(socket.connect("::1", port6))
+        local _, cport6 = c6:getsockname()
+        local s6 = assert(srv6:accept())
+        local ip6, pport6, family6 = s6:getpeername()
+        T.eq(ip6, "::1")
+        T.eq(pport6, cport6)
+        T.eq(family6, "inet6")
+        c6:close(); s6:close(); srv6:close()
+      end
     end },
     { "shutdown('send') lets the peer read to the end", function()
       local c, s = pair()
