@@ -18,9 +18,9 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void set_flag(int fd, int level, int opt, bool on) {
+bool set_flag(int fd, int level, int opt, bool on) {
   int v = on ? 1 : 0;
-  (void)::setsockopt(fd, level, opt, &v, sizeof v);
+  return ::setsockopt(fd, level, opt, &v, sizeof v) == 0;
 }
 
 }  // namespace
@@ -75,11 +75,12 @@ void TcpSocket::discard_fd() {
   ::close(fd_);
   slot_ = fd_ = -1;
   connecting_ = false;
+  fd_nodelay_ = false;
   family_ = master_family_;
 }
 
-TcpSocket::TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer)
-    : poller_(poller), fd_(fd), family_(peer.family()), created_(wall_seconds()) {
+TcpSocket::TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer, bool fd_nodelay)
+    : poller_(poller), fd_(fd), family_(peer.family()), fd_nodelay_(fd_nodelay), created_(wall_seconds()) {
   std::memcpy(&peer_, &peer.ss, std::min<std::size_t>(peer.len, sizeof peer_));
   slot_ = poller_.open(fd_);
   become_client();
@@ -118,7 +119,7 @@ std::string TcpSocket::ensure_fd(int family) {
 void TcpSocket::become_client() {
   kind_ = Kind::kClient;
   connecting_ = false;
-  if (nodelay_) set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
+  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
   stream_ = std::make_unique<ByteStream>(fd_);
 }
 
@@ -136,6 +137,9 @@ std::string TcpSocket::listen(int backlog) {
   }
   if (::listen(fd_, backlog) != 0) return socket_errno_text(errno);
   kind_ = Kind::kServer;
+  // An accepted connection inherits TCP_NODELAY from its listener (Linux
+  // copies it at accept): set here once, not on each connection.
+  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
   return {};
 }
 
@@ -201,7 +205,7 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
     peer.len = sizeof peer.ss;
     const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      auto s = std::make_unique<TcpSocket>(poller_, fd, peer);
+      auto s = std::make_unique<TcpSocket>(poller_, fd, peer, fd_nodelay_);
       if (s->slot_ < 0) {
         *err = socket_errno_text(errno);
         return Io::kEnd;
@@ -235,7 +239,7 @@ std::string TcpSocket::name(bool peer, std::string* ip, int* port, const char** 
 std::string TcpSocket::set_option(const std::string& name, bool on, int linger_timeout) {
   if (name == "tcp-nodelay") {
     nodelay_ = on;
-    if (fd_ >= 0) set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, on);
+    if (fd_ >= 0) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, on) ? on : fd_nodelay_;
     return {};
   }
   if (name == "keepalive") {

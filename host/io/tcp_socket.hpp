@@ -45,8 +45,9 @@ class TcpSocket {
   // A master of family (AF_UNSPEC: made once an address names one).
   TcpSocket(NetPoller& poller, int family);
   // An accepted connection (fd registered here), its family and peer
-  // the address accept gave.
-  TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer);
+  // the address accept gave; fd_nodelay: whether it has TCP_NODELAY
+  // already (inherited from its listener).
+  TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer, bool fd_nodelay);
   ~TcpSocket();
   TcpSocket(const TcpSocket&) = delete;
   TcpSocket& operator=(const TcpSocket&) = delete;
@@ -103,6 +104,7 @@ class TcpSocket {
   bool connecting_ = false;
   bool closed_ = false;
   bool nodelay_ = true;  // TCP_NODELAY by default, as Go: small writes go at once
+  bool fd_nodelay_ = false;  // the descriptor has TCP_NODELAY on (set, or inherited at accept)
   bool keepalive_ = false;
   bool reuseaddr_ = false;
   double created_;

@@ -343,6 +343,30 @@ return { main = function()
         c6:close(); s6:close(); srv6:close()
       end
     end },
+    { "an accepted connection has TCP_NODELAY, its listener's or set at the accept", function()
+      -- The kernel's own flag, read through the descriptor: the host sets it
+      -- on the listener once, where accepted connections inherit it.
+      local ffi = require("ffi")
+      pcall(ffi.cdef, "int getsockopt(int, int, int, void *, unsigned int *);")
+      local IPPROTO_TCP, TCP_NODELAY = 6, 1
+      local function kernel_nodelay(sock)
+        local v, len = ffi.new("int[1]"), ffi.new("unsigned int[1]", 4)
+        assert(ffi.C.getsockopt(sock:getfd(), IPPROTO_TCP, TCP_NODELAY, v, len) == 0)
+        return v[0] ~= 0
+      end
+      for _, listener_nodelay in ipairs { true, false } do
+        local srv, port = listener()
+        if not listener_nodelay then T.eq(srv:setoption("tcp-nodelay", false), 1) end
+        local c = assert(socket.connect("127.0.0.1", port))
+        local s = assert(srv:accept())
+        T.eq(kernel_nodelay(s), true, "accepted (listener's tcp-nodelay " .. tostring(listener_nodelay) .. ")")
+        T.eq(s:getoption("tcp-nodelay"), true)
+        T.eq(kernel_nodelay(c), true, "connected")
+        T.eq(s:setoption("tcp-nodelay", false), 1)
+        T.eq(kernel_nodelay(s), false, "turned off")
+        c:close(); s:close(); srv:close()
+      end
+    end },
     { "shutdown('send') lets the peer read to the end", function()
       local c, s = pair()
       c:send("last words")
