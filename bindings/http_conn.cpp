@@ -1029,6 +1029,7 @@ struct TrackHandle {
   // back as an object, and the readiness watch on it (0: none).
   std::unique_ptr<io::TcpSocket> sock;
   std::uint64_t watch_tag;
+  bool tls;  // https: its socket is peeked, not read (peek)
 };
 
 // Drops the entry and its duplicate; failed: the connection's process
@@ -1105,7 +1106,8 @@ int f_track(lua_State* L) {
   }
   auto t = std::make_shared<Tracked>();
   t->dup_fd = fd;
-  t->tls = lua_toboolean(L, 2);
+  const bool tls = lua_toboolean(L, 2);
+  t->tls = tls;
   std::uint64_t id;
   {
     std::lock_guard lock(g_tracked_mu);
@@ -1113,7 +1115,7 @@ int f_track(lua_State* L) {
     g_tracked.emplace(id, std::move(t));
   }
   auto* h = static_cast<TrackHandle*>(new_userdata_with(L, sizeof(TrackHandle), &kTrackMetaKey, make_track_meta));
-  new (h) TrackHandle{id, {}, nullptr, 0};
+  new (h) TrackHandle{id, {}, nullptr, 0, tls};
   track_finalizer(L, &h->fin, finalize_track, h);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1137,9 +1139,22 @@ int t_untrack(lua_State* L) {
 
 // What a hibernated socket has: bytes (or a TLS record already read into
 // its stream), its end (the client closed or reset it), or nothing yet.
+// Over plain TCP the bytes are read into the socket's stream, where the
+// connection's process parses them without a read of its own: a peek left
+// them to that read, one system call more a connection. A TLS connection
+// is peeked: its first bytes are the handshake's, which its process's
+// session must read (the stream takes what it holds for plaintext).
 enum class Waiting : std::uint8_t { kNothing, kBytes, kEnd };
-Waiting peek(io::TcpSocket& sock) {
-  if (sock.stream()->dirty()) return Waiting::kBytes;
+Waiting peek(io::TcpSocket& sock, bool tls) {
+  io::ByteStream& st = *sock.stream();
+  if (st.dirty()) return Waiting::kBytes;
+  if (!tls) {
+    switch (st.read_ahead()) {
+      case Io::kDone: return Waiting::kBytes;
+      case Io::kAgain: return Waiting::kNothing;
+      case Io::kEnd: return Waiting::kEnd;
+    }
+  }
   char byte;
   const ssize_t n = ::recv(sock.fd(), &byte, 1, MSG_PEEK);
   if (n > 0) return Waiting::kBytes;
@@ -1155,7 +1170,7 @@ void hibernated_ready(lua_State* L, lua_State* co, void* owner, std::uint64_t ta
 // poller saw before the watch completes it at once: the peek then tells
 // whether it was for bytes, or waits again).
 void look(lua_State* L, TrackHandle* h) {
-  switch (peek(*h->sock)) {
+  switch (peek(*h->sock, h->tls)) {
     case Waiting::kBytes: (void)post_self(L, "readable", static_cast<double>(h->id)); return;
     case Waiting::kEnd: (void)post_self(L, "hangup", static_cast<double>(h->id)); return;
     case Waiting::kNothing: break;
@@ -1196,7 +1211,7 @@ int t_hibernate(lua_State* L) {
     lua_pushliteral(L, "closed");
     return 2;
   }
-  if (peek(*sock) == Waiting::kBytes) {
+  if (peek(*sock, h->tls) == Waiting::kBytes) {
     tcp_push(L, std::move(sock), kClient);
     return 1;
   }

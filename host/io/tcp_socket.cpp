@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -17,9 +18,9 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void set_flag(int fd, int level, int opt, bool on) {
+bool set_flag(int fd, int level, int opt, bool on) {
   int v = on ? 1 : 0;
-  (void)::setsockopt(fd, level, opt, &v, sizeof v);
+  return ::setsockopt(fd, level, opt, &v, sizeof v) == 0;
 }
 
 }  // namespace
@@ -74,11 +75,13 @@ void TcpSocket::discard_fd() {
   ::close(fd_);
   slot_ = fd_ = -1;
   connecting_ = false;
+  fd_nodelay_ = false;
   family_ = master_family_;
 }
 
-TcpSocket::TcpSocket(NetPoller& poller, int fd, int family)
-    : poller_(poller), fd_(fd), family_(family), created_(wall_seconds()) {
+TcpSocket::TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer, bool fd_nodelay)
+    : poller_(poller), fd_(fd), family_(peer.family()), fd_nodelay_(fd_nodelay), created_(wall_seconds()) {
+  std::memcpy(&peer_, &peer.ss, std::min<std::size_t>(peer.len, sizeof peer_));
   slot_ = poller_.open(fd_);
   become_client();
 }
@@ -116,7 +119,7 @@ std::string TcpSocket::ensure_fd(int family) {
 void TcpSocket::become_client() {
   kind_ = Kind::kClient;
   connecting_ = false;
-  if (nodelay_) set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
+  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
   stream_ = std::make_unique<ByteStream>(fd_);
 }
 
@@ -134,6 +137,9 @@ std::string TcpSocket::listen(int backlog) {
   }
   if (::listen(fd_, backlog) != 0) return socket_errno_text(errno);
   kind_ = Kind::kServer;
+  // An accepted connection inherits TCP_NODELAY from its listener (Linux
+  // copies it at accept): set here once, not on each connection.
+  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
   return {};
 }
 
@@ -195,11 +201,11 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
     // The peer's address gives the family (a socket's own and its peer's
     // are the same), where a getsockname was one more system call a
     // connection.
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    SocketAddress peer;
+    peer.len = sizeof peer.ss;
+    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      auto s = std::make_unique<TcpSocket>(poller_, fd, static_cast<int>(peer.ss_family));
+      auto s = std::make_unique<TcpSocket>(poller_, fd, peer, fd_nodelay_);
       if (s->slot_ < 0) {
         *err = socket_errno_text(errno);
         return Io::kEnd;
@@ -217,6 +223,11 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
 std::string TcpSocket::name(bool peer, std::string* ip, int* port, const char** family) const {
   if (fd_ < 0) return peer ? "closed" : "not bound";
   SocketAddress a;
+  if (peer && peer_.sin6_family != AF_UNSPEC) {
+    std::memcpy(&a.ss, &peer_, sizeof peer_);
+    describe(a, ip, port, family);
+    return {};
+  }
   a.len = sizeof a.ss;
   const int rc = peer ? ::getpeername(fd_, reinterpret_cast<sockaddr*>(&a.ss), &a.len)
                       : ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a.ss), &a.len);
@@ -228,7 +239,7 @@ std::string TcpSocket::name(bool peer, std::string* ip, int* port, const char** 
 std::string TcpSocket::set_option(const std::string& name, bool on, int linger_timeout) {
   if (name == "tcp-nodelay") {
     nodelay_ = on;
-    if (fd_ >= 0) set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, on);
+    if (fd_ >= 0) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, on) ? on : fd_nodelay_;
     return {};
   }
   if (name == "keepalive") {

@@ -10,6 +10,7 @@
 // Threads: one at a time (the owning process's); TcpTransit any.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -43,8 +44,10 @@ class TcpSocket {
 
   // A master of family (AF_UNSPEC: made once an address names one).
   TcpSocket(NetPoller& poller, int family);
-  // An accepted connection of family (fd registered here).
-  TcpSocket(NetPoller& poller, int fd, int family);
+  // An accepted connection (fd registered here), its family and peer
+  // the address accept gave; fd_nodelay: whether it has TCP_NODELAY
+  // already (inherited from its listener).
+  TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer, bool fd_nodelay);
   ~TcpSocket();
   TcpSocket(const TcpSocket&) = delete;
   TcpSocket& operator=(const TcpSocket&) = delete;
@@ -77,6 +80,9 @@ class TcpSocket {
   // An accepted connection, or kAgain (wait for readable), kEnd (*err).
   Io accept(std::unique_ptr<TcpSocket>* out, std::string* err);
 
+  // The socket's own address, or its peer's: an accepted connection's
+  // peer is the address accept gave (no system call, and still known
+  // once the client has reset the connection).
   std::string name(bool peer, std::string* ip, int* port, const char** family) const;
   // setoption / getoption; value: a boolean (number for linger's timeout).
   std::string set_option(const std::string& name, bool on, int linger_timeout);
@@ -98,9 +104,13 @@ class TcpSocket {
   bool connecting_ = false;
   bool closed_ = false;
   bool nodelay_ = true;  // TCP_NODELAY by default, as Go: small writes go at once
+  bool fd_nodelay_ = false;  // the descriptor has TCP_NODELAY on (set, or inherited at accept)
   bool keepalive_ = false;
   bool reuseaddr_ = false;
   double created_;
+  // An accepted connection's peer (room for either family: sockaddr_in
+  // fits in sockaddr_in6); AF_UNSPEC where the kernel is asked instead.
+  sockaddr_in6 peer_{};
   std::unique_ptr<ByteStream> stream_;
 };
 

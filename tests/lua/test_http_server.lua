@@ -69,6 +69,13 @@ return { main = function(host)
       T.eq(req.body, "payload=1")
       T.match(req.remote, "^127%.0%.0%.1:%d+$")
       T.eq(req.version, "1.1")
+      -- The client's own address and port, exactly.
+      local c = H.connect(port)
+      local _, cport = c:getsockname()
+      local status, _, body = H.get(c, "/echo", "Connection: close\r\n")
+      T.eq(status, 200)
+      T.eq(json.decode(body).remote, "127.0.0.1:" .. cport)
+      c:close()
       srv:close()
     end },
     { "srv.address names the port chosen; bad arguments are named", function()

@@ -315,6 +315,58 @@ return { main = function()
       c:close()
       s:close()
     end },
+    { "an accepted socket's peer is the address accept gave, kept once the client has reset it", function()
+      local srv, port = listener()
+      local c = assert(socket.connect("127.0.0.1", port))
+      local _, cport = c:getsockname()
+      T.eq(c:setoption("linger", { on = true, timeout = 0 }), 1)
+      c:close()  -- a reset, before the server accepts: the kernel no longer names the peer
+      local s = assert(srv:accept())
+      local ip, pport, family = s:getpeername()
+      T.eq(ip, "127.0.0.1")
+      T.eq(pport, cport)
+      T.eq(family, "inet")
+      s:close()
+      T.eq(select(2, s:getpeername()), "closed")
+      srv:close()
+      -- The same over IPv6, where the machine has it (the address is longer).
+      local srv6 = socket.bind("::1", 0)
+      if srv6 then
+        local _, port6 = srv6:getsockname()
+        local c6 = assert(socket.connect("::1", port6))
+        local _, cport6 = c6:getsockname()
+        local s6 = assert(srv6:accept())
+        local ip6, pport6, family6 = s6:getpeername()
+        T.eq(ip6, "::1")
+        T.eq(pport6, cport6)
+        T.eq(family6, "inet6")
+        c6:close(); s6:close(); srv6:close()
+      end
+    end },
+    { "an accepted connection has TCP_NODELAY, its listener's or set at the accept", function()
+      -- The kernel's own flag, read through the descriptor: the host sets it
+      -- on the listener once, where accepted connections inherit it.
+      local ffi = require("ffi")
+      pcall(ffi.cdef, "int getsockopt(int, int, int, void *, unsigned int *);")
+      local IPPROTO_TCP, TCP_NODELAY = 6, 1
+      local function kernel_nodelay(sock)
+        local v, len = ffi.new("int[1]"), ffi.new("unsigned int[1]", 4)
+        assert(ffi.C.getsockopt(sock:getfd(), IPPROTO_TCP, TCP_NODELAY, v, len) == 0)
+        return v[0] ~= 0
+      end
+      for _, listener_nodelay in ipairs { true, false } do
+        local srv, port = listener()
+        if not listener_nodelay then T.eq(srv:setoption("tcp-nodelay", false), 1) end
+        local c = assert(socket.connect("127.0.0.1", port))
+        local s = assert(srv:accept())
+        T.eq(kernel_nodelay(s), true, "accepted (listener's tcp-nodelay " .. tostring(listener_nodelay) .. ")")
+        T.eq(s:getoption("tcp-nodelay"), true)
+        T.eq(kernel_nodelay(c), true, "connected")
+        T.eq(s:setoption("tcp-nodelay", false), 1)
+        T.eq(kernel_nodelay(s), false, "turned off")
+        c:close(); s:close(); srv:close()
+      end
+    end },
     { "shutdown('send') lets the peer read to the end", function()
       local c, s = pair()
       c:send("last words")
