@@ -536,14 +536,44 @@ TEST_CASE("a session learns the peer's epoch once, refuses older ones and report
   CHECK(s.judge(5, 7) == Session::Verdict::Newer);
   // Before settling, an ended session of the peer naming this one's epoch
   // goes on with it (a reset to it was lost): Ended; naming none, Stale.
+  // The reset then names the session that goes on.
   Session t(SessionLimits{}, 7, 3);
   CHECK(t.judge(3, 7) == Session::Verdict::Ended);
+  CHECK(t.peer_epoch() == 3);
   CHECK(t.judge(2, 7) == Session::Verdict::Ended);
+  CHECK(t.peer_epoch() == 2);
   CHECK(t.judge(3, 0) == Session::Verdict::Stale);
   CHECK_FALSE(t.settled());
   Session w(SessionLimits{}, 7, 3, /*wary=*/true);
   CHECK(w.judge(3, 7) == Session::Verdict::Ended);
+  CHECK(w.peer_epoch() == 3);
   CHECK(s.peer_epoch() == 5);  // the reset then names the peer's new session
+}
+
+TEST_CASE("a wary session that goes on after its reset was lost takes the reset the Ended verdict sends") {
+  // A's epochs 1, 2, ...; B's 101, 102. A's frames to B are lost for a
+  // while: a1 settles on b101, which never hears A; B takes A down and
+  // its reset is lost, so b102 is wary. b102's first frame is Newer at a1,
+  // which ends (the floor at 102) and whose reset is lost too.
+  using V = Session::Verdict;
+  Session a1(SessionLimits{}, 1, 0);
+  CHECK(a1.judge(101, 0) == V::Current);
+  Session b102(SessionLimits{}, 102, 0, /*wary=*/true);
+  CHECK(a1.judge(102, 0) == V::Newer);
+  const std::uint32_t floor_a = a1.peer_epoch();
+  CHECK(floor_a == 102);
+  // The loss ends. A's a2 sends its ack naming no epoch of B's: stale to
+  // the wary b102, which then names 2. b102's frame naming 2 comes from
+  // an epoch at the floor: Ended at a2, which resets it.
+  Session a2(SessionLimits{}, 2, floor_a);
+  CHECK(b102.judge(2, 0) == V::Stale);
+  CHECK(b102.peer_epoch() == 2);
+  CHECK(a2.judge(102, b102.peer_epoch()) == V::Ended);
+  // The reset names b102, so b102 takes it (and ends): the pair starts
+  // clean after. A reset naming 0 would be stale there, and A would go
+  // down and up again at each of b102's frames.
+  CHECK(a2.peer_epoch() == 102);
+  CHECK(b102.judge(2, a2.peer_epoch()) == V::Current);
 }
 
 TEST_CASE("sessions under three threads, as the node runs them, lose, double and reorder nothing") {
@@ -770,6 +800,23 @@ TEST_CASE("beside whole messages a large message keeps one part in flight; a flo
   // No whole message for beside_whole_for: two again.
   beside.acknowledged(beside.next_seq() - 1, t0 + 3ms);
   CHECK(let_in(beside, t0 + limits.beside_whole_for + 1ms) == 2);
+}
+
+TEST_CASE("whole messages in flight never hold a large message's parts back") {
+  using namespace host::cluster;
+  const SessionLimits limits;
+  const auto parts = split_into_bodies(encode_envelope_buffer(message_of(std::string(1u << 20, 'z'))), 1);
+  const Body whole = whole_body(encode_envelope_buffer(message_of(std::string(100u << 10, 'w'))));
+  CHECK_FALSE(whole.part());
+  Session s(limits);
+  const auto t0 = Session::Clock::now();
+  // 400 KB of whole messages unacknowledged, past both limits for parts.
+  for (int i = 0; i < 4; ++i) (void)s.stamp(whole, t0);
+  CHECK(s.unacked_bytes() > limits.parts_in_flight_bytes);
+  CHECK(s.room_for_part(t0));
+  (void)s.stamp(parts.at(0), t0);
+  // One part in flight beside them: the next waits for its ack.
+  CHECK_FALSE(s.room_for_part(t0));
 }
 
 TEST_CASE("an envelope over 128 KB travels in parts and is reassembled whole, and a bad part drops it") {

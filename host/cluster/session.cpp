@@ -18,7 +18,15 @@ Session::Verdict Session::judge(std::uint32_t from_epoch, std::uint32_t to_epoch
   if (!settled_) {
     // Not heard from the peer yet: one of its earlier sessions is not
     // mistaken for its current one.
-    if (from_epoch <= floor_) return to_epoch == epoch_ ? Verdict::Ended : Verdict::Stale;
+    if (from_epoch <= floor_) {
+      if (to_epoch != epoch_) return Verdict::Stale;
+      // The reset names the session that carries on: one naming no epoch
+      // of the peer's (0, or a wary guess) would be stale there, and the
+      // pair would go down here and up again at each of its frames.
+      // Still unsettled: the floor does not rise, the next session is wary.
+      peer_epoch_ = from_epoch;
+      return Verdict::Ended;
+    }
     if (wary_ && to_epoch != epoch_) {
       // Maybe of the session that ended unsettled: named in this end's
       // frames (the highest heard: its later sessions have higher ones),
@@ -47,7 +55,9 @@ std::uint64_t Session::stamp(Body body, Clock::time_point now) {
   if (ring_.empty()) last_progress_ = now;
   const std::uint64_t seq = next_seq_++;
   unacked_bytes_ += body.size();
-  if (!body.part()) {
+  if (body.part()) {
+    unacked_part_bytes_ += body.size();
+  } else {
     sent_whole_ = true;
     last_whole_ = now;
   }
@@ -57,7 +67,9 @@ std::uint64_t Session::stamp(Body body, Clock::time_point now) {
 
 bool Session::room_for_part(Clock::time_point now) const {
   const bool beside_whole = sent_whole_ && now - last_whole_ < limits_.beside_whole_for;
-  return unacked_bytes_ < (beside_whole ? limits_.parts_in_flight_beside_whole_bytes : limits_.parts_in_flight_bytes);
+  // Parts only: whole messages in flight (those that make the limit the
+  // smaller one) never hold a large message back for as long as they flow.
+  return unacked_part_bytes_ < (beside_whole ? limits_.parts_in_flight_beside_whole_bytes : limits_.parts_in_flight_bytes);
 }
 
 void Session::acknowledged(std::uint64_t ack, Clock::time_point now) {
@@ -65,6 +77,7 @@ void Session::acknowledged(std::uint64_t ack, Clock::time_point now) {
   bool progress = false;
   while (!ring_.empty() && ring_.front().seq <= ack) {
     unacked_bytes_ -= ring_.front().body.size();
+    if (ring_.front().body.part()) unacked_part_bytes_ -= ring_.front().body.size();
     ring_.pop_front();
     progress = true;
   }

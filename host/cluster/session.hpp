@@ -43,7 +43,7 @@ namespace host::cluster {
 struct SessionLimits {
   // Unacknowledged bytes past which a sender yields.
   std::size_t window_bytes = 1u << 20;
-  // Unacknowledged bytes past which a large message's parts wait in the
+  // Unacknowledged bytes of parts past which a large message's parts wait in the
   // outbox (NatsNode, outbox.hpp): what a small message may find ahead of
   // it in the connection. Below the window, so that parts alone never
   // make a sender yield; above ack_every_bytes, so that the parts in
@@ -119,7 +119,8 @@ class Session {
   //
   // A frame of an ended session of the peer is Stale, but Ended when it
   // names this session's epoch: its sender heard from this session after
-  // this end ended that one. Left Stale, the peer's frames would never
+  // this end ended that one (its epoch recorded, so that the reset names
+  // it). Left Stale, the peer's frames would never
   // settle this session while the peer took this one's: a one-way stream
   // with nothing to end it (the heartbeats keep the peer up).
   Verdict judge(std::uint32_t from_epoch, std::uint32_t to_epoch);
@@ -159,8 +160,8 @@ class Session {
   std::size_t unacked_bytes() const { return unacked_bytes_; }
   std::size_t unacked_messages() const { return ring_.size(); }
   // Whether the next part of a large message may be sent now: while the
-  // unacknowledged bytes are under the limit for parts in flight (the
-  // smaller one while whole messages go beside them: SessionLimits).
+  // unacknowledged parts' bytes are under the limit for parts in flight
+  // (the smaller one while whole messages go beside them: SessionLimits).
   bool room_for_part(Clock::time_point now) const;
   bool window_full() const { return unacked_bytes_ >= limits_.window_bytes; }
   std::uint64_t resends() const { return resends_; }
@@ -202,6 +203,7 @@ class Session {
   std::uint64_t next_seq_ = 1;
   std::deque<Outgoing> ring_;  // oldest first; seqs consecutive
   std::size_t unacked_bytes_ = 0;
+  std::size_t unacked_part_bytes_ = 0;  // of those, large messages' parts
   Clock::time_point last_progress_{};
   std::uint64_t resends_ = 0;
   bool sent_whole_ = false;       // a whole body was stamped, at last_whole_
