@@ -135,11 +135,13 @@ std::string TcpSocket::listen(int backlog) {
     // LuaSocket listens on an unbound socket at an ephemeral port.
     if (std::string err = ensure_fd(family_ == AF_UNSPEC ? AF_INET : family_); !err.empty()) return err;
   }
+  // An accepted connection inherits TCP_NODELAY from its listener (Linux
+  // copies it when the connection's handshake completes): set once, here,
+  // and before listen, so that no connection completes without it.
+  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
   if (::listen(fd_, backlog) != 0) return socket_errno_text(errno);
   kind_ = Kind::kServer;
-  // An accepted connection inherits TCP_NODELAY from its listener (Linux
-  // copies it at accept): set here once, not on each connection.
-  if (nodelay_ && !fd_nodelay_) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, true);
+  inherits_nodelay_ = fd_nodelay_;
   return {};
 }
 
@@ -205,7 +207,7 @@ TcpSocket::Io TcpSocket::accept(std::unique_ptr<TcpSocket>* out, std::string* er
     peer.len = sizeof peer.ss;
     const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      auto s = std::make_unique<TcpSocket>(poller_, fd, peer, fd_nodelay_);
+      auto s = std::make_unique<TcpSocket>(poller_, fd, peer, inherits_nodelay_);
       if (s->slot_ < 0) {
         *err = socket_errno_text(errno);
         return Io::kEnd;
@@ -240,6 +242,9 @@ std::string TcpSocket::set_option(const std::string& name, bool on, int linger_t
   if (name == "tcp-nodelay") {
     nodelay_ = on;
     if (fd_ >= 0) fd_nodelay_ = set_flag(fd_, IPPROTO_TCP, TCP_NODELAY, on) ? on : fd_nodelay_;
+    // Connections already in the accept queue took the listener's earlier
+    // flag: from now on each accepted one sets its own.
+    if (kind_ == Kind::kServer) inherits_nodelay_ = false;
     return {};
   }
   if (name == "keepalive") {

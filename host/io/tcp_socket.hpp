@@ -105,6 +105,9 @@ class TcpSocket {
   bool closed_ = false;
   bool nodelay_ = true;  // TCP_NODELAY by default, as Go: small writes go at once
   bool fd_nodelay_ = false;  // the descriptor has TCP_NODELAY on (set, or inherited at accept)
+  // A listener whose flag was on at listen and never changed since: its
+  // accepted connections have it (Linux copies it), with no setsockopt.
+  bool inherits_nodelay_ = false;
   bool keepalive_ = false;
   bool reuseaddr_ = false;
   double created_;

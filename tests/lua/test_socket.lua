@@ -356,6 +356,7 @@ return { main = function()
       end
       for _, listener_nodelay in ipairs { true, false } do
         local srv, port = listener()
+        T.eq(kernel_nodelay(srv), true, "the listener")
         if not listener_nodelay then T.eq(srv:setoption("tcp-nodelay", false), 1) end
         local c = assert(socket.connect("127.0.0.1", port))
         local s = assert(srv:accept())
@@ -366,6 +367,16 @@ return { main = function()
         T.eq(kernel_nodelay(s), false, "turned off")
         c:close(); s:close(); srv:close()
       end
+      -- A connection that waited in the queue while the listener's flag was
+      -- off, accepted after it was turned on again, still gets the flag.
+      local srv, port = listener()
+      T.eq(srv:setoption("tcp-nodelay", false), 1)
+      local c = assert(socket.connect("127.0.0.1", port))
+      T.eq(srv:setoption("tcp-nodelay", true), 1)
+      local s = assert(srv:accept())
+      T.eq(kernel_nodelay(s), true, "queued while the listener's flag was off")
+      T.eq(s:getoption("tcp-nodelay"), true)
+      c:close(); s:close(); srv:close()
     end },
     { "shutdown('send') lets the peer read to the end", function()
       local c, s = pair()
