@@ -35,15 +35,22 @@ Class class_of(std::string_view name) {
   return kClient;
 }
 
-// The socket at index 1; raises, naming the method, where it is none. A
-// method's function object holds the metatable as its upvalue (m_index
-// makes it so), so the check compares with it, not with the registry's.
+// The socket at index 1; raises, naming the method, where it is none, or
+// one whose class has no such method (a method taken from one socket and
+// called on another: a TCP method given a UDP socket would find no TCP
+// state). A method's function object holds the metatable and its classes
+// as its upvalues (m_index makes it so), so the check compares with them,
+// not with the registry's.
 SocketRef* check(lua_State* L, const char* method) {
   void* p = lua_touserdata(L, 1);
   if (p && lua_getmetatable(L, 1)) {
     const bool ours = lua_rawequal(L, -1, lua_upvalueindex(1));
     lua_pop(L, 1);
-    if (ours) return static_cast<SocketRef*>(p);
+    if (ours) {
+      auto* s = static_cast<SocketRef*>(p);
+      if (static_cast<unsigned>(lua_tonumber(L, lua_upvalueindex(2))) & bit(s->cls)) return s;
+      luaL_error(L, "bad argument #1 to '%s' (%s has no %s)", method, kClassNames[s->cls], method);
+    }
   }
   luaL_error(L, "bad argument #1 to '%s' (socket expected, got %s)", method, luaL_typename(L, 1));
   return nullptr;
@@ -476,7 +483,8 @@ static_assert(one_class_set_a_function(), "a function two methods share must hav
 
 // __index: the method, where the socket's class has it (as LuaSocket's
 // classes: a client has no accept). Upvalues: the methods' function objects
-// by name, and the metatable (each method's upvalue, for check). The
+// by name, and the metatable (each method's first upvalue, its classes the
+// second, for check). The
 // function objects are made as a process first names each: a connection's
 // process that only receives, sends and closes makes three, not all of
 // them. A method named again is found by name in that table and its
@@ -502,7 +510,8 @@ int m_index(lua_State* L) {
   }
   if (!m || !(m->classes & bit(s->cls))) return 0;
   lua_pushvalue(L, lua_upvalueindex(2));
-  lua_pushcclosure(L, m->fn, 1);
+  lua_pushnumber(L, m->classes);
+  lua_pushcclosure(L, m->fn, 2);
   lua_pushvalue(L, 2);
   lua_pushvalue(L, -2);
   lua_rawset(L, lua_upvalueindex(1));

@@ -333,7 +333,7 @@ return { main = function()
       T.match(tostring(m), "^tcp{server}")
       m:close()
     end },
-    { "a method named before is still its class's only: a master that listens loses bind, UDP keeps setsockname", function()
+    { "a method named before is still its class's only (a master that listens loses bind), and raises on a socket of another class", function()
       local m = assert(socket.tcp())
       T.eq(type(m.bind), "function")
       T.eq(m.accept, nil)
@@ -356,6 +356,12 @@ return { main = function()
       T.eq(receive(c), "ab")
       T.raises(function() send({}, "x") end, "bad argument #1 to 'send' %(socket expected")
       T.raises(function() send(newproxy(true), "x") end, "bad argument #1 to 'send' %(socket expected")
+      -- A method called on a socket whose class has none raises (a TCP
+      -- method on a UDP socket found no TCP state and crashed the host).
+      local accept = m.accept
+      T.raises(function() accept(u) end, "bad argument #1 to 'accept' %(udp{unconnected} has no accept%)")
+      T.raises(function() c.receiveany(u, 1) end, "udp{unconnected} has no receiveany")
+      T.raises(function() send(m, "x") end, "tcp{server} has no send")
       u:close()
       m:close()
       c:close()
