@@ -24,8 +24,9 @@ constexpr const char* kClassNames[kClasses] = {"tcp{master}",      "tcp{client}"
 constexpr unsigned bit(Class c) { return 1u << c; }
 constexpr unsigned kAll = (1u << kClasses) - 1;
 
-// The registry's keys (their addresses): the metatable, the methods, and
-// the objects by id (weak values) whose class a call may change.
+// The registry's keys (their addresses): the metatable, and the objects by
+// id (weak values) whose class a call may change. (The methods made are
+// kept by __index itself, m_index.)
 char kMetatableKey, kObjectsKey;
 
 
@@ -484,12 +485,12 @@ static_assert(one_class_set_a_function(), "a function two methods share must hav
 // __index: the method, where the socket's class has it (as LuaSocket's
 // classes: a client has no accept). Upvalues: the methods' function objects
 // by name, and the metatable (each method's first upvalue, its classes the
-// second, for check). The
-// function objects are made as a process first names each: a connection's
-// process that only receives, sends and closes makes three, not all of
-// them. A method named again is found by name in that table and its
-// classes by its function, so the names are compared as C strings only at
-// a method's first use (a socket's class may change: a master connects).
+// second, for check). The function objects are made as a process first
+// names each: a connection's process that only receives, sends and closes
+// makes three, not all of them. A method named again is found by name in
+// that table and its classes by its function, so the names are compared as
+// C strings only at a method's first use (a socket's class may change: a
+// master connects).
 int m_index(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
   lua_pushvalue(L, 2);
