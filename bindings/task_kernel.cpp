@@ -263,6 +263,7 @@ void TaskKernel::init(lua_State* L, KernelHost& host) {
   lua_replace(L, LUA_REGISTRYINDEX);
   lua_createtable(L, 0, 1);
   tasks_ref_ = pin(L);
+  calls_ref_ = -2;  // made at the first waiting call (map_call)
   // The inbox: a channel with a fifth field, the slow flag. Its queues
   // come on first use (push_inbox_queue): a process waiting in
   // process.receive takes each message as it arrives and needs none, and
@@ -647,7 +648,15 @@ void TaskKernel::check_blockable(lua_State* L) const {
 }
 
 void TaskKernel::map_call(lua_State* L, std::uint64_t tag, lua_State* co) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  if (calls_ref_ == -2) {
+    // Two nodes: with one, every insert takes the collision path and
+    // rehashes.
+    // A reference, not a pin: pins are taken at init, and a slot pinned
+    // later could be one luaL_unref left on its free list.
+    lua_createtable(L, 0, 2);
+    calls_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, calls_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   push_task(L, co);
   lua_rawset(L, -3);
@@ -655,7 +664,7 @@ void TaskKernel::map_call(lua_State* L, std::uint64_t tag, lua_State* co) {
 }
 
 void TaskKernel::unmap_call(lua_State* L, std::uint64_t tag) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, calls_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   lua_pushnil(L);
   lua_rawset(L, -3);
@@ -677,7 +686,8 @@ int TaskKernel::block_in_call(lua_State* L, std::uint64_t tag) {
 }
 
 lua_State* TaskKernel::take_call(lua_State* L, std::uint64_t tag) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  if (calls_ref_ == -2) return nullptr;  // no call made yet
+  lua_rawgeti(L, LUA_REGISTRYINDEX, calls_ref_);
   lua_pushnumber(L, static_cast<lua_Number>(tag));
   lua_rawget(L, -2);
   lua_State* co = lua_tothread(L, -1);
@@ -1143,10 +1153,14 @@ void TaskKernel::restart(lua_State* L, lua_State* co) {
   for (int i = 1; i <= n; ++i) lua_rawgeti(L, fn + 1, i);
   lua_remove(L, fn + 1);
   lua_settop(co, 0);
-  // The old tasks go with their table (a waiting call's completion then
+  // The old tasks go with their tables (a waiting call's completion then
   // finds no task, and is dropped).
   lua_createtable(L, 0, 1);
   lua_rawseti(L, LUA_REGISTRYINDEX, tasks_ref_);
+  if (calls_ref_ != -2) {
+    lua_createtable(L, 0, 2);
+    lua_rawseti(L, LUA_REGISTRYINDEX, calls_ref_);
+  }
   start(L, n);
 }
 

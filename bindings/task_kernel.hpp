@@ -177,7 +177,7 @@ class TaskKernel {
   // a socket) starts a command whose tag is kCallTagMark and a count
   // (below kTimerTagMark; kernel_ext.lua's tags are small counts), and
   // block_in_call yields the running task, mapped to that tag in the
-  // tasks table as a sleep is. complete_call wakes it with the command's
+  // calls table (calls_ref_). complete_call wakes it with the command's
   // results (codec bytes, decoded into its return values) or with
   // nil, error; a completion whose task is gone (stopped, or dropped by an
   // upgrade) is dropped. Callers check check_blockable first.
@@ -370,7 +370,7 @@ class TaskKernel {
   bool ext_loaded() const { return ext_ref_ != -2; }
   // Puts the Lua receive in the process table in place of the C one.
   void install_receive(lua_State* L);
-  // A waiting call's entry in the tasks table (tasks[tag] = task co), and
+  // A waiting call's entry in the calls table (calls[tag] = task co), and
   // its removal once it completed.
   void map_call(lua_State* L, std::uint64_t tag, lua_State* co);
   void unmap_call(lua_State* L, std::uint64_t tag);
@@ -448,6 +448,12 @@ class TaskKernel {
   int message_ctor_ref_ = -2;
   int message_append_ref_ = -2;
   int tasks_ref_ = -2;  // light userdata(thread) -> thread, for every live task
+  // Call tag -> its waiting task, made at the first call. A table apart
+  // from the tasks: each wait's tag is a new number key, and beside the
+  // tasks' live keys it collided and the table rehashed (kept small, it
+  // ran out of free nodes at most inserts); alone, a new key's node is
+  // one whose entry was taken, reused in place.
+  int calls_ref_ = -2;
   int inbox_ref_ = -2;
   int ext_ref_ = -2;
   int inbox_queue_refs_[3] = {-2, -2, -2};  // its buf, recvq and sendq (-2: not made yet; never replaced)

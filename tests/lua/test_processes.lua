@@ -326,6 +326,11 @@ return { main = function()
       T.eq(T.next_event("exit", 5).result, "upgraded")
       T.eq(process.receive(0.1), nil, "a task of the old code woke")
     end },
+    { "an upgrade drops the old code's task waiting in a call: the call's end wakes nothing", function()
+      assert(process.spawn_monitored("fixtures.upgrader:callers", process.pid()))
+      T.eq(T.next_event("exit", 5).result, "upgraded")
+      T.eq(process.receive(0.1), nil, "a task of the old code woke")
+    end },
     { "require of a process's own entry module gives the module it runs", function()
       assert(process.spawn_monitored("fixtures.echo:self_required"))
       T.eq(T.next_event("exit").result, true)
