@@ -24,9 +24,10 @@ constexpr const char* kClassNames[kClasses] = {"tcp{master}",      "tcp{client}"
 constexpr unsigned bit(Class c) { return 1u << c; }
 constexpr unsigned kAll = (1u << kClasses) - 1;
 
-// The registry's keys (their addresses): the metatable, the methods, and
-// the objects by id (weak values) whose class a call may change.
-char kMetatableKey, kMethodsKey, kObjectsKey;
+// The registry's keys (their addresses): the metatable, and the objects by
+// id (weak values) whose class a call may change. (The methods made are
+// kept by __index itself, m_index.)
+char kMetatableKey, kObjectsKey;
 
 
 Class class_of(std::string_view name) {
@@ -35,9 +36,23 @@ Class class_of(std::string_view name) {
   return kClient;
 }
 
-// The socket at idx; raises, naming the method, where it is none.
+// The socket at index 1; raises, naming the method, where it is none, or
+// one whose class has no such method (a method taken from one socket and
+// called on another: a TCP method given a UDP socket would find no TCP
+// state). A method's function object holds the metatable and its classes
+// as its upvalues (m_index makes it so), so the check compares with them,
+// not with the registry's.
 SocketRef* check(lua_State* L, const char* method) {
-  if (auto* s = static_cast<SocketRef*>(to_userdata(L, 1, &kMetatableKey))) return s;
+  void* p = lua_touserdata(L, 1);
+  if (p && lua_getmetatable(L, 1)) {
+    const bool ours = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+    if (ours) {
+      auto* s = static_cast<SocketRef*>(p);
+      if (static_cast<unsigned>(lua_tonumber(L, lua_upvalueindex(2))) & bit(s->cls)) return s;
+      luaL_error(L, "bad argument #1 to '%s' (%s has no %s)", method, kClassNames[s->cls], method);
+    }
+  }
   luaL_error(L, "bad argument #1 to '%s' (socket expected, got %s)", method, luaL_typename(L, 1));
   return nullptr;
 }
@@ -219,6 +234,11 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
   push_timeout(L, s);
   return call(L, "connect", s, 3);
 }
+
+// UDP's names for bind and connect: functions of their own, as their
+// classes differ from the masters' (m_index tells methods by function).
+int m_setsockname(lua_State* L) { return m_bind(L); }
+int m_setpeername(lua_State* L) { return m_connect(L); }
 
 int m_accept(lua_State* L) {
   SocketRef* s = check(L, "accept");
@@ -413,7 +433,12 @@ struct Method {
   lua_CFunction fn;
   unsigned classes;
 };
+// The calls of every message first: m_index's check of a cached method
+// stops at its entry.
 constexpr Method kMethods[] = {
+    {"receive", m_receive, bit(kClient) | bit(kUnconnected) | bit(kConnected) | bit(kTls)},
+    {"send", m_send, bit(kClient) | bit(kConnected) | bit(kTls)},
+    {"receiveany", m_receiveany, bit(kClient) | bit(kTls)},
     {"close", m_close, kAll},
     {"settimeout", m_settimeout, kAll},
     {"getsockname", m_getsockname, kAll},
@@ -428,13 +453,10 @@ constexpr Method kMethods[] = {
     {"listen", m_listen, bit(kMaster)},
     {"connect", m_connect, bit(kMaster)},
     {"accept", m_accept, bit(kServer)},
-    {"send", m_send, bit(kClient) | bit(kConnected) | bit(kTls)},
-    {"receive", m_receive, bit(kClient) | bit(kUnconnected) | bit(kConnected) | bit(kTls)},
-    {"receiveany", m_receiveany, bit(kClient) | bit(kTls)},
     {"getpeername", m_getpeername, bit(kClient) | bit(kConnected) | bit(kTls)},
     {"shutdown", m_shutdown, bit(kClient)},
-    {"setsockname", m_bind, bit(kUnconnected)},
-    {"setpeername", m_connect, bit(kUnconnected) | bit(kConnected)},
+    {"setsockname", m_setsockname, bit(kUnconnected)},
+    {"setpeername", m_setpeername, bit(kUnconnected) | bit(kConnected)},
     {"receivefrom", m_receivefrom, bit(kUnconnected)},
     {"sendto", m_sendto, bit(kUnconnected)},
     {"__tlswrap", m_tlswrap, bit(kClient)},
@@ -450,29 +472,50 @@ constexpr Method kMethods[] = {
     {"want", m_tls_unsupported, bit(kTls)},
 };
 
+// m_index knows a cached method's classes by its function: names that share
+// one must share their classes too.
+constexpr bool one_class_set_a_function() {
+  for (const Method& a : kMethods)
+    for (const Method& b : kMethods)
+      if (a.fn == b.fn && a.classes != b.classes) return false;
+  return true;
+}
+static_assert(one_class_set_a_function(), "a function two methods share must have one set of classes");
+
 // __index: the method, where the socket's class has it (as LuaSocket's
-// classes: a client has no accept).
-// The methods' function objects are made as a process first names each
-// (kept in a table in the registry): a connection's process that only
-// receives, sends and closes makes three, not all of them.
+// classes: a client has no accept). Upvalues: the methods' function objects
+// by name, and the metatable (each method's first upvalue, its classes the
+// second, for check). The function objects are made as a process first
+// names each: a connection's process that only receives, sends and closes
+// makes three, not all of them. A method named again is found by name in
+// that table and its classes by its function, so the names are compared as
+// C strings only at a method's first use (a socket's class may change: a
+// master connects).
 int m_index(lua_State* L) {
   auto* s = static_cast<SocketRef*>(lua_touserdata(L, 1));
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  if (const lua_CFunction fn = lua_tocfunction(L, -1)) {
+    for (const Method& each : kMethods)
+      if (each.fn == fn) return each.classes & bit(s->cls) ? 1 : 0;
+  }
+  lua_pop(L, 1);
   const char* name = lua_tostring(L, 2);
   if (!name) return 0;
   const Method* m = nullptr;
-  for (const Method& each : kMethods)
-    if (!std::strcmp(each.name, name)) m = &each;
-  if (!m || !(m->classes & bit(s->cls))) return 0;
-  push_registry_table(L, &kMethodsKey, [](lua_State* S) { lua_createtable(S, 0, 4); });
-  lua_pushvalue(L, 2);
-  lua_rawget(L, -2);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    lua_pushcfunction(L, m->fn);
-    lua_pushvalue(L, 2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, -4);
+  for (const Method& each : kMethods) {
+    if (!std::strcmp(each.name, name)) {
+      m = &each;
+      break;
+    }
   }
+  if (!m || !(m->classes & bit(s->cls))) return 0;
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_pushnumber(L, m->classes);
+  lua_pushcclosure(L, m->fn, 2);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, lua_upvalueindex(1));
   return 1;
 }
 
@@ -499,7 +542,9 @@ int m_tostring(lua_State* L) {
 // The metatable (push_registry_table's make), made at the process's first socket.
 void make_metatable(lua_State* L) {
   lua_createtable(L, 0, 4);
-  lua_pushcfunction(L, m_index);
+  lua_createtable(L, 0, 4);  // the methods made, by name
+  lua_pushvalue(L, -2);
+  lua_pushcclosure(L, m_index, 2);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, m_tostring);
   lua_setfield(L, -2, "__tostring");
