@@ -194,8 +194,10 @@ int m_getoption(lua_State* L) { return option(L, "getoption"); }
 
 // ---- TCP
 
-int m_bind(lua_State* L) {  // masters' bind, and UDP's setsockname
-  SocketRef* s = check(L, "bind");
+// Masters' bind, and UDP's setsockname (op: the name the caller used, for
+// its error).
+int bind_as(lua_State* L, const char* op) {
+  SocketRef* s = check(L, op);
   const bool udp = s->cls == kUnconnected || s->cls == kConnected;
   const char* name = udp ? "setsockname" : "bind";
   check_address(L, 2, name);
@@ -217,8 +219,9 @@ int m_listen(lua_State* L) {
   return tcp_listen(L, s);
 }
 
-int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
-  SocketRef* s = check(L, "connect");
+// Masters' connect, and UDP's setpeername.
+int connect_as(lua_State* L, const char* op) {
+  SocketRef* s = check(L, op);
   const bool udp = s->cls == kUnconnected || s->cls == kConnected;
   const char* name = udp ? "setpeername" : "connect";
   const std::string_view host = check_address(L, 2, name);
@@ -237,8 +240,10 @@ int m_connect(lua_State* L) {  // masters' connect, and UDP's setpeername
 
 // UDP's names for bind and connect: functions of their own, as their
 // classes differ from the masters' (m_index tells methods by function).
-int m_setsockname(lua_State* L) { return m_bind(L); }
-int m_setpeername(lua_State* L) { return m_connect(L); }
+int m_bind(lua_State* L) { return bind_as(L, "bind"); }
+int m_connect(lua_State* L) { return connect_as(L, "connect"); }
+int m_setsockname(lua_State* L) { return bind_as(L, "setsockname"); }
+int m_setpeername(lua_State* L) { return connect_as(L, "setpeername"); }
 
 int m_accept(lua_State* L) {
   SocketRef* s = check(L, "accept");
@@ -500,8 +505,12 @@ int m_index(lua_State* L) {
       if (each.fn == fn) return each.classes & bit(s->cls) ? 1 : 0;
   }
   lua_pop(L, 1);
-  const char* name = lua_tostring(L, 2);
-  if (!name) return 0;
+  // Strings only, and whole: a name with a NUL in it ("close\0x") is no
+  // method (nor cached, which would grow the table with each such key).
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;
+  std::size_t len = 0;
+  const char* name = lua_tolstring(L, 2, &len);
+  if (std::strlen(name) != len) return 0;
   const Method* m = nullptr;
   for (const Method& each : kMethods) {
     if (!std::strcmp(each.name, name)) {

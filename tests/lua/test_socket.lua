@@ -412,6 +412,12 @@ return { main = function()
       T.eq(m.send, nil)
       T.eq(m[1], nil)
       T.eq(m[m], nil)
+      T.eq(m["accept\0x"], nil, "a name with a NUL in it is no method")
+      -- UDP's own names are named in their errors, not the masters'.
+      local m2 = assert(socket.tcp())
+      T.raises(function() u.setsockname(m2, "127.0.0.1", 0) end, "'setsockname' %(tcp{master} has no setsockname%)")
+      T.raises(function() u.setpeername(m2, "127.0.0.1", 1) end, "'setpeername' %(tcp{master} has no setpeername%)")
+      m2:close()
       -- A method taken from one socket serves another, and refuses what is not a socket.
       local c, s = pair()
       local send, receive = c.send, s.receive
