@@ -5,10 +5,7 @@
 -- the serving node when it reads "monitoring".
 local M = {}
 
-local function say(...)
-  io.stdout:write(table.concat({ ... }, " "), "\n")
-  io.stdout:flush()
-end
+local say = require("node_b").say
 
 local function wait_for_node(name)
   for _ = 1, 200 do

@@ -7,12 +7,7 @@
 -- process.monitor_node(NODE).
 local M = {}
 
-local function say(...)
-  local parts = {}
-  for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-  io.stdout:write(table.concat(parts, " "), "\n")
-  io.stdout:flush()
-end
+local say = require("node_b").say
 
 local function listed(name)
   for _, n in ipairs(process.nodes()) do

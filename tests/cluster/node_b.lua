@@ -4,8 +4,11 @@
 -- while the node still runs), and the wait until a's echo answers.
 local M = {}
 
+-- Also what the other scripts here say with: each value as tostring makes it.
 function M.say(...)
-  io.stdout:write(table.concat({ ... }, " "), "\n")
+  local parts = {}
+  for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+  io.stdout:write(table.concat(parts, " "), "\n")
   io.stdout:flush()
 end
 
