@@ -22,12 +22,17 @@
 // Bytes that came instead (pipelined requests) end the watch: that
 // client's leaving is seen at its next write, as before.
 //
-// The acceptor (stdlib/http/server.lua) keeps, for each connection, a
-// duplicate of its descriptor (track, a handle whose __gc lets it go):
-// when the connection's process ends in the middle of a request, the
-// acceptor answers 500 through it (untrack), and when the server closes
-// it shuts the reading half (drain), so that one in the middle of a
-// request answers with Connection: close. A connection with no process
+// A connection whose process ends in the middle of a request (a limit, a
+// terminate) is answered 500 by its own finalizer (finalize_conn), which
+// the process's end runs on its worker before the socket closes; only a
+// process whose thread was given up (stuck in JIT-compiled code past the
+// time limit: no finalizer of its runs, and its descriptors stay open
+// for ever) leaves it to the acceptor (untrack). The acceptor (stdlib/http/server.lua) has a handle on each connection
+// (track, whose __gc lets it go), with no descriptor of its own: when the
+// server closes it sets the connection's drain flag and wakes the
+// connection's read wait through the netpoller (drain), so that an idle
+// connection ends at once and one in the middle of a request answers it
+// with Connection: close. A connection with no process
 // (a new one before its first bytes, an idle one whose process parked)
 // is hibernated in its handle (hibernate): the socket held in C and a
 // readiness watch, with no task, no coroutine and no timer of its own;
@@ -74,21 +79,23 @@ double now() {
 
 // ---- the acceptor's view of a connection (track / untrack / drain)
 
+// What the acceptor and the connection's process share (each on its own
+// worker).
 struct Tracked {
-  int dup_fd = -1;
-  bool tls = false;
-  std::atomic<bool> in_flight{false};  // a request handed over, nothing of its response written
   std::atomic<bool> draining{false};   // the server closed: answer with Connection: close, then close
+  std::atomic<bool> in_flight{false};  // a request handed over, nothing of its response written
+  bool tls = false;
+  // The descriptor while a connection's process holds it open (-1: none).
+  // A process that ends closes it (its finalizer), and so clears it first:
+  // one still here when the acceptor hears of a failed process's end is
+  // a given-up process's, never closed, so never another connection's.
+  std::mutex mu;
+  int fd = -1;  // guarded by mu
 };
 
-std::mutex g_tracked_mu;
-std::unordered_map<std::uint64_t, std::shared_ptr<Tracked>> g_tracked;  // guarded by g_tracked_mu
-std::uint64_t g_next_tracked = 0;                                        // guarded by g_tracked_mu
-
-std::shared_ptr<Tracked> find_tracked(std::uint64_t id) {
-  std::lock_guard lock(g_tracked_mu);
-  auto it = g_tracked.find(id);
-  return it == g_tracked.end() ? nullptr : it->second;
+void set_tracked_fd(Tracked* t, int fd) {
+  std::lock_guard lock(t->mu);
+  t->fd = fd;
 }
 
 void send_all_now(int fd, const std::string& data) {
@@ -98,6 +105,16 @@ void send_all_now(int fd, const std::string& data) {
     if (n <= 0) return;
     done += static_cast<std::size_t>(n);
   }
+}
+
+std::mutex g_tracked_mu;
+std::unordered_map<std::uint64_t, std::shared_ptr<Tracked>> g_tracked;  // guarded by g_tracked_mu
+std::uint64_t g_next_tracked = 0;                                        // guarded by g_tracked_mu
+
+std::shared_ptr<Tracked> find_tracked(std::uint64_t id) {
+  std::lock_guard lock(g_tracked_mu);
+  auto it = g_tracked.find(id);
+  return it == g_tracked.end() ? nullptr : it->second;
 }
 
 // ---- a connection
@@ -135,7 +152,6 @@ struct Conn {
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
   bool client_closes = false;  // the request in flight asked for the close (Connection: close, HTTP/1.0)
-  bool linger = true;    // once shut: wait for the client's end (false: it has nothing more to send)
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
@@ -171,9 +187,12 @@ void close_now(lua_State* L, Conn* c) {
   c->watch_tag = 0;
   c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
+  if (c->tracked) set_tracked_fd(c->tracked.get(), -1);
   if (c->sock) c->sock->close();
   c->out.clear();
 }
+
+bool draining(const Conn* c) { return c->tracked && c->tracked->draining.load(std::memory_order_relaxed); }
 
 io::NetPoller::Dir dir_for(Conn* c, bool reading) {
   io::ByteStream* st = c->sock->stream();
@@ -273,15 +292,15 @@ void note_began(Conn* c) {
 
 // Reads what the client sent while its request is served (read_ahead's
 // bound) to learn whether it left: a read that ends with nothing else
-// sent, not caused by the server's own drain. True where the watch should
-// go on (nothing came).
+// sent. While the server drains, a handler is left to finish. True where
+// the watch should go on (nothing came).
 bool probe(lua_State* L, Conn* c) {
   io::ByteStream* st = c->sock->stream();
   const Io r = st->read_ahead();
   if (r == Io::kAgain) return st->wants() == io::ByteStream::Want::kRead;
   if (r == Io::kDone) return false;
   const io::HttpRequestParser& p = *c->parser;
-  const bool drained = c->tracked && c->tracked->draining.load(std::memory_order_relaxed);
+  const bool drained = draining(c);
   // Requests sent before an end are a client that finished sending (a
   // half close): they are answered, not abandoned.
   if (drained || st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
@@ -373,39 +392,56 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // Graceful: the write side shut, what the client still sends read
       // and dropped for a moment (closing with unread bytes would reset
       // the connection and could lose the response at the client).
-      // A client that asked for the close itself, whose request was read
-      // whole, and that has sent nothing since, sends no more: over plain
-      // TCP its connection closes at once, as nginx's does (a TLS client
-      // may answer the close with an alert of its own). Lingering for its
-      // end cost each such connection's process a wait, a timer and one
-      // more step (BENCHMARKS.md, "A new connection's cost: the close and the accept").
+      // Over plain TCP a close with nothing unread sends the same FIN as
+      // the shutdown, so the shutdown and the wait are only for a client
+      // that may still send: one whose end was read closes at once; so
+      // does a client that asked for the close itself, or one the server
+      // drains, whose request was read whole and that has sent nothing
+      // since, as nginx's lingering close decides (a TLS client may answer
+      // the close with an alert of its own, and its shutdown sends the
+      // session's close). Lingering for its end cost each such
+      // connection's process a wait, a timer and one more step
+      // (BENCHMARKS.md, "A new connection's cost: the close and the accept").
+      io::ByteStream* st = c->sock->stream();
       if (!c->shut) {
+        const bool plain = !st->tls();
+        if (plain && c->eof) {
+          close_now(L, c);
+          continue;
+        }
+        if (plain && !p.in_message && (c->client_closes || draining(c))) {
+          std::string_view drop;
+          const Io r = st->any(&drop, io::ByteStream::kReadChunk);
+          if (r == Io::kAgain) {
+            close_now(L, c);
+            continue;
+          }
+          if (r == Io::kEnd) {
+            c->eof = true;
+            continue;
+          }
+          st->taken();  // it sent more after all: its bytes are read and dropped while it lingers
+        }
         c->shut = true;
-        c->sock->stream()->shutdown(false, true);
+        st->shutdown(false, true);
         c->linger_until = now() + 2;
-        c->linger = !(c->client_closes && !p.in_message && !c->sock->stream()->tls());
       }
       if (c->eof || now() >= c->linger_until) {
         close_now(L, c);
         continue;
       }
       std::string_view drop;
-      const Io r = c->sock->stream()->any(&drop, io::ByteStream::kReadChunk);
-      if (r == Io::kDone) c->sock->stream()->taken();
+      const Io r = st->any(&drop, io::ByteStream::kReadChunk);
+      if (r == Io::kDone) st->taken();
       if (r == Io::kAgain) {
-        if (!c->linger) {
-          close_now(L, c);
-          continue;
-        }
         *reading = true;
         c->deadline = c->linger_until;
         return -1;
       }
       if (r == Io::kEnd) c->eof = true;
-      else c->linger = true;  // it sent more after all: its bytes are read and dropped
       continue;
     }
-    if (c->tracked && c->tracked->draining.load(std::memory_order_relaxed) && !c->in_flight) {
+    if (draining(c) && !c->in_flight) {
       p.ready.clear();
       c->closing = true;
       continue;
@@ -706,9 +742,8 @@ bool response_head(lua_State* L, Conn* c, std::size_t length, bool chunked, std:
       h->append("\r\n", 2);
     }
   }
-  const bool draining = c->tracked && c->tracked->draining.load(std::memory_order_relaxed);
   io::HttpRequestParser& p = *c->parser;
-  *close_after = asked_close || raw || !c->keep_alive || draining || c->flight_streamed ||
+  *close_after = asked_close || raw || !c->keep_alive || draining(c) || c->flight_streamed ||
                  (c->eof && p.ready.empty() && !p.in_message);
   if (*close_after) *h += "Connection: close\r\n";
   else if (c->minor == 0) *h += "Connection: keep-alive\r\n";
@@ -853,6 +888,7 @@ int m_park(lua_State* L) {
   c->dead = true;
   c->idle_timer = 0;  // io_forget drops it
   io_forget(L, c);
+  if (c->tracked) set_tracked_fd(c->tracked.get(), -1);
   tcp_push(L, std::move(c->sock), kClient);
   return 1;
 }
@@ -880,8 +916,19 @@ int m_close(lua_State* L) {
   return 0;
 }
 
+// The connection's end: its __gc, or its process's end, which runs it on
+// the process's worker whatever ended the process (a limit, a terminate,
+// a crash, the host's shutdown). A request handed to the handler with
+// nothing of its response written gets its 500 here, before the close (a
+// handler that raises is answered by conn.lua itself). Plain HTTP only,
+// as a write that may not wait: a TLS session ends with its process.
 void finalize_conn(lua_State* L, void* object) {
   auto* c = static_cast<Conn*>(object);
+  if (c->in_flight && !c->head_written && !c->dead && !c->sock->stream()->tls()) {
+    const std::string r = io::error_response(500);
+    std::size_t done = 0;
+    (void)c->sock->stream()->write(r, &done);
+  }
   close_now(L, c);
   if (c->internal) io_services(L).http.note_internal(-1);
   c->~Conn();
@@ -986,6 +1033,7 @@ int f_conn(lua_State* L) {
   c->sock = std::move(sock);
   c->parser = std::make_unique<io::HttpRequestParser>(lim);
   c->tracked = id ? find_tracked(id) : nullptr;
+  if (c->tracked) set_tracked_fd(c->tracked.get(), c->sock->fd());
   c->remote = std::move(remote);
   c->request_since = c->idle_since = now();
   lua_getfield(L, 2, "bound");
@@ -1019,8 +1067,7 @@ int f_check_tls(lua_State* L) {
 }
 
 // The acceptor's handle on a connection (track): its __gc lets the
-// connection go, so that the duplicates of an acceptor that fails do not
-// keep its connections open.
+// connection go (its entry, and its socket where it is hibernated).
 char kTrackMetaKey;  // the handles' metatable's registry key (registry_table.hpp)
 struct TrackHandle {
   std::uint64_t id;
@@ -1030,10 +1077,17 @@ struct TrackHandle {
   std::unique_ptr<io::TcpSocket> sock;
   std::uint64_t watch_tag;
   bool tls;  // https: its socket is peeked, not read (peek)
+  // The socket's netpoller slot and its generation, from its first
+  // hibernate (a socket keeps them wherever it moves, until it closes):
+  // drain wakes the reader of that descriptor, and of no later one.
+  int slot;
+  std::uint32_t gen;
 };
 
-// Drops the entry and its duplicate; failed: the connection's process
-// failed, and a request it was answering gets a 500.
+// Drops the entry (a connection's process that looks it up later finds
+// none: it is not drained). failed: its process failed; where that
+// process was given up with the connection open, a request it was
+// answering gets its 500 here, and the connection is shut.
 void release(std::uint64_t id, bool failed) {
   std::shared_ptr<Tracked> t;
   {
@@ -1043,9 +1097,11 @@ void release(std::uint64_t id, bool failed) {
     t = std::move(it->second);
     g_tracked.erase(it);
   }
-  if (failed && t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->dup_fd, io::error_response(500));
-  if (failed) ::shutdown(t->dup_fd, SHUT_RDWR);
-  ::close(t->dup_fd);
+  if (!failed) return;
+  std::lock_guard lock(t->mu);
+  if (t->fd < 0) return;
+  if (t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->fd, io::error_response(500));
+  ::shutdown(t->fd, SHUT_RDWR);
 }
 
 TrackHandle* check_track(lua_State* L) {
@@ -1092,37 +1148,30 @@ void make_track_meta(lua_State* L) {
   lua_setfield(L, -2, "__gc");
 }
 
-// http.track(sock, tls): the acceptor's handle on a connection (a
-// duplicate of its descriptor) and the id its process is given; or nil.
+// http.track(sock, tls): the acceptor's handle on a connection and the id
+// its process is given (which finds the drain flag by it).
 int f_track(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
-  tcp_getfd(L, s);
-  const int fd = ::dup(static_cast<int>(lua_tonumber(L, -1)));
-  lua_pop(L, 1);
-  if (fd < 0) {
-    lua_pushnil(L);
-    return 1;
-  }
-  auto t = std::make_shared<Tracked>();
-  t->dup_fd = fd;
   const bool tls = lua_toboolean(L, 2);
-  t->tls = tls;
   std::uint64_t id;
   {
     std::lock_guard lock(g_tracked_mu);
     id = ++g_next_tracked;
+    auto t = std::make_shared<Tracked>();
+    t->tls = tls;
     g_tracked.emplace(id, std::move(t));
   }
   auto* h = static_cast<TrackHandle*>(new_userdata_with(L, sizeof(TrackHandle), &kTrackMetaKey, make_track_meta));
-  new (h) TrackHandle{id, {}, nullptr, 0, tls};
+  new (h) TrackHandle{id, {}, nullptr, 0, tls, -1, 0};
   track_finalizer(L, &h->fin, finalize_track, h);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
 }
 
-// handle:untrack(failed): the connection is done with; where its process
-// failed in the middle of a request, the client gets a 500.
+// handle:untrack(failed): the connection is done with (its process
+// ended, or it closed while hibernated); failed: its process failed (see
+// release).
 int t_untrack(lua_State* L) {
   TrackHandle* h = check_track(L);
   // Within a step: a watch made in this same step is taken back before it
@@ -1211,6 +1260,10 @@ int t_hibernate(lua_State* L) {
     lua_pushliteral(L, "closed");
     return 2;
   }
+  if (h->slot < 0) {
+    h->slot = sock->slot();
+    h->gen = sock->poller().generation(h->slot);
+  }
   if (peek(*sock, h->tls) == Waiting::kBytes) {
     tcp_push(L, std::move(sock), kClient);
     return 1;
@@ -1244,13 +1297,18 @@ int t_gc(lua_State* L) {
 
 // handle:drain(): the server closed: the connection answers what it is
 // serving with Connection: close and ends; an idle one ends now (a
-// hibernated one the acceptor closes itself).
+// hibernated one the acceptor closes itself). The flag is set first, then
+// the connection's read wait woken (its netpoller completion orders the
+// two): an idle connection's next() then finds the flag and ends, a
+// handler's watch reads nothing and watches on, and a connection past
+// its close, or not yet waiting, is not troubled (the slot's generation
+// moved on, or its next wait completes once at once).
 int t_drain(lua_State* L) {
   TrackHandle* h = check_track(L);
   std::shared_ptr<Tracked> t = h->id ? find_tracked(h->id) : nullptr;
   if (!t) return 0;
   t->draining.store(true, std::memory_order_relaxed);
-  ::shutdown(t->dup_fd, SHUT_RD);
+  if (h->slot >= 0) io_services(L).netpoll.wake_reader(h->slot, h->gen);
   return 0;
 }
 

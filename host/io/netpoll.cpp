@@ -145,6 +145,12 @@ bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
   return true;
 }
 
+std::uint32_t NetPoller::generation(int slot) {
+  Desc* d = desc(slot);
+  std::lock_guard lock(d->mu);
+  return d->gen;
+}
+
 void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
   Desc* d = desc(slot);
   Waiter woken[2];

@@ -77,6 +77,15 @@ class NetPoller final : public IdlePoller {
   // The wait's cancel: true where it was still armed (it will never
   // complete), false where its completion is on its way.
   bool cancel(const Pid& pid, std::uint64_t tag);
+  // The slot's generation now: with the slot, it names this descriptor
+  // and no later one to use the slot (wake_reader).
+  std::uint32_t generation(int slot);
+  // As if the descriptor turned readable (from any thread): its read wait
+  // completes, or the next one does at once, and its retry looks for
+  // itself. How the HTTP acceptor tells a connection's process that the
+  // server drains (bindings/http_conn.cpp). Nothing where the slot was
+  // closed since gen.
+  void wake_reader(int slot, std::uint32_t gen) { ready(slot, gen, true, false); }
 
   // Registered descriptors (tests' leak checks).
   std::size_t open_count() const { return open_.load(std::memory_order_relaxed); }

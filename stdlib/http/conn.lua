@@ -4,8 +4,8 @@
 -- are parsed, and the responses written, in C on this process's worker
 -- (bindings/http_conn.cpp). A handler that raises, or returns what cannot
 -- be sent, gets the client a 500 and its error logged with the traceback;
--- a process that fails outright (a limit) gets the same 500 from the
--- acceptor. An idle keep-alive connection gives its socket back to the
+-- a process that fails outright (a limit) gets the same 500 from its
+-- connection's finalizer, at the process's end. An idle keep-alive connection gives its socket back to the
 -- acceptor (hibernate_after) and the process ends.
 --
 -- Every new connection loads this file's bytecode: what only a failure,

@@ -6,13 +6,18 @@
 -- socket moved to it; that process parses its requests in C
 -- (bindings/http_conn.cpp) and calls the entry's method with each.
 --
--- The acceptor keeps a duplicate of each connection's descriptor (the
--- host.http module's track): when a connection's process fails in the
--- middle of a request, the client gets its 500 through it, and when the
--- server closes, each connection is told (drain) to answer what it serves
--- with Connection: close and end. An idle keep-alive connection's process
--- gives its socket back (park) and ends; the acceptor hibernates the
--- socket in its track handle until its next request and starts another.
+-- The acceptor has a handle on each connection (the host.http module's
+-- track), with no descriptor of its own: when the server closes, each
+-- connection is told through it (drain: a flag the connection reads, its
+-- read wait woken) to answer what it serves with Connection: close and
+-- end. A connection whose process fails in the middle of a request (a
+-- limit, a terminate) gets its 500 from that process's end, which runs
+-- the connection's finalizer (bindings/http_conn.cpp); untrack sends it
+-- only for a process whose thread was given up (stuck past the time
+-- limit), which never runs its finalizers. An idle keep-alive
+-- connection's process gives its socket back (park) and ends; the
+-- acceptor hibernates the socket in its track handle until its next
+-- request and starts another.
 local type, error, tonumber, tostring, setmetatable, pairs = type, error, tonumber, tostring, setmetatable, pairs
 local options = require("host.options")
 -- Loaded here, by the process that calls serve, rather than first by the

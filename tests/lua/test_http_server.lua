@@ -412,6 +412,49 @@ return { main = function(host)
       c2:close()
       srv:close()
     end },
+    { "a handler's process terminated mid-request gets the client 500, then the close", function()
+      local srv, port = serve()
+      local c = connect(port)
+      assert(c:send("GET /hang?to=" .. tostring(process.pid()) .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "serving")
+      process.terminate(m.payload)
+      local status, _, body = read_response(c)
+      T.eq(status, 500); T.match(body, "Internal Server Error")
+      T.ok(closed(c), "the connection closes with its process")
+      -- One that terminates itself, on a connection that asked for the close.
+      local d = connect(port)
+      T.eq(get(d, "/terminate", "Connection: close\r\n"), 500)
+      T.ok(closed(d))
+      local e = connect(port)
+      T.eq(get(e, "/who"), 200, "the server goes on")
+      e:close()
+      srv:close()
+    end },
+    { "a handler's process past its time limit gets the client 500 (a second host, --time-limit 0.3)", function()
+      local r = exec.run({ host, "run", tests_dir, "--time-limit", "0.3", "--entry", "fixtures.http_app:time_limited" },
+        { timeout = 60 })
+      T.eq(r.code, 0, "the second host: " .. r.stderr)
+      T.eq(r.stdout, "/spin 500, /spin_hooked 500, /who 200\n")
+    end },
+    { "close(): an idle keep-alive connection ends at once, a busy one's answer closes it; close returns then", function()
+      local srv, port = serve { hibernate_after = false }
+      local idle, busy = connect(port), connect(port)
+      T.eq(get(idle, "/who"), 200)
+      assert(busy:send("GET /slow?secs=0.3 HTTP/1.1\r\nHost: t\r\n\r\n"))
+      time.sleep(0.1)
+      local t0 = time.now()
+      T.eq(srv:close(), true)
+      local took = time.now() - t0
+      -- The idle one waits for nothing (keepalive_timeout is 60 s, close's
+      -- own wait 10 s), and the busy one, answered with Connection: close,
+      -- does not linger for its client's end (2 s).
+      T.ok(took < 1.5, "close took " .. took .. " s")
+      T.ok(closed(idle), "the idle connection closed")
+      local status, headers, body = read_response(busy)
+      T.eq(status, 200); T.eq(body, "slow done"); T.eq(headers.connection, "close")
+      T.ok(closed(busy))
+    end },
     { "CR or LF in a response header is refused: 500, nothing injected", function()
       local srv, port = serve()
       local c = connect(port)

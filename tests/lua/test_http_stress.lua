@@ -67,5 +67,96 @@ return { main = function(clients, rounds)
       T.eq(H.fds(), base_fds, "descriptors left open")
       print(string.format("%d requests answered, %d connections cut mid-request", answered, cut))
     end },
+    { clients .. " clients whose connections' processes fail or succeed, the server closed in the middle", function()
+      -- Each request is answered exactly once, in full: 500 where its
+      -- process terminates itself (its connection's finalizer writes it),
+      -- 200 otherwise; after a 500 or a Connection: close the connection
+      -- ends with nothing more. Once the close began, a request may find
+      -- its connection closed (nothing of a response read) or the port
+      -- shut.
+      local srv, port = H.serve { hibernate_after = 0.05 }
+      local base_fds = H.fds() - 1
+      local done = channel.new(clients)
+      local closing = false
+      local ok200, ok500, cut_by_close = 0, 0, 0
+      -- One response: status, its Connection header; or nil, err where
+      -- the connection ended before any of it came.
+      local function response(c)
+        local line, err, partial = c:receive("*l")
+        if not line then
+          assert(partial == "", "a response cut off: " .. tostring(partial))
+          return nil, err
+        end
+        local status = assert(tonumber(line:match("^HTTP/1%.1 (%d%d%d) ")), "status line: " .. line)
+        local length, connection = 0, nil
+        while true do
+          local h = assert(c:receive("*l"))
+          if h == "" then break end
+          local k, v = h:match("^([^:]+):%s*(.*)$")
+          k = k:lower()
+          if k == "content-length" then length = tonumber(v) end
+          if k == "connection" then connection = v:lower() end
+        end
+        if length > 0 then assert(c:receive(length)) end
+        return status, connection
+      end
+      for client = 1, clients do
+        coroutine.spawn(function()
+          local ok, err = pcall(function()
+            local c
+            for i = 1, rounds * 2 do
+              if not c then
+                local cerr
+                c, cerr = require("socket").connect("127.0.0.1", port)
+                if not c then
+                  assert(closing, "connect before the close: " .. tostring(cerr))
+                  return
+                end
+                c:settimeout(30)
+              end
+              local path = (client + i) % 4 == 0 and "/terminate" or (client + i) % 4 == 1 and "/slow?secs=0.01" or "/who"
+              local extra = client % 3 == 0 and "Connection: close\r\n" or ""
+              local sent = c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n" .. extra .. "\r\n")
+              local status, connection = nil, "close"
+              if sent then status, connection = response(c) end
+              if not status then
+                assert(closing, "no response before the close: " .. tostring(connection))
+                cut_by_close = cut_by_close + 1
+              elseif path == "/terminate" then
+                assert(status == 500, "a failed process's request got " .. status)
+                ok500 = ok500 + 1
+              else
+                assert(status == 200, path .. " got " .. status)
+                ok200 = ok200 + 1
+              end
+              if status == 500 or connection == "close" then
+                local ended, rest = H.closed(c)
+                assert(ended and rest == "", "more after the last response: " .. tostring(rest))
+              end
+              if not status or status == 500 or connection == "close" then
+                c:close()
+                c = nil
+              end
+            end
+            if c then c:close() end
+          end)
+          done:send(ok or err)
+        end)
+      end
+      T.eventually(function() return ok200 + ok500 >= clients * 3 end, 30, "requests answered before the close")
+      closing = true
+      T.eq(srv:close(), true)
+      for _ = 1, clients do
+        local r = done:receive()
+        if r ~= true then error(r, 0) end
+      end
+      T.ok(ok500 > 0 and ok200 > 0, "both kinds answered")
+      local deadline = time.now() + 20
+      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or H.fds() > base_fds) do time.sleep(0.05) end
+      T.eq(T.count_processes("http.conn:serve"), 0, "connection processes left")
+      T.eq(H.fds(), base_fds, "descriptors left open")
+      print(string.format("%d answered 200, %d answered 500 (a failed process), %d requests cut by the close",
+        ok200, ok500, cut_by_close))
+    end },
   }
 end }
