@@ -27,12 +27,13 @@
 // the process's end runs on its worker before the socket closes; only a
 // process whose thread was given up (stuck in JIT-compiled code past the
 // time limit: no finalizer of its runs, and its descriptors stay open
-// for ever) leaves it to the acceptor (untrack). The acceptor (stdlib/http/server.lua) has a handle on each connection
-// (track, whose __gc lets it go), with no descriptor of its own: when the
-// server closes it sets the connection's drain flag and wakes the
-// connection's read wait through the netpoller (drain), so that an idle
-// connection ends at once and one in the middle of a request answers it
-// with Connection: close. A connection with no process
+// for ever) leaves it to the acceptor (untrack). The acceptor
+// (stdlib/http/server.lua) has a handle on each connection (track, whose
+// __gc lets it go), with no descriptor of its own: when the server closes
+// it sets the connection's drain flag and wakes the connection's read
+// wait through the netpoller (drain), so that an idle connection ends at
+// once and one in the middle of a request answers it with Connection:
+// close. A connection with no process
 // (a new one before its first bytes, an idle one whose process parked)
 // is hibernated in its handle (hibernate): the socket held in C and a
 // readiness watch, with no task, no coroutine and no timer of its own;
@@ -85,10 +86,11 @@ struct Tracked {
   std::atomic<bool> draining{false};   // the server closed: answer with Connection: close, then close
   std::atomic<bool> in_flight{false};  // a request handed over, nothing of its response written
   bool tls = false;
-  // The descriptor while a connection's process holds it open (-1: none).
-  // A process that ends closes it (its finalizer), and so clears it first:
-  // one still here when the acceptor hears of a failed process's end is
-  // a given-up process's, never closed, so never another connection's.
+  // The descriptor while a connection's process holds it open (-1: none),
+  // cleared under mu before that process closes it: while the acceptor
+  // holds mu, one set here is this connection's. A process that ends
+  // closes it (its finalizer), so one still set when the acceptor hears
+  // of a failed process's end is a given-up process's, never closed.
   std::mutex mu;
   int fd = -1;  // guarded by mu
 };
@@ -1085,9 +1087,10 @@ struct TrackHandle {
 };
 
 // Drops the entry (a connection's process that looks it up later finds
-// none: it is not drained). failed: its process failed; where that
-// process was given up with the connection open, a request it was
-// answering gets its 500 here, and the connection is shut.
+// none: it is not drained). failed: its process failed (untrack), or the
+// acceptor itself ended (finalize_track); a connection still open then
+// (a given-up process's, or, at the acceptor's end, one still served) is
+// shut, and a request it was answering gets its 500 here.
 void release(std::uint64_t id, bool failed) {
   std::shared_ptr<Tracked> t;
   {
