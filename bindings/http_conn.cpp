@@ -137,7 +137,6 @@ struct Conn {
   std::unique_ptr<io::HttpRequestParser> parser;
   std::shared_ptr<Tracked> tracked;
   std::shared_ptr<const ServerConf> conf;  // its server's (config)
-  std::string remote;
 
   enum Op : std::uint8_t { kNone, kNext, kWrite, kBody };
   Op op = kNone;
@@ -894,14 +893,6 @@ int m_gone(lua_State* L) {
   return 1;
 }
 
-// conn:remote(): the client's "IP:PORT" (asked once a connection, not
-// made again for each request).
-int m_remote(lua_State* L) {
-  Conn* c = check_conn(L);
-  lua_pushlstring(L, c->remote.data(), c->remote.size());
-  return 1;
-}
-
 int m_close(lua_State* L) {
   Conn* c = check_conn(L);
   close_now(L, c);
@@ -925,9 +916,9 @@ int m_gc(lua_State* L) {
 // process's first connection.
 void make_conn_meta(lua_State* L) {
   static const luaL_Reg methods[] = {
-      {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
-      {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
-      {"remote", m_remote}, {nullptr, nullptr},
+      {"next", m_next}, {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
+      {"body", m_body}, {"park", m_park},       {"close", m_close}, {"gone", m_gone},
+      {nullptr, nullptr},
   };
   lua_createtable(L, 0, 2);
   lua_createtable(L, 0, 10);
@@ -1073,8 +1064,10 @@ int f_server_conf(lua_State* L) {
 
 // http.conn(sock, tracked_id, conf_id): the connection over the socket
 // (which it takes out of its object), served as its server's
-// configuration (config) says, and the handler's module and method; or
-// nil, "closed" where the socket is closed or the server gone.
+// configuration (config) says, the handler's module and method, and the
+// client's "IP:PORT" (the same for each request on the connection, so
+// given once, with the rest, rather than by a method of its own); or nil,
+// "closed" where the socket is closed or the server gone.
 int f_conn(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr, 1, "socket expected");
@@ -1099,7 +1092,6 @@ int f_conn(lua_State* L) {
   c->sock = std::move(sock);
   c->parser = std::make_unique<io::HttpRequestParser>(conf->limits);
   c->tracked = id ? find_tracked(id) : nullptr;
-  c->remote = std::move(remote);
   c->request_since = c->idle_since = now();
   if (!conf->bound.empty()) {  // the host's own server's: left out of the inspector's counts
     c->internal = true;
@@ -1107,8 +1099,9 @@ int f_conn(lua_State* L) {
   }
   lua_pushlstring(L, conf->module.data(), conf->module.size());
   lua_pushlstring(L, conf->method.data(), conf->method.size());
+  lua_pushlstring(L, remote.data(), remote.size());
   c->conf = std::move(conf);
-  return 3;
+  return 4;
 }
 
 // http.check_tls(cert_pem, key_pem, cert_file, key_file): true where they make a server's TLS

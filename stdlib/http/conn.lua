@@ -56,7 +56,8 @@ end
 -- method; what else it holds is asked for only where needed (server_conf).
 function M.serve(sock, id, conf_id)
   local hc = require("host.http")
-  local conn, module, method = hc.conn(sock, id, conf_id)
+  -- remote: the client's address, the same for each request on the connection.
+  local conn, module, method, remote = hc.conn(sock, id, conf_id)
   if not conn then return end
   current_conn = conn
   -- With --watch, the names of the modules this process loaded that were
@@ -67,8 +68,6 @@ function M.serve(sock, id, conf_id)
   local fresh = require("host.reloaded")
   local handler, load_error = load_handler(conf_id, module, method)
 
-  -- The client's address, the same for each request on the connection.
-  local remote = conn:remote()
   -- A request comes as values (bindings/http_conn.cpp, push_request), its
   -- table made here: a constructor costs far less than setting each field
   -- from C. At the connection's end verb is nil, and path says why where

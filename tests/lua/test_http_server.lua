@@ -419,10 +419,12 @@ return { main = function(host)
       -- A connection over a server's configuration gets its module and method.
       local srv, port = serve()
       local c = connect(port)
-      local conn, module, method = hc.conn(c, 0, id)
+      local peer_ip, peer_port = c:getpeername()  -- (hc.conn takes the socket out of c)
+      local conn, module, method, remote = hc.conn(c, 0, id)
       T.ok(conn ~= nil, "a connection")
       T.eq(module, "app")
       T.eq(method, "main")
+      T.eq(remote, peer_ip .. ":" .. peer_port, "the peer's address")
       conn:close()
       -- The handle dropped: the configuration is gone, and a connection
       -- over it is refused.
