@@ -136,7 +136,6 @@ struct Conn {
   std::unique_ptr<io::TcpSocket> sock;
   std::unique_ptr<io::HttpRequestParser> parser;
   std::shared_ptr<Tracked> tracked;
-  std::shared_ptr<const ServerConf> conf;  // its server's (config)
 
   enum Op : std::uint8_t { kNone, kNext, kWrite, kBody };
   Op op = kNone;
@@ -921,7 +920,7 @@ void make_conn_meta(lua_State* L) {
       {nullptr, nullptr},
   };
   lua_createtable(L, 0, 2);
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 8);
   for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, m->func, 1);
@@ -1100,7 +1099,6 @@ int f_conn(lua_State* L) {
   lua_pushlstring(L, conf->module.data(), conf->module.size());
   lua_pushlstring(L, conf->method.data(), conf->method.size());
   lua_pushlstring(L, remote.data(), remote.size());
-  c->conf = std::move(conf);
   return 4;
 }
 
