@@ -119,6 +119,33 @@ std::shared_ptr<Tracked> find_tracked(std::uint64_t id) {
   return it == g_tracked.end() ? nullptr : it->second;
 }
 
+// ---- a server's configuration (config): what each of its connections is
+// served with, made once by its acceptor and shared, immutable, by every
+// connection's process. A connection's process is spawned with the
+// configuration's id, a number, and finds it here: its arguments were a
+// table of a dozen keys, encoded by the acceptor and decoded, every key
+// and string made again, in each new process.
+
+struct ServerConf {
+  io::HttpLimits limits;
+  std::string entry;     // the handler, "module:method"
+  std::string module;    // its parts (http/server.lua's conn_config)
+  std::string method;
+  std::string acceptor;  // the acceptor's pid, for park
+  std::string bound;     // a server of the host's own: its address ("" for a script's)
+  std::shared_ptr<const io::TlsContext> tls;  // https: the server's context, made once here
+};
+
+std::mutex g_confs_mu;
+std::unordered_map<std::uint64_t, std::shared_ptr<const ServerConf>> g_confs;  // guarded by g_confs_mu
+std::uint64_t g_next_conf = 0;                                                 // guarded by g_confs_mu
+
+std::shared_ptr<const ServerConf> find_conf(std::uint64_t id) {
+  std::lock_guard lock(g_confs_mu);
+  auto it = g_confs.find(id);
+  return it == g_confs.end() ? nullptr : it->second;
+}
+
 // ---- a connection
 
 char kConnMetaKey;  // the metatable's registry key (registry_table.hpp)
@@ -128,7 +155,6 @@ struct Conn {
   std::unique_ptr<io::TcpSocket> sock;
   std::unique_ptr<io::HttpRequestParser> parser;
   std::shared_ptr<Tracked> tracked;
-  std::string remote;
 
   enum Op : std::uint8_t { kNone, kNext, kWrite, kBody };
   Op op = kNone;
@@ -904,14 +930,6 @@ int m_gone(lua_State* L) {
   return 1;
 }
 
-// conn:remote(): the client's "IP:PORT" (asked once a connection, not
-// made again for each request).
-int m_remote(lua_State* L) {
-  Conn* c = check_conn(L);
-  lua_pushlstring(L, c->remote.data(), c->remote.size());
-  return 1;
-}
-
 int m_close(lua_State* L) {
   Conn* c = check_conn(L);
   close_now(L, c);
@@ -946,12 +964,12 @@ int m_gc(lua_State* L) {
 // process's first connection.
 void make_conn_meta(lua_State* L) {
   static const luaL_Reg methods[] = {
-      {"next", m_next},   {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
-      {"body", m_body},   {"park", m_park},       {"close", m_close}, {"gone", m_gone},
-      {"remote", m_remote}, {nullptr, nullptr},
+      {"next", m_next}, {"respond", m_respond}, {"chunk", m_chunk}, {"finish", m_finish},
+      {"body", m_body}, {"park", m_park},       {"close", m_close}, {"gone", m_gone},
+      {nullptr, nullptr},
   };
   lua_createtable(L, 0, 2);
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 8);
   for (const luaL_Reg* m = methods; m->name != nullptr; ++m) {  // each with the metatable (check_conn)
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, m->func, 1);
@@ -969,82 +987,169 @@ double opt_field(lua_State* L, int idx, const char* name, double dflt) {
   return v;
 }
 
-// http.conn(sock, limits, tracked_id, tls_cert_pem, tls_key_pem): the
-// connection over the socket (which it takes out of its object).
-int f_conn(lua_State* L) {
-  SocketRef* s = to_socket(L, 1);
-  luaL_argcheck(L, s != nullptr, 1, "socket expected");
-  luaL_checktype(L, 2, LUA_TTABLE);
-  io::HttpLimits lim;
-  lim.max_header_bytes = static_cast<std::size_t>(opt_field(L, 2, "max_header_bytes", static_cast<double>(lim.max_header_bytes)));
-  lim.max_body_bytes = static_cast<std::size_t>(opt_field(L, 2, "max_body_bytes", static_cast<double>(lim.max_body_bytes)));
-  lim.buffer_body_bytes = static_cast<std::size_t>(opt_field(L, 2, "buffer_body_bytes", static_cast<double>(lim.buffer_body_bytes)));
-  lim.request_timeout = opt_field(L, 2, "request_timeout", lim.request_timeout);
-  lim.keepalive_timeout = opt_field(L, 2, "keepalive_timeout", lim.keepalive_timeout);
-  lua_getfield(L, 2, "hibernate_after");
+// The string field name of the table at idx, or "" where it is not a
+// string.
+std::string str_field(lua_State* L, int idx, const char* name) {
+  lua_getfield(L, idx, name);
+  std::string v;
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    std::size_t n;
+    const char* p = lua_tolstring(L, -1, &n);
+    v.assign(p, n);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+// The acceptor's handle on its server's configuration (config): its
+// __gc, or the acceptor's end, drops the configuration's entry;
+// connections that have it already keep it as long as they last.
+char kConfMetaKey;  // the handles' metatable's registry key (registry_table.hpp)
+struct ConfHandle {
+  std::uint64_t id;
+  HostFinalizer fin;  // its end (finalize_conf_handle): its __gc, or the process's
+};
+
+void finalize_conf_handle(lua_State*, void* object) {
+  auto* h = static_cast<ConfHandle*>(object);
+  std::shared_ptr<const ServerConf> dropped;  // freed outside the lock
+  {
+    std::lock_guard lock(g_confs_mu);
+    auto it = g_confs.find(h->id);
+    if (it != g_confs.end()) {
+      dropped = std::move(it->second);
+      g_confs.erase(it);
+    }
+  }
+  h->id = 0;
+}
+
+int conf_handle_gc(lua_State* L) {
+  auto* h = static_cast<ConfHandle*>(lua_touserdata(L, 1));
+  run_finalizer(L, &h->fin);
+  return 0;
+}
+
+void make_conf_handle_meta(lua_State* L) {
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, conf_handle_gc);
+  lua_setfield(L, -2, "__gc");
+}
+
+// http.config(conf): the server's configuration made once, for each of its
+// connections' processes (http.conn): the limits (max_header_bytes,
+// max_body_bytes, buffer_body_bytes, request_timeout, keepalive_timeout,
+// hibernate_after), the handler (entry, module, method), the acceptor's
+// pid, bound (a server of the host's own) and the TLS certificate and key
+// (tls_cert, tls_key: PEM text, whose context is made here). Returns a
+// handle, which the acceptor keeps as long as it serves, and the id its
+// connections' processes are given; or nil, err where the TLS context
+// cannot be made.
+int f_config(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  auto conf = std::make_shared<ServerConf>();
+  io::HttpLimits& lim = conf->limits;
+  lim.max_header_bytes = static_cast<std::size_t>(opt_field(L, 1, "max_header_bytes", static_cast<double>(lim.max_header_bytes)));
+  lim.max_body_bytes = static_cast<std::size_t>(opt_field(L, 1, "max_body_bytes", static_cast<double>(lim.max_body_bytes)));
+  lim.buffer_body_bytes = static_cast<std::size_t>(opt_field(L, 1, "buffer_body_bytes", static_cast<double>(lim.buffer_body_bytes)));
+  lim.request_timeout = opt_field(L, 1, "request_timeout", lim.request_timeout);
+  lim.keepalive_timeout = opt_field(L, 1, "keepalive_timeout", lim.keepalive_timeout);
+  lua_getfield(L, 1, "hibernate_after");
   if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) lim.hibernate_after = 0;
   else if (lua_type(L, -1) == LUA_TNUMBER) lim.hibernate_after = lua_tonumber(L, -1);
   lua_pop(L, 1);
+  conf->entry = str_field(L, 1, "entry");
+  conf->module = str_field(L, 1, "module");
+  conf->method = str_field(L, 1, "method");
+  if (conf->module.empty() || conf->method.empty())
+    return luaL_error(L, "http.config: conf.module and conf.method must be set (http/server.lua conn_config)");
+  conf->acceptor = str_field(L, 1, "acceptor");
+  conf->bound = str_field(L, 1, "bound");
+  const std::string cert = str_field(L, 1, "tls_cert");
+  if (!cert.empty()) {  // https: the server's certificate and key
+    io::TlsContext::Options o;
+    o.server = true;
+    o.verify = false;
+    o.in_memory = true;
+    o.cert_pem = cert;
+    o.key_pem = str_field(L, 1, "tls_key");
+    o.cert_file = "cert";  // (checked by serve: http.check_tls)
+    o.key_file = "key";
+    std::string err;
+    conf->tls = io::TlsContext::make(o, &err);
+    if (!conf->tls) {
+      lua_pushnil(L);
+      lua_pushlstring(L, err.data(), err.size());
+      return 2;
+    }
+  }
+  auto* h = static_cast<ConfHandle*>(new_userdata_with(L, sizeof(ConfHandle), &kConfMetaKey, make_conf_handle_meta));
+  new (h) ConfHandle{0, {}};
+  track_finalizer(L, &h->fin, finalize_conf_handle, h);
+  {
+    std::lock_guard lock(g_confs_mu);
+    h->id = ++g_next_conf;
+    g_confs.emplace(h->id, std::move(conf));
+  }
+  lua_pushnumber(L, static_cast<double>(h->id));
+  return 2;
+}
+
+// http.server_conf(conf_id, key): what a connection's process seldom needs
+// of its server's configuration: "entry", "acceptor" or "bound" (nil where
+// it has none, or the server is gone).
+int f_server_conf(lua_State* L) {
+  const std::shared_ptr<const ServerConf> conf = find_conf(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
+  const std::string_view key = luaL_checkstring(L, 2);
+  const std::string* v = nullptr;
+  if (conf && key == "entry") v = &conf->entry;
+  else if (conf && key == "acceptor") v = &conf->acceptor;
+  else if (conf && key == "bound") v = &conf->bound;
+  if (v == nullptr || v->empty()) lua_pushnil(L);
+  else lua_pushlstring(L, v->data(), v->size());
+  return 1;
+}
+
+// http.conn(sock, tracked_id, conf_id): the connection over the socket
+// (which it takes out of its object), served as its server's
+// configuration (config) says, the handler's module and method, and the
+// client's "IP:PORT" (the same for each request on the connection, so
+// given once, with the rest, rather than by a method of its own); or nil,
+// "closed" where the socket is closed or the server gone.
+int f_conn(lua_State* L) {
+  SocketRef* s = to_socket(L, 1);
+  luaL_argcheck(L, s != nullptr, 1, "socket expected");
+  const std::uint64_t id = lua_type(L, 2) == LUA_TNUMBER ? static_cast<std::uint64_t>(lua_tonumber(L, 2)) : 0;
+  std::shared_ptr<const ServerConf> conf = find_conf(static_cast<std::uint64_t>(luaL_checknumber(L, 3)));
   std::unique_ptr<io::TcpSocket> sock = tcp_take(L, s);
-  if (!sock || !sock->stream()) {
+  if (!conf || !sock || !sock->stream()) {
     lua_pushnil(L);
     lua_pushliteral(L, "closed");
     return 2;
   }
-  const std::uint64_t id = lua_type(L, 3) == LUA_TNUMBER ? static_cast<std::uint64_t>(lua_tonumber(L, 3)) : 0;
   std::string ip;
   int port = 0;
   const char* family = "inet";
   std::string remote;
   if (sock->name(true, &ip, &port, &family).empty())
     remote = std::strcmp(family, "inet6") == 0 ? "[" + ip + "]:" + std::to_string(port) : ip + ":" + std::to_string(port);
-  if (lua_type(L, 4) == LUA_TSTRING && !sock->stream()->tls()) {  // https: the server's certificate and key
-    io::TlsContext::Options o;
-    o.server = true;
-    o.verify = false;
-    o.in_memory = true;
-    o.cert_pem = lua_tostring(L, 4);
-    o.key_pem = luaL_optstring(L, 5, "");
-    o.cert_file = "cert";  // (checked by serve: http.check_tls)
-    o.key_file = "key";
-    std::string err;
-    // One context per certificate and key, made at the first connection.
-    static std::mutex mu;
-    static std::unordered_map<std::string, std::shared_ptr<const io::TlsContext>> made;
-    std::shared_ptr<const io::TlsContext> ctx;
-    {
-      std::lock_guard lock(mu);
-      auto it = made.find(o.cert_pem + '\0' + o.key_pem);
-      if (it != made.end()) ctx = it->second;
-    }
-    if (!ctx) {
-      ctx = io::TlsContext::make(o, &err);
-      if (!ctx) {
-        lua_pushnil(L);
-        lua_pushlstring(L, err.data(), err.size());
-        return 2;
-      }
-      std::lock_guard lock(mu);
-      made.emplace(o.cert_pem + '\0' + o.key_pem, ctx);
-    }
-    sock->stream()->start_tls(std::make_unique<io::TlsSession>(std::move(ctx)));
-  }
+  if (conf->tls && !sock->stream()->tls()) sock->stream()->start_tls(std::make_unique<io::TlsSession>(conf->tls));
   auto* c = static_cast<Conn*>(new_userdata_with(L, sizeof(Conn), &kConnMetaKey, make_conn_meta));
   new (c) Conn();
   track_finalizer(L, &c->fin, finalize_conn, c);
   c->sock = std::move(sock);
-  c->parser = std::make_unique<io::HttpRequestParser>(lim);
+  c->parser = std::make_unique<io::HttpRequestParser>(conf->limits);
   c->tracked = id ? find_tracked(id) : nullptr;
   if (c->tracked) set_tracked_fd(c->tracked.get(), c->sock->fd());
-  c->remote = std::move(remote);
   c->request_since = c->idle_since = now();
-  lua_getfield(L, 2, "bound");
-  if (lua_type(L, -1) == LUA_TSTRING) {  // the host's own server's: left out of the inspector's counts
+  if (!conf->bound.empty()) {  // the host's own server's: left out of the inspector's counts
     c->internal = true;
     io_services(L).http.note_internal(1);
   }
-  lua_pop(L, 1);
-  return 1;
+  lua_pushlstring(L, conf->module.data(), conf->module.size());
+  lua_pushlstring(L, conf->method.data(), conf->method.size());
+  lua_pushlstring(L, remote.data(), remote.size());
+  return 4;
 }
 
 // http.check_tls(cert_pem, key_pem, cert_file, key_file): true where they make a server's TLS
@@ -1327,11 +1432,12 @@ int f_error_response(lua_State* L) {
 int open_http_conn(lua_State* L) {
   static const luaL_Reg funcs[] = {
       {"conn", f_conn},   {"track", f_track},
+      {"config", f_config}, {"server_conf", f_server_conf},
       {"error_response", f_error_response},
       {"check_tls", f_check_tls},
       {nullptr, nullptr},
   };
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 7);
   luaL_register(L, nullptr, funcs);
   return 1;
 }

@@ -13,13 +13,13 @@ local M = {}
 
 -- The connection processes' entry and the acceptor's (the host's own, left
 -- out of the counts). The acceptor gives each connection's process the
--- address the inspector is bound to (conf.bound).
+-- address the inspector is bound to (its configuration's bound).
 local OWN = "host.inspector:serve_connection"
 local OWN_ACCEPTOR = "http.server:serve_internal"
 local bound  -- "IP:PORT"
-function M.serve_connection(sock, id, entry, conf)
-  bound = conf.bound
-  return require("http.conn").serve(sock, id, entry, conf)
+function M.serve_connection(sock, id, conf_id)
+  bound = require("host.http").server_conf(conf_id, "bound")
+  return require("http.conn").serve(sock, id, conf_id)
 end
 
 -- Whom the inspector answers. A web page the developer opens elsewhere can

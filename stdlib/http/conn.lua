@@ -42,32 +42,32 @@ local function with_traceback(err)
   return { err = err, tb = require("debug").traceback(tostring(err), 2) }
 end
 
--- The handler of entry, or nil and why it cannot be had.
-local function load_handler(entry, module, method)
+-- The handler of module's method, or nil and why it cannot be had.
+local function load_handler(conf_id, module, method)
   local ok, mod = xpcall(require, with_traceback, module)
   if not ok then return nil, mod end
   local handler = type(mod) == "table" and mod[method]
-  if type(handler) ~= "function" then return nil, rare().no_method(entry, module, method) end
+  if type(handler) ~= "function" then return nil, rare().no_method(conf_id, module, method) end
   return handler
 end
 
-function M.serve(sock, id, entry, conf)
-  local conn = require("host.http").conn(sock, conf, id, conf.tls_cert, conf.tls_key)
+-- conf_id: the server's configuration (bindings/http_conn.cpp, config),
+-- made once by the acceptor: the limits, TLS, the handler's module and
+-- method; what else it holds is asked for only where needed (server_conf).
+function M.serve(sock, id, conf_id)
+  local hc = require("host.http")
+  -- remote: the client's address, the same for each request on the connection.
+  local conn, module, method, remote = hc.conn(sock, id, conf_id)
   if not conn then return end
   current_conn = conn
-  -- The entry, split once by the server (http/server.lua's conn_config).
-  local module, method = conf.module, conf.method
-  if not (module and method) then rare().no_entry() end
   -- With --watch, the names of the modules this process loaded that were
   -- changed on disk since (the host fills it). A keep-alive connection
   -- lives as long as its client keeps it busy: between two requests it
   -- loads the handler afresh once something changed, so that it never
   -- serves an old version for ever. One table look a request otherwise.
   local fresh = require("host.reloaded")
-  local handler, load_error = load_handler(entry, module, method)
+  local handler, load_error = load_handler(conf_id, module, method)
 
-  -- The client's address, the same for each request on the connection.
-  local remote = conn:remote()
   -- A request comes as values (bindings/http_conn.cpp, push_request), its
   -- table made here: a constructor costs far less than setting each field
   -- from C. At the connection's end verb is nil, and path says why where
@@ -76,7 +76,7 @@ function M.serve(sock, id, entry, conf)
   while verb do
     if next(fresh) ~= nil then
       rare().forget_changed(fresh, module)
-      handler, load_error = load_handler(entry, module, method)
+      handler, load_error = load_handler(conf_id, module, method)
     end
     local req = setmetatable({
       method = verb, path = path, query = query or {}, headers = headers, body = body, remote = remote,
@@ -104,11 +104,12 @@ function M.serve(sock, id, entry, conf)
     end
     verb, path, query, headers, body, http10 = conn:next()
   end
-  if path == "idle" and conf.acceptor then
+  local acceptor = path == "idle" and hc.server_conf(conf_id, "acceptor")
+  if acceptor then
     -- Idle: the socket goes back to the acceptor, which starts another
     -- process when the next request comes.
     local parked = conn:park()
-    if parked and process.send(conf.acceptor, "park", { id = id, sock = parked }) then return "parked" end
+    if parked and process.send(acceptor, "park", { id = id, sock = parked }) then return "parked" end
   end
   conn:close()
 end

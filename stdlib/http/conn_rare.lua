@@ -32,13 +32,11 @@ function M.bad_response(conn, req, err)
   return conn:respond(500, internal_error, "internal server error\n")
 end
 
--- load_handler's error when the module lacks the method.
-function M.no_method(entry, module, method)
+-- load_handler's error when the module lacks the method (the entry as
+-- the server was given it, from its configuration).
+function M.no_method(conf_id, module, method)
+  local entry = require("host.http").server_conf(conf_id, "entry") or (module .. ":" .. method)
   return { err = "entry '" .. entry .. "': no function '" .. method .. "' in module '" .. module .. "'" }
-end
-
-function M.no_entry()
-  error("http.conn.serve: conf.module and conf.method must be set (http/server.lua conn_config)", 2)
 end
 
 -- The changed modules (fresh: their names, the host fills it) and the

@@ -227,13 +227,11 @@ function M.accept(owner, lst, conf)
   local self = process.pid()
   local self_name = tostring(self)
   conf.acceptor = self
-  -- What each connection's process is given: conf less what only the
-  -- acceptor reads (the entry goes as an argument of its own). Every key
-  -- and string is made again in each new process, as its arguments are
-  -- decoded.
-  local conn_conf = {}
-  for k, v in pairs(conf) do conn_conf[k] = v end
-  conn_conf.max_connections, conn_conf.entry, conn_conf.conn_entry = nil, nil, nil
+  -- What each connection's process is served with, made once (host.http's
+  -- config, held while the acceptor runs): a process is given its id.
+  local conf_handle, conf_id = hc.config(conf)
+  if not conf_handle then error("http: cannot serve: " .. tostring(conf_id)) end
+  conf.handle = conf_handle  -- held (conf lives as long as the acceptor)
   local conns, by_pid, count, closed = {}, {}, 0, false
   local idle_wait = conf.keepalive_timeout
   if type(conf.hibernate_after) == "number" then idle_wait = math.max(idle_wait - conf.hibernate_after, 0.001) end
@@ -277,7 +275,7 @@ function M.accept(owner, lst, conf)
   function serve(id, sock)
     sock = sock or conns[id]:wake()
     if not sock then return done(id, false) end
-    local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf.entry, conn_conf)
+    local pid, serr = process.spawn_monitored(conf.conn_entry, sock, id, conf_id)
     if not pid then
       log.warn("http: cannot start a process for a connection: %s", tostring(serr))
       sock:close()

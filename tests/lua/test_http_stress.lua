@@ -7,6 +7,7 @@
 local T = require("t")
 local json = require("json")
 local H = require("http_raw")
+local socket = require("socket")
 
 return { main = function(clients, rounds)
   clients = tonumber(clients) or 100
@@ -157,6 +158,68 @@ return { main = function(clients, rounds)
       T.eq(H.fds(), base_fds, "descriptors left open")
       print(string.format("%d answered 200, %d answered 500 (a failed process), %d requests cut by the close",
         ok200, ok500, cut_by_close))
+    end },
+    { "servers made and closed while their clients come: each connection served as its own server says", function()
+      local base_fds = H.fds()
+      local pad = string.rep("x", 1500)
+      local request = "GET /echo HTTP/1.1\r\nHost: t\r\nX-Pad: " .. pad .. "\r\nConnection: close\r\n\r\n"
+      local counts = { [200] = 0, [431] = 0, late_closed = 0 }
+      -- One client: the small server (a 1 KB head limit) must refuse the
+      -- padded head with 431, the large one serve it; a late one may find
+      -- its server gone (refused, or closed unanswered).
+      local function client(port, to_small, late)
+        local c, cerr = socket.connect("127.0.0.1", port)
+        if not c then
+          assert(late, "connect: " .. tostring(cerr))
+          counts.late_closed = counts.late_closed + 1
+          return
+        end
+        c:settimeout(30)
+        local status = c:send(request) and H.read_response(c)
+        c:close()
+        if not status then
+          assert(late, "an early client got no answer")
+          counts.late_closed = counts.late_closed + 1
+          return
+        end
+        assert(status == (to_small and 431 or 200),
+          (to_small and "the small" or "the large") .. " server answered " .. tostring(status))
+        counts[status] = counts[status] + 1
+      end
+      local function spawn_clients(n, small, large, late, done)
+        for i = 1, n do
+          coroutine.spawn(function()
+            local ok, err = pcall(client, i % 2 == 0 and small or large, i % 2 == 0, late)
+            done:send(ok or err)
+          end)
+        end
+      end
+      for _ = 1, 6 do
+        local small_srv, small = H.serve { max_header_bytes = 1024 }
+        local large_srv, large = H.serve { max_header_bytes = 8192 }
+        local done = channel.new(32)
+        spawn_clients(16, small, large, false, done)
+        for _ = 1, 16 do
+          local r = done:receive()
+          if r ~= true then error(r, 0) end
+        end
+        -- Late clients while both servers close.
+        spawn_clients(8, small, large, true, done)
+        time.sleep(0.002)
+        coroutine.spawn(function() small_srv:close() end)
+        large_srv:close()
+        for _ = 1, 8 do
+          local r = done:receive()
+          if r ~= true then error(r, 0) end
+        end
+        small_srv:close()
+      end
+      T.ok(counts[200] >= 48 and counts[431] >= 48, "the early clients answered by their own servers")
+      local deadline = time.now() + 20
+      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or H.fds() > base_fds) do time.sleep(0.05) end
+      T.eq(T.count_processes("http.conn:serve"), 0, "connection processes left")
+      T.eq(H.fds(), base_fds, "descriptors left open")
+      print(string.format("%d served, %d refused 431, %d late ones closed", counts[200], counts[431], counts.late_closed))
     end },
   }
 end }
