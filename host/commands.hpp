@@ -50,14 +50,18 @@ struct CommandHandler {
   std::function<bool(Scheduler&, Pid, std::uint64_t tag)> cancel;
   bool blocking = false;  // run on the blocking pool instead of the worker
   std::string name;
-  // Instead of run and cancel, for the host's own commands (cmd::kSleep):
-  // carried out on the dispatching worker straight from the yield and the
-  // process's slot (under no lock), without a request. Through run, a
-  // timed wait's sleep and its cancel cost more (a
-  // std::function's call, a CommandRequest, a guarded call: BENCHMARKS
-  // change 107). direct must not throw; direct_cancel returns as cancel.
-  void (*direct)(Scheduler&, ProcessSlot&, const Yield&) = nullptr;
-  bool (*direct_cancel)(Scheduler&, ProcessSlot&, std::uint64_t tag) = nullptr;
+  // Instead of run and cancel, for the host's own commands on every
+  // message's path (cmd::kSleep, the netpoller's wait): carried out on the
+  // dispatching worker straight from the yield and the process's slot
+  // (under no lock), without a request. Through run, a timed wait's sleep
+  // and its cancel cost more (a std::function's call, a CommandRequest, a
+  // guarded call: BENCHMARKS change 107), and so did each socket's wait
+  // for readiness. context is passed to both as is; what it points to
+  // must outlive the registry's dispatches. direct must not throw;
+  // direct_cancel returns as cancel.
+  void (*direct)(void* context, Scheduler&, ProcessSlot&, const Yield&) = nullptr;
+  bool (*direct_cancel)(void* context, Scheduler&, ProcessSlot&, std::uint64_t tag) = nullptr;
+  void* context = nullptr;
 };
 
 class CommandRegistry {

@@ -265,24 +265,37 @@ std::string Scheduler::terminate(const Pid& to) {
 }
 
 bool Scheduler::complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error) {
-  return post_completion(pid, tag, std::move(result), std::move(error), false);
+  const bool failed = !error.empty();
+  return post_completion(pid, tag, failed ? &error : &result, {}, failed, false);
+}
+
+bool Scheduler::complete_yield_copy(const Pid& pid, std::uint64_t tag, std::string_view result) {
+  return post_completion(pid, tag, nullptr, result, false, false);
 }
 
 void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag, std::string error) {
-  post_completion(pid, tag, {}, std::move(error), true);
+  const bool failed = !error.empty();
+  post_completion(pid, tag, &error, {}, failed, true);
 }
 
-// One body for both completions (a second instantiation of post, for the
-// timer's, made g++ stop inlining the payload's move into send).
-bool Scheduler::post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep) {
-  Event ev;
-  ev.kind = EventKind::YieldComplete;
-  ev.tag = tag;
-  ev.failed = !error.empty();
-  ev.payload = ev.failed ? std::move(error) : std::move(result);
-  if (post(pid, &ev, [sleep](ProcessSlot& s) {
+// The completions' one body: the event is built in place in the queue,
+// under the lock, as post_message builds a message (an Event built here
+// and moved in cost its strings' moves and its destruction on every
+// readiness a socket waited for: BENCHMARKS.md, "An echo message's cost,
+// continued"). Its payload moved from *moved, else copied from copied.
+// One function, not a template on the payload: a further instantiation
+// of post made g++ stop inlining the payload's move into send.
+bool Scheduler::post_completion(const Pid& pid, std::uint64_t tag, std::string* moved, std::string_view copied,
+                                bool failed, bool sleep) {
+  if (post(pid, nullptr, [&](ProcessSlot& s) {
         s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
         if (sleep) s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+        Event& ev = s.pending.emplace_back();
+        ev.kind = EventKind::YieldComplete;
+        ev.tag = tag;
+        ev.failed = failed;
+        if (moved) ev.payload = std::move(*moved);
+        else ev.payload.assign(copied);
       }))
     return true;
   log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());
@@ -390,7 +403,7 @@ void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
   for (const auto& c : out.cancels()) {
     const CommandHandler* h = commands_.find(c.command);
     if (!h) continue;
-    if (h->direct_cancel ? h->direct_cancel(*this, *slot, c.tag) : h->cancel && h->cancel(*this, slot->pid(), c.tag))
+    if (h->direct_cancel ? h->direct_cancel(h->context, *this, *slot, c.tag) : h->cancel && h->cancel(*this, slot->pid(), c.tag))
       slot->outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
   }
 }
@@ -399,7 +412,7 @@ void Scheduler::cancel_yields(ProcessSlot* slot, const StepOutput& out) {
 // apart from its other yields (outstanding_sleeps), for shutdown: a
 // process that waits on timers alone can run again only when one is due
 // (nothing_can_run).
-void Scheduler::start_sleep(Scheduler& s, ProcessSlot& slot, const Yield& y) {
+void Scheduler::start_sleep(void*, Scheduler& s, ProcessSlot& slot, const Yield& y) {
   slot.outstanding_sleeps.fetch_add(1, std::memory_order_relaxed);  // before it can fire
   try {
     s.timers_.schedule(slot.pid(), y.tag, std::chrono::nanoseconds(y.arg));
@@ -408,7 +421,7 @@ void Scheduler::start_sleep(Scheduler& s, ProcessSlot& slot, const Yield& y) {
   }
 }
 
-bool Scheduler::cancel_sleep(Scheduler& s, ProcessSlot& slot, std::uint64_t tag) {
+bool Scheduler::cancel_sleep(void*, Scheduler& s, ProcessSlot& slot, std::uint64_t tag) {
   if (!s.timers_.cancel(slot.pid(), tag)) return false;
   slot.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
   return true;
@@ -430,7 +443,7 @@ void Scheduler::dispatch(ProcessSlot* slot, StepOutput& out) {
       continue;
     }
     if (h->direct) {
-      h->direct(*this, *slot, y);
+      h->direct(h->context, *this, *slot, y);
       continue;
     }
     CommandRequest req{this, pid, y.tag, y.arg, std::move(y.bytes)};

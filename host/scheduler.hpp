@@ -172,6 +172,10 @@ class Scheduler {
   // Completes an outstanding yield; from any thread. False when the process
   // is gone (the completion is dropped; a late timer, say).
   bool complete_yield(const Pid& pid, std::uint64_t tag, std::string result, std::string error = {});
+  // The same with a result copied in from bytes held elsewhere (the
+  // netpoller's readiness, the same few bytes for every wait): built in
+  // place in the queue, as send_copy builds a message.
+  bool complete_yield_copy(const Pid& pid, std::uint64_t tag, std::string_view result);
 
   // Erlang-style links (both directions) and monitors (one way). A failure
   // of one linked process delivers LinkDown to the other; the exit of a
@@ -286,10 +290,11 @@ class Scheduler {
   bool nothing_can_run(std::chrono::steady_clock::time_point deadline);
   // cmd::kSleep's handler (direct, on the timer service), and the timer
   // thread's completion of its yield (error: the schedule's failure).
-  static void start_sleep(Scheduler& s, ProcessSlot& slot, const Yield& y);
-  static bool cancel_sleep(Scheduler& s, ProcessSlot& slot, std::uint64_t tag);
+  static void start_sleep(void*, Scheduler& s, ProcessSlot& slot, const Yield& y);
+  static bool cancel_sleep(void*, Scheduler& s, ProcessSlot& slot, std::uint64_t tag);
   void complete_sleep(const Pid& pid, std::uint64_t tag, std::string error = {});
-  bool post_completion(const Pid& pid, std::uint64_t tag, std::string result, std::string error, bool sleep);
+  bool post_completion(const Pid& pid, std::uint64_t tag, std::string* moved, std::string_view copied, bool failed,
+                       bool sleep);
   friend class Worker;
   friend class RunawayMonitor;
 

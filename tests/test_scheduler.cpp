@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/pid_table.hpp"
 #include "host/scheduler.hpp"
 #include "host/worker.hpp"
 #include "tests/native_processes.hpp"
@@ -191,6 +192,60 @@ TEST_CASE("several outstanding yields completed out of order each reach the proc
   CHECK_FALSE(exits.get(r.pid).failed);
   CHECK(exits.get(r.pid).result == "13,10,14,11,12,");
   CHECK_FALSE(s.complete_yield(r.pid, 10, "late"));  // gone: dropped, reported false
+}
+
+// A direct handler (the netpoller's wait's shape): started and cancelled
+// with the context it was registered with; one yield it completes at once
+// with bytes copied in (complete_yield_copy), the other it holds until the
+// process cancels it.
+constexpr CommandId kDirect = cmd::kFirstUser + 2;
+struct DirectBox {
+  std::atomic<int> started{0};
+  std::atomic<std::uint64_t> cancelled_tag{0};
+  static constexpr std::string_view kReady{"ready\0bytes", 11};  // whole, its NUL too
+};
+
+TEST_CASE("a direct handler gets its context, its cancel too, and a completion copied in arrives whole") {
+  Watchdog dog("direct handler", 30s);
+  Scheduler s({.workers = 2});
+  DirectBox box;
+  CommandHandler h;
+  h.name = "direct";
+  h.context = &box;
+  h.direct = [](void* context, Scheduler& sched, ProcessSlot& slot, const Yield& y) {
+    static_cast<DirectBox*>(context)->started.fetch_add(1);
+    if (y.arg == 1) sched.complete_yield_copy(slot.pid(), y.tag, DirectBox::kReady);
+  };
+  h.direct_cancel = [](void* context, Scheduler&, ProcessSlot&, std::uint64_t tag) {
+    static_cast<DirectBox*>(context)->cancelled_tag.store(tag);
+    return true;
+  };
+  s.commands().add(kDirect, std::move(h));
+  ExitLog exits(s);
+  auto r = s.spawn(make_fn([](FnProcess& p, std::span<Event> events, StepOutput& out) {
+                     if (p.steps == 1) {
+                       out.add_yield(kDirect, 7).arg = 1;  // completed at once
+                       out.add_yield(kDirect, 8).arg = 0;  // held
+                       out.status = Status::Blocked;
+                       return;
+                     }
+                     for (auto& e : events) {
+                       if (e.kind != EventKind::YieldComplete) continue;
+                       if (e.tag != 7 || e.failed) return fail(out, "unexpected completion " + std::to_string(e.tag));
+                       out.cancel_yield(kDirect, 8);
+                       return done(out, e.payload);
+                     }
+                     out.status = Status::Blocked;
+                   }),
+                   "main", "");
+  REQUIRE(r);
+  REQUIRE(exits.wait(r.pid));
+  CHECK_FALSE(exits.get(r.pid).failed);
+  CHECK(exits.get(r.pid).result == DirectBox::kReady);
+  CHECK(box.started.load() == 2);
+  CHECK(box.cancelled_tag.load() == 8);
+  // Dropped for a process that is gone, and said so.
+  CHECK_FALSE(s.complete_yield_copy(r.pid, 8, DirectBox::kReady));
 }
 
 TEST_CASE("an unknown command and a throwing handler complete the yield with an error instead of hanging") {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "host/config.hpp"
+#include "host/pid_table.hpp"
 #include "host/scheduler.hpp"
 #include "tests/cpu_hogs.hpp"
 #include "tests/native_processes.hpp"
@@ -68,6 +69,7 @@ std::unique_ptr<Process> yielder(std::uint64_t yields) {
     for (auto& e : events) {
       if (e.kind != EventKind::YieldComplete) continue;
       if (e.tag != p.counter + 1) return fail(out, "unexpected tag " + std::to_string(e.tag));
+      if (e.failed || e.payload != "done") return fail(out, "tag " + std::to_string(e.tag) + " came with " + e.payload);
       ++p.counter;
     }
     if (p.counter == yields) return done(out);
@@ -82,11 +84,25 @@ std::unique_ptr<Process> yielder(std::uint64_t yields) {
   });
 }
 
-void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int external_threads) {
+// direct: the command is a direct handler (the netpoller's shape: its
+// context, the work queue), and the threads complete with bytes copied in
+// (complete_yield_copy), as the netpoller does; else a handler through a
+// request, completed with a string moved in.
+void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int external_threads, bool direct = false) {
   Scheduler s({.workers = workers});
   ExternalWork work;
-  s.commands().add(kExternal, CommandHandler{[&](CommandRequest&& r) { work.push(r.pid, r.tag); }, nullptr, false,
-                                             "external"});
+  if (direct) {
+    CommandHandler h;
+    h.name = "external";
+    h.context = &work;
+    h.direct = [](void* w, Scheduler&, ProcessSlot& slot, const Yield& y) {
+      static_cast<ExternalWork*>(w)->push(slot.pid(), y.tag);
+    };
+    s.commands().add(kExternal, std::move(h));
+  } else {
+    s.commands().add(kExternal, CommandHandler{[&](CommandRequest&& r) { work.push(r.pid, r.tag); }, nullptr, false,
+                                               "external"});
+  }
   ExitLog exits(s);
   std::vector<Pid> pids;
   pids.reserve(processes);
@@ -96,7 +112,10 @@ void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int 
   for (int t = 0; t < external_threads; ++t) {
     threads.emplace_back([&] {
       std::pair<Pid, std::uint64_t> job;
-      while (work.pop(job)) s.complete_yield(job.first, job.second, "done");
+      while (work.pop(job)) {
+        if (direct) s.complete_yield_copy(job.first, job.second, "done");
+        else s.complete_yield(job.first, job.second, "done");
+      }
     });
   }
   // A sender that races messages against the completions, to wake Blocked
@@ -136,6 +155,14 @@ TEST_CASE("no wakeup is lost: 100k processes x 10 yields completed by external t
   for (unsigned workers : {1u, 2u, 4u}) {
     CAPTURE(workers);
     run_lost_wakeup(workers, scaled(100000) / (workers == 1 ? 1 : 4), 10, 4);
+  }
+}
+
+TEST_CASE("no wakeup is lost: yields through a direct handler, completed with bytes copied in by external threads") {
+  Watchdog dog("lost-wakeup stress, direct", std::chrono::seconds(280));
+  for (unsigned workers : {1u, 2u, 4u}) {
+    CAPTURE(workers);
+    run_lost_wakeup(workers, scaled(20000) / (workers == 1 ? 1 : 2), 10, 4, /*direct=*/true);
   }
 }
 

@@ -2,13 +2,30 @@
 #include "host/io/io_services.hpp"
 
 #include "host/error.hpp"
+#include "host/pid_table.hpp"
 #include "host/scheduler.hpp"
 
 namespace host::io {
 
+namespace {
+
+void arm_poll_wait(void* netpoll, Scheduler& s, ProcessSlot& slot, const Yield& y) {
+  try {
+    static_cast<NetPoller*>(netpoll)->arm(slot.pid(), y.tag);
+  } catch (const std::exception& e) {  // its completion's event could not be queued
+    s.complete_yield(slot.pid(), y.tag, {}, make_error(ErrorKind::Invalid, std::string("command poll failed: ") + e.what()));
+  }
+}
+
+bool cancel_poll_wait(void* netpoll, Scheduler&, ProcessSlot& slot, std::uint64_t tag) {
+  return static_cast<NetPoller*>(netpoll)->cancel(slot.pid(), tag);
+}
+
+}  // namespace
+
 NetPoller::Complete IoServices::poll_completion(Scheduler& scheduler) {
   return [&scheduler, ready = CallResultWriter().boolean(true).finish()](const Pid& pid, std::uint64_t tag) {
-    scheduler.complete_yield(pid, tag, ready);
+    scheduler.complete_yield_copy(pid, tag, ready);
   };
 }
 
@@ -46,10 +63,14 @@ std::shared_ptr<IoServices> install_io_services(Scheduler& scheduler, unsigned i
   sockets.run = [io](CommandRequest&& req) { io->sockets.dispatch(std::move(req)); };  // posts to the I/O thread
   scheduler.commands().add(io_cmd::kSocket, std::move(sockets));
 
+  // A socket's wait for readiness, on every message's path: a direct
+  // handler (commands.hpp). The exit hook below holds io, and with it the
+  // netpoller, as long as the scheduler dispatches.
   CommandHandler poll;
   poll.name = "poll";
-  poll.run = [io](CommandRequest&& req) { io->netpoll.arm(req.pid, req.tag); };
-  poll.cancel = [io](Scheduler&, Pid pid, std::uint64_t tag) { return io->netpoll.cancel(pid, tag); };
+  poll.direct = &arm_poll_wait;
+  poll.direct_cancel = &cancel_poll_wait;
+  poll.context = &io->netpoll;
   scheduler.commands().add(io_cmd::kPollWait, std::move(poll));
 
   // Before the process's monitors are told (Scheduler::finish): its files

@@ -53,7 +53,7 @@ class NetPoller final : public IdlePoller {
   static bool is_wait_tag(std::uint64_t tag) { return (tag & kTagMark) == kTagMark && tag < (std::uint64_t{1} << 52); }
 
   // complete(pid, tag): a wait is over (the descriptor is ready, or was
-  // closed); the runtime's completes the yield (Scheduler::complete_yield
+  // closed); the runtime's completes the yield (Scheduler::complete_yield_copy
   // with a non-empty payload). Any thread.
   using Complete = std::function<void(const Pid&, std::uint64_t tag)>;
   explicit NetPoller(Complete complete);
