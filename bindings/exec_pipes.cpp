@@ -193,7 +193,7 @@ int run(lua_State* L, PipeState* st) {
 }
 
 // The pipe is ready (or was closed): the call tries again.
-void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, std::string_view) {
+void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view payload) {
   auto* st = static_cast<PipeState*>(owner);
   if (st->tag != tag) {  // not this pipe's call any more
     lua_pushnil(L);
@@ -201,6 +201,14 @@ void resume(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, s
     return io_resume(L, co, 2);
   }
   st->tag = 0;
+  if (failed) {  // the poller could not watch it: as a failed call, with what was done
+    lua_pushnil(L);
+    lua_pushlstring(L, payload.data(), payload.size());
+    if (st->op == PipeState::kSend) lua_pushnumber(L, static_cast<double>(st->done));
+    else lua_pushlstring(L, st->got.data(), st->got.size());
+    release(L, st);
+    return io_resume(L, co, 3);
+  }
   const int n = attempt(L, st);
   if (n >= 0) {
     release(L, st);
@@ -239,11 +247,11 @@ void stop_ahead(lua_State* L, PipeState* st) {
   st->ahead_tag = 0;
 }
 
-void ahead_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+void ahead_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool failed, std::string_view) {
   auto* st = static_cast<PipeState*>(owner);
   if (st->ahead_tag != tag) return;  // unwatched meanwhile
   st->ahead_tag = 0;
-  read_ahead(L, st);
+  if (!failed) read_ahead(L, st);  // failed: the poller could not watch it; a receive finds out
 }
 
 int busy(lua_State* L, const char* what, bool count) {

@@ -352,11 +352,11 @@ void unwatch(lua_State* L, Conn* c) {
   c->watch_tag = 0;
 }
 
-void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+void watch_fired(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool failed, std::string_view) {
   auto* c = static_cast<Conn*>(owner);
   if (c->watch_tag != tag) return;
   c->watch_tag = 0;
-  if (c->dead || c->gone || !c->in_flight) return;
+  if (failed || c->dead || c->gone || !c->in_flight) return;  // failed: the poller could not watch it
   if (probe(L, c)) watch(L, c);
 }
 
@@ -627,10 +627,11 @@ int run(lua_State* L, Conn* c, Conn::Op op) {
   return io_wait(L, poll_call(c, reading), c, resume_conn);
 }
 
-void resume_conn(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool, std::string_view) {
+void resume_conn(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool failed, std::string_view) {
   auto* c = static_cast<Conn*>(owner);
   if (c->tag != tag) return;
   c->tag = 0;
+  if (failed) close_now(L, c);  // the poller could not watch it: the call ends as on a closed connection
   bool reading = true;
   const int n = attempt(L, c, &reading);
   if (n >= 0) {
@@ -1337,11 +1338,14 @@ void look(lua_State* L, TrackHandle* h) {
   io_watch(L, std::move(call), h, hibernated_ready);
 }
 
-void hibernated_ready(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool, std::string_view) {
+void hibernated_ready(lua_State* L, lua_State*, void* owner, std::uint64_t tag, bool failed, std::string_view) {
   auto* h = static_cast<TrackHandle*>(owner);
   if (h->watch_tag != tag) return;
   h->watch_tag = 0;
-  if (h->sock) look(L, h);
+  if (!h->sock) return;
+  // The poller could not watch it: the acceptor drops it, as on a hangup.
+  if (failed) (void)post_self(L, "hangup", static_cast<double>(h->id));
+  else look(L, h);
 }
 
 // handle:hibernate(sock): the connection waits with no process, its

@@ -338,6 +338,7 @@ void resume_op(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool
     return resolved(L, co, t, p, payload);
   }
   if (!failed && payload.empty()) return finish(L, co, t, p, timed_out(L, t, p));  // the sleep's end
+  if (failed) return finish(L, co, t, p, push_fail(L, payload));  // the poller could not watch it
   const int n = attempt(L, t, p);
   if (n >= 0) return finish(L, co, t, p, n);
   if (p.deadline >= 0 && p.deadline <= now()) return finish(L, co, t, p, timed_out(L, t, p));

@@ -6,12 +6,15 @@
 #include <doctest/doctest.h>
 
 #include <sys/socket.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -65,7 +68,7 @@ constexpr int kRounds = 3000;
 // sleeping for it. sp[0] is the registered end, sp[1] the writer's.
 struct PolledPair {
   Sink sink;
-  NetPoller poller{[this](const Pid&, std::uint64_t tag) { sink.add(tag); }};
+  NetPoller poller{[this](const Pid&, std::uint64_t tag, std::string_view) { sink.add(tag); }};
   int sp[2] = {-1, -1};
   int slot = -1;
   PolledPair() {
@@ -88,7 +91,7 @@ struct PolledPair {
 
 TEST_CASE("netpoll: every armed wait completes once, or its cancel says it never will") {
   Sink sink;
-  NetPoller poller([&](const Pid&, std::uint64_t tag) { sink.add(tag); });
+  NetPoller poller([&](const Pid&, std::uint64_t tag, std::string_view) { sink.add(tag); });
   poller.poll_on_own_thread();
   constexpr int kPairs = 8;
   int fds[kPairs][2];
@@ -182,7 +185,8 @@ TEST_CASE("netpoll: every armed wait completes once, or its cancel says it never
 }
 
 TEST_CASE_FIXTURE(PolledPair, "netpoll: an edge before the wait is kept for it; a close wakes the waiter") {
-  // Registration reports the writable edge at once; a read wait waits.
+  // The first wait registers; registration reports the writable edge at
+  // once; a read wait waits.
   const std::uint64_t r1 = poller.tag_for(slot, NetPoller::kRead);
   poller.arm(Pid{}, r1);
   CHECK(poller.waiting());
@@ -221,9 +225,10 @@ TEST_CASE_FIXTURE(PolledPair, "netpoll: an edge spent on a wait cancelled too la
   // when a receive comes): the cancel reaches the poller after an edge
   // already completed the watch, and the receive's wait, armed after,
   // must still hear of that edge.
-  poll_once();  // the writable edge of the registration
   const std::uint64_t watch = poller.tag_for(slot, NetPoller::kRead);
   poller.arm(Pid{}, watch);
+  poll_once();  // the writable edge of the registration
+  CHECK(sink.count(watch) == 0);
   REQUIRE(::send(sp[1], "a", 1, 0) == 1);
   poll_once();
   CHECK(sink.count(watch) == 1);
@@ -233,4 +238,69 @@ TEST_CASE_FIXTURE(PolledPair, "netpoll: an edge spent on a wait cancelled too la
   CHECK(sink.count(read) == 1);
   CHECK_FALSE(poller.waiting());
   poller.close(slot);
+}
+
+TEST_CASE_FIXTURE(PolledPair, "netpoll: a descriptor joins the epoll set at its first wait, and what came before is not lost") {
+  // Opened, not registered: a connection served without waiting costs the
+  // poller no system call.
+  CHECK(poller.open_count() == 1);
+  CHECK(poller.registered_count() == 0);
+  // Bytes and a hangup before the first wait: the registration reports
+  // them, so the wait completes at the next poll.
+  REQUIRE(::send(sp[1], "a", 1, 0) == 1);
+  ::shutdown(sp[1], SHUT_WR);
+  const std::uint64_t r1 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r1);
+  CHECK(poller.registered_count() == 1);
+  poll_once();
+  CHECK(sink.count(r1) == 1);
+  // Registered once: the next wait adds nothing.
+  drain(sp[0]);
+  const std::uint64_t r2 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r2);
+  CHECK(poller.registered_count() == 1);
+  // A close takes it out of the count, and the slot's next descriptor
+  // registers afresh at its own first wait.
+  poller.close(slot);
+  CHECK(sink.count(r2) == 1);
+  CHECK(poller.registered_count() == 0);
+  int sp2[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp2) == 0);
+  slot = poller.open(sp2[0]);
+  REQUIRE(slot >= 0);
+  CHECK(poller.registered_count() == 0);
+  REQUIRE(::send(sp2[1], "b", 1, 0) == 1);
+  const std::uint64_t r3 = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, r3);
+  poll_once();
+  CHECK(sink.count(r3) == 1);
+  poller.close(slot);
+  ::close(sp2[0]);
+  ::close(sp2[1]);
+  CHECK(poller.open_count() == 0);
+}
+
+TEST_CASE("netpoll: a wait on a descriptor the kernel will not watch fails with why") {
+  std::string error;
+  std::uint64_t done = 0;
+  NetPoller poller([&](const Pid&, std::uint64_t tag, std::string_view e) {
+    done = tag;
+    error = e;
+  });
+  // epoll refuses a regular file (EPERM): as a socket the kernel's watch
+  // limits turn away, its wait must end rather than wait for ever.
+  char path[] = "/tmp/netpoll_testXXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::unlink(path);
+  const int slot = poller.open(fd);
+  REQUIRE(slot >= 0);
+  const std::uint64_t tag = poller.tag_for(slot, NetPoller::kRead);
+  poller.arm(Pid{}, tag);
+  CHECK(done == tag);
+  CHECK_FALSE(error.empty());
+  CHECK_FALSE(poller.waiting());
+  CHECK(poller.registered_count() == 0);
+  poller.close(slot);
+  ::close(fd);
 }

@@ -24,8 +24,10 @@ bool cancel_poll_wait(void* netpoll, Scheduler&, ProcessSlot& slot, std::uint64_
 }  // namespace
 
 NetPoller::Complete IoServices::poll_completion(Scheduler& scheduler) {
-  return [&scheduler, ready = CallResultWriter().boolean(true).finish()](const Pid& pid, std::uint64_t tag) {
-    scheduler.complete_yield_copy(pid, tag, ready);
+  return [&scheduler, ready = CallResultWriter().boolean(true).finish()](const Pid& pid, std::uint64_t tag,
+                                                                        std::string_view error) {
+    if (error.empty()) scheduler.complete_yield_copy(pid, tag, ready);
+    else scheduler.complete_yield(pid, tag, {}, std::string(error));
   };
 }
 

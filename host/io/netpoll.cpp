@@ -54,31 +54,36 @@ int NetPoller::open(int fd) {
     }
   }
   Desc* d = desc(slot);
-  std::uint32_t gen;
   {
     std::lock_guard lock(d->mu);
     d->open = true;
+    d->registered = false;
+    d->fd = fd;
     d->ready[0] = d->ready[1] = false;
     d->waiter[0] = d->waiter[1] = Waiter{};
-    gen = d->gen;
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  ev.data.u64 = (static_cast<std::uint64_t>(gen) << 32) | static_cast<std::uint32_t>(slot);
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    const int err = errno;
-    {
-      std::lock_guard lock(d->mu);
-      d->open = false;
-      ++d->gen;
-    }
-    std::lock_guard lock(slots_mu_);
-    free_.push_back(slot);
-    errno = err;
-    return -1;
   }
   open_.fetch_add(1, std::memory_order_relaxed);
   return slot;
+}
+
+// Under d->mu, the descriptor open: into the epoll set, where its first
+// wait finds it unregistered. The kernel checks a descriptor's readiness
+// when it is added and reports what it finds, as an edge would, so what
+// came before (bytes, a hangup, a connect's end) reaches this wait.
+// Holding the lock keeps a close (which frees the slot, then the
+// descriptor's number) from running between the check of open and the
+// add, and an event the add reports waits for the waiter set under it.
+bool NetPoller::register_locked(Desc* d, int slot, int* err) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = (static_cast<std::uint64_t>(d->gen) << 32) | static_cast<std::uint32_t>(slot);
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, d->fd, &ev) != 0) {
+    *err = errno;
+    return false;
+  }
+  d->registered = true;
+  registered_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void NetPoller::close(int slot) {
@@ -89,6 +94,8 @@ void NetPoller::close(int slot) {
     std::lock_guard lock(d->mu);
     if (!d->open) return;
     d->open = false;
+    if (d->registered) registered_.fetch_sub(1, std::memory_order_relaxed);
+    d->registered = false;
     ++d->gen;
     for (int i = 0; i < 2; ++i) {
       woken[i] = d->waiter[i];
@@ -101,7 +108,7 @@ void NetPoller::close(int slot) {
   for (const Waiter& w : woken)
     if (w.tag != 0) {
       armed_.fetch_sub(1, std::memory_order_relaxed);
-      complete_(w.pid, w.tag);
+      complete_(w.pid, w.tag, {});
     }
   open_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(slots_mu_);
@@ -114,18 +121,26 @@ std::uint64_t NetPoller::tag_for(int slot, Dir dir) {
 }
 
 void NetPoller::arm(const Pid& pid, std::uint64_t tag) {
-  Desc* d = desc(slot_of(tag));
+  const int slot = slot_of(tag);
+  Desc* d = desc(slot);
   const Dir dir = dir_of(tag);
+  int err = 0;
   {
     std::lock_guard lock(d->mu);
-    if (d->open && !d->ready[dir]) {
+    if (d->open && !d->ready[dir] && (d->registered || register_locked(d, slot, &err))) {
       d->waiter[dir] = Waiter{pid, tag};
       armed_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     d->ready[dir] = false;
   }
-  complete_(pid, tag);
+  if (err != 0) {
+    // The kernel would not watch it (its epoll limits, or memory): the
+    // wait fails rather than wait for an edge that cannot come.
+    complete_(pid, tag, std::system_category().message(err));
+    return;
+  }
+  complete_(pid, tag, {});
 }
 
 bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
@@ -171,7 +186,7 @@ void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
   for (const Waiter& w : woken)
     if (w.tag != 0) {
       armed_.fetch_sub(1, std::memory_order_relaxed);
-      complete_(w.pid, w.tag);
+      complete_(w.pid, w.tag, {});
     }
 }
 

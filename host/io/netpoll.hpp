@@ -2,8 +2,11 @@
 // shape. A socket's task calls read and write itself, on its worker, on a
 // non-blocking descriptor; only a call that would block (EAGAIN) waits,
 // by a waiting call (cmd kPollWait) that this poller completes when the
-// descriptor becomes ready. One edge-triggered epoll set holds every
-// descriptor, registered once for both directions.
+// descriptor becomes ready. One edge-triggered epoll set holds the
+// descriptors, each registered once for both directions at its first wait:
+// a connection served and closed without ever waiting (a request read
+// whole, its reply sent whole) costs the poller no system call. The add
+// reports what is ready already, so no edge before it is lost.
 //
 // Readiness and waits meet in a descriptor's PollDesc (Go's pollDesc): an
 // edge that finds a waiter completes its yield; one that finds none is
@@ -33,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -52,17 +56,20 @@ class NetPoller final : public IdlePoller {
   static constexpr int kSeqBits = 24;
   static bool is_wait_tag(std::uint64_t tag) { return (tag & kTagMark) == kTagMark && tag < (std::uint64_t{1} << 52); }
 
-  // complete(pid, tag): a wait is over (the descriptor is ready, or was
-  // closed); the runtime's completes the yield (Scheduler::complete_yield_copy
-  // with a non-empty payload). Any thread.
-  using Complete = std::function<void(const Pid&, std::uint64_t tag)>;
+  // complete(pid, tag, error): a wait is over (the descriptor is ready, or
+  // was closed; error empty), or failed (the kernel would not watch the
+  // descriptor: error says why); the runtime's completes the yield
+  // (Scheduler::complete_yield_copy with a non-empty payload, or
+  // complete_yield with the error).
+  // Any thread.
+  using Complete = std::function<void(const Pid&, std::uint64_t tag, std::string_view error)>;
   explicit NetPoller(Complete complete);
   ~NetPoller() override;
   NetPoller(const NetPoller&) = delete;
   NetPoller& operator=(const NetPoller&) = delete;
 
-  // Registers fd (non-blocking) for both directions; returns its slot, or
-  // -1 with errno set.
+  // Takes fd (non-blocking): returns its slot, or -1 with errno set. The
+  // descriptor joins the epoll set at its first wait (arm), not here.
   int open(int fd);
   // Before the caller closes the descriptor: its registration goes, and a
   // wait still armed on it completes at once (its retry finds the socket
@@ -72,7 +79,8 @@ class NetPoller final : public IdlePoller {
   std::uint64_t tag_for(int slot, Dir dir);
   // cmd kPollWait's handler: the wait tag names the slot and direction.
   // Completes at once where an edge came since the last wait, or the slot
-  // was closed; else when one comes.
+  // was closed; else when one comes. The slot's first wait registers its
+  // descriptor (the caller may not close the descriptor before the slot).
   void arm(const Pid& pid, std::uint64_t tag);
   // The wait's cancel: true where it was still armed (it will never
   // complete), false where its completion is on its way.
@@ -87,8 +95,10 @@ class NetPoller final : public IdlePoller {
   // closed since gen.
   void wake_reader(int slot, std::uint32_t gen) { ready(slot, gen, true, false); }
 
-  // Registered descriptors (tests' leak checks).
+  // Open slots (tests' leak checks), and those whose descriptor is in the
+  // epoll set (it waited once).
   std::size_t open_count() const { return open_.load(std::memory_order_relaxed); }
+  std::size_t registered_count() const { return registered_.load(std::memory_order_relaxed); }
 
   // IdlePoller: epoll_wait into the batch; the batch's readiness to the
   // descriptors' waits; the eventfd that ends a blocking wait; armed waits.
@@ -109,6 +119,8 @@ class NetPoller final : public IdlePoller {
     SpinLock mu;
     std::uint32_t gen = 0;      // bumped at each close
     bool open = false;
+    bool registered = false;    // in the epoll set (its first wait)
+    int fd = -1;
     bool ready[2] = {false, false};
     Waiter waiter[2];           // tag 0: none
     std::atomic<std::uint32_t> seq{0};
@@ -122,6 +134,7 @@ class NetPoller final : public IdlePoller {
   static int slot_of(std::uint64_t tag) { return static_cast<int>((tag >> (kSeqBits + 1)) & ((1u << kSlotBits) - 1)); }
   static Dir dir_of(std::uint64_t tag) { return static_cast<Dir>((tag >> kSeqBits) & 1); }
   void ready(int slot, std::uint32_t gen, bool read, bool write);
+  bool register_locked(Desc* d, int slot, int* err);
 
   Complete complete_;
   int epfd_ = -1;
@@ -131,6 +144,7 @@ class NetPoller final : public IdlePoller {
   int used_ = 0;               // slots handed out so far (guarded by slots_mu_)
   std::unique_ptr<std::unique_ptr<Desc[]>[]> chunks_;
   std::atomic<std::size_t> open_{0};
+  std::atomic<std::size_t> registered_{0};
   std::atomic<int> armed_{0};  // waiters set in descriptors (waiting())
   std::atomic<bool> stopping_{false};
   std::thread thread_;

@@ -1,6 +1,6 @@
 // A started program's pipe on the workers (docs/ARCHITECTURE.md, "Sockets
-// on the workers"): the parent's end of a pipe, non-blocking, registered
-// with the netpoller, its bytes through a ByteStream (kPipe), as a TCP
+// on the workers"): the parent's end of a pipe, non-blocking, a slot of
+// the netpoller's (registered at its first wait), its bytes through a ByteStream (kPipe), as a TCP
 // client's are (tcp_socket.hpp). The program's end is made blocking, for
 // the program to inherit as its stdin, stdout or stderr.
 //
@@ -14,13 +14,14 @@ namespace host::io {
 
 class PipeStream {
  public:
-  // Takes fd (the parent's end, already non-blocking) and registers it.
+  // Takes fd (the parent's end, already non-blocking) and gives it a
+  // poller slot.
   PipeStream(NetPoller& poller, int fd);
   ~PipeStream() { close(); }
   PipeStream(const PipeStream&) = delete;
   PipeStream& operator=(const PipeStream&) = delete;
 
-  // False where the poller refused it (open_error(): its errno).
+  // False where the poller had no slot for it (open_error(): its errno).
   bool registered() const { return slot_ >= 0; }
   int open_error() const { return open_error_; }
   int slot() const { return slot_; }

@@ -1,6 +1,6 @@
 // A TCP socket used on its owner's worker (docs/ARCHITECTURE.md, "Sockets
-// on the workers"): a non-blocking descriptor registered with the
-// netpoller, a master until it binds, listens or connects (LuaSocket's
+// on the workers"): a non-blocking descriptor with a slot of the
+// netpoller's (registered at its first wait), a master until it binds, listens or connects (LuaSocket's
 // classes), a client's bytes through a ByteStream. Every call here is a
 // system call that does not block; a caller that gets kAgain waits for
 // readiness (NetPoller) and calls again. Lua-free: the socket methods
@@ -44,7 +44,7 @@ class TcpSocket {
 
   // A master of family (AF_UNSPEC: made once an address names one).
   TcpSocket(NetPoller& poller, int family);
-  // An accepted connection (fd registered here), its family and peer
+  // An accepted connection (fd given its poller slot here), its family and peer
   // the address accept gave; fd_nodelay: whether it has TCP_NODELAY
   // already (inherited from its listener).
   TcpSocket(NetPoller& poller, int fd, const SocketAddress& peer, bool fd_nodelay);
