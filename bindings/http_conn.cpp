@@ -25,9 +25,13 @@
 // A connection whose process ends in the middle of a request (a limit, a
 // terminate) is answered 500 by its own finalizer (finalize_conn), which
 // the process's end runs on its worker before the socket closes; only a
-// process whose thread was given up (stuck in JIT-compiled code past the
-// time limit: no finalizer of its runs, and its descriptors stay open
-// for ever) leaves it to the acceptor (untrack). The acceptor
+// process whose thread the runaway monitor gave up (stuck in JIT-compiled
+// code, in a C call or native code, or in its finalizers while it
+// closed, past the time limit or a terminate: no finalizer of its runs
+// then, and its descriptors stay open) leaves it to the acceptor
+// (untrack). A thread given up in a C call may still run finalize_conn
+// when the call returns: the entry's lock decides which of the two
+// writes the 500. The acceptor
 // (stdlib/http/server.lua) has a handle on each connection (track, whose
 // __gc lets it go), with no descriptor of its own: when the server closes
 // it sets the connection's drain flag and wakes the connection's read
@@ -944,11 +948,26 @@ int m_close(lua_State* L) {
 // as a write that may not wait: a TLS session ends with its process.
 void finalize_conn(lua_State* L, void* object) {
   auto* c = static_cast<Conn*>(object);
-  if (c->in_flight && !c->head_written && !c->dead && !c->sock->stream()->tls()) {
+  bool owed = c->in_flight && !c->head_written && !c->dead && !c->sock->stream()->tls();
+  // The acceptor's release may answer the same request (its process
+  // reported given up while this thread still ran, or the acceptor's own
+  // end): whoever takes the entry's descriptor first under its lock
+  // writes the 500, and clears it for the other. (A dead connection's
+  // entry is no longer its own: a parked one's may name the next
+  // process's socket.)
+  std::unique_lock<std::mutex> lock;
+  if (c->tracked && !c->dead) {
+    lock = std::unique_lock(c->tracked->mu);
+    owed = owed && c->tracked->fd >= 0 && c->tracked->in_flight.load(std::memory_order_relaxed);
+    c->tracked->fd = -1;
+    c->tracked->in_flight.store(false, std::memory_order_relaxed);
+  }
+  if (owed) {
     const std::string r = io::error_response(500);
     std::size_t done = 0;
     (void)c->sock->stream()->write(r, &done);
   }
+  if (lock.owns_lock()) lock.unlock();
   close_now(L, c);
   if (c->internal) io_services(L).http.note_internal(-1);
   c->~Conn();
@@ -1210,6 +1229,10 @@ void release(std::uint64_t id, bool failed) {
   if (t->fd < 0) return;
   if (t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->fd, io::error_response(500));
   ::shutdown(t->fd, SHUT_RDWR);
+  // Claimed: a finalizer of the connection's that still runs (a thread
+  // given up in a C call goes on) writes no second 500.
+  t->fd = -1;
+  t->in_flight.store(false, std::memory_order_relaxed);
 }
 
 TrackHandle* check_track(lua_State* L) {
