@@ -184,6 +184,7 @@ struct Conn {
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
   bool client_closes = false;  // the request in flight asked for the close (Connection: close, HTTP/1.0)
+  bool pipelined = false;      // a request came behind one not yet answered: it may send more still
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
@@ -324,18 +325,20 @@ void note_began(Conn* c) {
 
 // Reads what the client sent while its request is served (read_ahead's
 // bound) to learn whether it left: a read that ends with nothing else
-// sent. While the server drains, a handler is left to finish. True where
-// the watch should go on (nothing came).
+// sent (a server that drains too: its handler's client may leave). True
+// where the watch should go on (nothing came).
 bool probe(lua_State* L, Conn* c) {
   io::ByteStream* st = c->sock->stream();
   const Io r = st->read_ahead();
   if (r == Io::kAgain) return st->wants() == io::ByteStream::Want::kRead;
-  if (r == Io::kDone) return false;
+  if (r == Io::kDone) {
+    c->pipelined = true;
+    return false;
+  }
   const io::HttpRequestParser& p = *c->parser;
-  const bool drained = draining(c);
   // Requests sent before an end are a client that finished sending (a
   // half close): they are answered, not abandoned.
-  if (drained || st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
+  if (st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
   c->gone = true;
   cancel_self(L, "client gone");
   return false;
@@ -429,7 +432,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // that may still send: one whose end was read closes at once; so
       // does a client that asked for the close itself, or one the server
       // drains, whose request was read whole and that has sent nothing
-      // since, as nginx's lingering close decides (a TLS client may answer
+      // since and has never pipelined (one that has may have its next
+      // request on the wire still, which a close would answer with a
+      // reset), as nginx's lingering close decides (a TLS client may answer
       // the close with an alert of its own, and its shutdown sends the
       // session's close). Lingering for its end cost each such
       // connection's process a wait, a timer and one more step
@@ -441,7 +446,7 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
           close_now(L, c);
           continue;
         }
-        if (plain && !p.in_message && (c->client_closes || draining(c))) {
+        if (plain && !p.in_message && !c->pipelined && (c->client_closes || draining(c))) {
           std::string_view drop;
           const Io r = st->any(&drop, io::ByteStream::kReadChunk);
           if (r == Io::kAgain) {
@@ -488,6 +493,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       }
       io::HttpRequest r = std::move(head);
       p.ready.erase(p.ready.begin());
+      // More than this one in a read (a streamed request's own body is
+      // what follows it, not another).
+      if (!r.streamed && (!p.ready.empty() || p.in_message || c->sock->stream()->buffered() > 0)) c->pipelined = true;
       c->in_flight = true;
       p.answering = true;
       c->responding_head = r.head;

@@ -867,6 +867,42 @@ return { main = function(host)
       process.registry.unregister(name)
       srv:close()
     end },
+    { "while the server drains, a handler whose client leaves gets its cancel event, and req:closed() says so", function()
+      local srv, port = serve()
+      local name = "http_drain_left_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      assert(process.spawn("fixtures.http_app:leave_after", port, name, 0.3))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "waiting")
+      -- close waits for the handler, which ends only when its client's
+      -- leaving is seen (close's own wait is far longer).
+      local t0 = time.now()
+      T.eq(srv:close(), true)
+      local took = time.now() - t0
+      T.ok(took < 3, "close took " .. took .. " s")
+      m = assert(process.receive(5))
+      T.eq(m.topic, "left")
+      T.eq(m.payload.kind, "cancel")
+      T.eq(m.payload.reason, "client gone")
+      T.eq(m.payload.after, true, "req:closed() once it left")
+      process.registry.unregister(name)
+    end },
+    { "a pipelining client the server drains is lingered on, not reset, when its next request is still to come", function()
+      local srv, port = serve()
+      local name = "http_drain_pipelined_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      assert(process.spawn("fixtures.http_app:pipeline_then_more", port, name))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "sent")
+      time.sleep(0.1)  -- the slow request is in its handler
+      T.eq(srv:close(), true)
+      m = assert(process.receive(5))
+      T.eq(m.topic, "pipelined")
+      T.eq(m.payload.status, 200); T.eq(m.payload.connection, "close")
+      T.ok(m.payload.third, "the third request was sent")
+      T.ok(m.payload.more, "bytes sent after the answer were taken, not reset: " .. tostring(m.payload.err))
+      process.registry.unregister(name)
+    end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
     end },
