@@ -903,6 +903,32 @@ return { main = function(host)
       T.ok(m.payload.more, "bytes sent after the answer were taken, not reset: " .. tostring(m.payload.err))
       process.registry.unregister(name)
     end },
+    { "with requests in flight, each connection holds one descriptor of the host's, the acceptor none", function()
+      local srv, port = serve()
+      local name = "http_fds_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      local n = 8
+      local base = fds()
+      local clients = {}
+      for i = 1, n do
+        clients[i] = connect(port)
+        assert(clients[i]:send("GET /left?to=" .. name .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+      end
+      for _ = 1, n do
+        local m = assert(process.receive(5))
+        T.eq(m.topic, "waiting")
+      end
+      -- Each request: the client's socket (this process's) and the
+      -- connection's; a descriptor of the acceptor's would be a third.
+      T.eq(fds() - base, 2 * n)
+      for i = 1, n do clients[i]:close() end
+      for _ = 1, n do
+        local m = assert(process.receive(5))
+        T.eq(m.topic, "left")
+      end
+      process.registry.unregister(name)
+      srv:close()
+    end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
     end },
