@@ -929,6 +929,26 @@ return { main = function(host)
       process.registry.unregister(name)
       srv:close()
     end },
+    { "a connection process that fails after giving its connection back leaves the next one's request alone", function()
+      local lst = assert(socket.tcp())
+      assert(lst:bind("127.0.0.1", 0))
+      assert(lst:listen(64))
+      local _, port = lst:getsockname()
+      -- The acceptor of http.serve, with connection processes that fail
+      -- 0.3 s after their park.
+      local conf = {
+        request_timeout = 30, keepalive_timeout = 60, max_connections = 100, hibernate_after = 0.05,
+        entry = APP, module = "fixtures.http_app", method = "handle", conn_entry = "fixtures.http_app:park_then_fail",
+      }
+      local acceptor = assert(process.spawn("http.server:accept", process.pid(), lst, conf))
+      local c = connect(tonumber(port))
+      T.eq(get(c, "/who"), 200)
+      time.sleep(0.15)  -- its process parked the connection and fails while the next request is served
+      local status, _, body = get(c, "/slow?secs=0.5")
+      T.eq(status, 200); T.eq(body, "slow done")
+      c:close()
+      process.terminate(acceptor)
+    end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
     end },
