@@ -25,9 +25,13 @@
 // A connection whose process ends in the middle of a request (a limit, a
 // terminate) is answered 500 by its own finalizer (finalize_conn), which
 // the process's end runs on its worker before the socket closes; only a
-// process whose thread was given up (stuck in JIT-compiled code past the
-// time limit: no finalizer of its runs, and its descriptors stay open
-// for ever) leaves it to the acceptor (untrack). The acceptor
+// process whose thread the runaway monitor gave up (stuck in JIT-compiled
+// code, in a C call or native code, or in its finalizers while it
+// closed, past the time limit or a terminate: no finalizer of its runs
+// then, and its descriptors stay open) leaves it to the acceptor
+// (untrack). A thread given up in a C call may still run finalize_conn
+// when the call returns: the entry's lock decides which of the two
+// writes the 500. The acceptor
 // (stdlib/http/server.lua) has a handle on each connection (track, whose
 // __gc lets it go), with no descriptor of its own: when the server closes
 // it sets the connection's drain flag and wakes the connection's read
@@ -180,6 +184,7 @@ struct Conn {
   bool dead = false;     // closed
   bool shut = false;     // the write side is shut: lingering
   bool client_closes = false;  // the request in flight asked for the close (Connection: close, HTTP/1.0)
+  bool pipelined = false;      // a request came behind one not yet answered: it may send more still
   bool internal = false; // of a server of the host's own (counted)
   bool gone = false;     // the client left while its request was served
   std::uint64_t watch_tag = 0;  // the watch on the client while a handler runs (0: none)
@@ -320,18 +325,20 @@ void note_began(Conn* c) {
 
 // Reads what the client sent while its request is served (read_ahead's
 // bound) to learn whether it left: a read that ends with nothing else
-// sent. While the server drains, a handler is left to finish. True where
-// the watch should go on (nothing came).
+// sent (a server that drains too: its handler's client may leave). True
+// where the watch should go on (nothing came).
 bool probe(lua_State* L, Conn* c) {
   io::ByteStream* st = c->sock->stream();
   const Io r = st->read_ahead();
   if (r == Io::kAgain) return st->wants() == io::ByteStream::Want::kRead;
-  if (r == Io::kDone) return false;
+  if (r == Io::kDone) {
+    c->pipelined = true;
+    return false;
+  }
   const io::HttpRequestParser& p = *c->parser;
-  const bool drained = draining(c);
   // Requests sent before an end are a client that finished sending (a
   // half close): they are answered, not abandoned.
-  if (drained || st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
+  if (st->buffered() > 0 || !p.ready.empty() || p.in_message) return false;
   c->gone = true;
   cancel_self(L, "client gone");
   return false;
@@ -425,7 +432,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       // that may still send: one whose end was read closes at once; so
       // does a client that asked for the close itself, or one the server
       // drains, whose request was read whole and that has sent nothing
-      // since, as nginx's lingering close decides (a TLS client may answer
+      // since and has never pipelined (one that has may have its next
+      // request on the wire still, which a close would answer with a
+      // reset), as nginx's lingering close decides (a TLS client may answer
       // the close with an alert of its own, and its shutdown sends the
       // session's close). Lingering for its end cost each such
       // connection's process a wait, a timer and one more step
@@ -437,7 +446,7 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
           close_now(L, c);
           continue;
         }
-        if (plain && !p.in_message && (c->client_closes || draining(c))) {
+        if (plain && !p.in_message && !c->pipelined && (c->client_closes || draining(c))) {
           std::string_view drop;
           const Io r = st->any(&drop, io::ByteStream::kReadChunk);
           if (r == Io::kAgain) {
@@ -484,6 +493,9 @@ int attempt_next(lua_State* L, Conn* c, bool* reading) {
       }
       io::HttpRequest r = std::move(head);
       p.ready.erase(p.ready.begin());
+      // More than this one in a read (a streamed request's own body is
+      // what follows it, not another).
+      if (!r.streamed && (!p.ready.empty() || p.in_message || c->sock->stream()->buffered() > 0)) c->pipelined = true;
       c->in_flight = true;
       p.answering = true;
       c->responding_head = r.head;
@@ -945,11 +957,26 @@ int m_close(lua_State* L) {
 // as a write that may not wait: a TLS session ends with its process.
 void finalize_conn(lua_State* L, void* object) {
   auto* c = static_cast<Conn*>(object);
-  if (c->in_flight && !c->head_written && !c->dead && !c->sock->stream()->tls()) {
+  bool owed = c->in_flight && !c->head_written && !c->dead && !c->sock->stream()->tls();
+  // The acceptor's release may answer the same request (its process
+  // reported given up while this thread still ran, or the acceptor's own
+  // end): whoever takes the entry's descriptor first under its lock
+  // writes the 500, and clears it for the other. (A dead connection's
+  // entry is no longer its own: a parked one's may name the next
+  // process's socket.)
+  std::unique_lock<std::mutex> lock;
+  if (c->tracked && !c->dead) {
+    lock = std::unique_lock(c->tracked->mu);
+    owed = owed && c->tracked->fd >= 0 && c->tracked->in_flight.load(std::memory_order_relaxed);
+    c->tracked->fd = -1;
+    c->tracked->in_flight.store(false, std::memory_order_relaxed);
+  }
+  if (owed) {
     const std::string r = io::error_response(500);
     std::size_t done = 0;
     (void)c->sock->stream()->write(r, &done);
   }
+  if (lock.owns_lock()) lock.unlock();
   close_now(L, c);
   if (c->internal) io_services(L).http.note_internal(-1);
   c->~Conn();
@@ -1211,6 +1238,10 @@ void release(std::uint64_t id, bool failed) {
   if (t->fd < 0) return;
   if (t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->fd, io::error_response(500));
   ::shutdown(t->fd, SHUT_RDWR);
+  // Claimed: a finalizer of the connection's that still runs (a thread
+  // given up in a C call goes on) writes no second 500.
+  t->fd = -1;
+  t->in_flight.store(false, std::memory_order_relaxed);
 }
 
 TrackHandle* check_track(lua_State* L) {

@@ -304,3 +304,29 @@ TEST_CASE("netpoll: a wait on a descriptor the kernel will not watch fails with 
   poller.close(slot);
   ::close(fd);
 }
+
+TEST_CASE_FIXTURE(PolledPair, "netpoll: wake_reader with a closed descriptor's generation leaves the slot's next one alone") {
+  // The HTTP acceptor's drain names a connection by slot and generation,
+  // noted long before: a wake for a descriptor closed since must not end
+  // a wait of the next descriptor given the same slot.
+  const std::uint32_t old_gen = poller.generation(slot);
+  poller.close(slot);
+  int next[2] = {-1, -1};
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, next) == 0);
+  const int again = poller.open(next[0]);
+  REQUIRE(again == slot);  // the freed slot is the one given out next
+  CHECK(poller.generation(again) != old_gen);
+  // (Nothing registered yet: a descriptor joins the epoll set at its first wait.)
+  const std::uint64_t read = poller.tag_for(again, NetPoller::kRead);
+  poller.arm(Pid{}, read);
+  poller.wake_reader(again, old_gen);
+  CHECK(sink.count(read) == 0);
+  CHECK(poller.waiting());
+  // Its own generation wakes it.
+  poller.wake_reader(again, poller.generation(again));
+  CHECK(sink.count(read) == 1);
+  CHECK_FALSE(poller.waiting());
+  poller.close(again);
+  ::close(next[0]);
+  ::close(next[1]);
+}

@@ -232,7 +232,10 @@ function M.accept(owner, lst, conf)
   local conf_handle, conf_id = hc.config(conf)
   if not conf_handle then error("http: cannot serve: " .. tostring(conf_id)) end
   conf.handle = conf_handle  -- held (conf lives as long as the acceptor)
-  local conns, by_pid, count, closed = {}, {}, 0, false
+  -- by_pid: each connection process's id; serving: each id's process
+  -- now (none while it is hibernated), so that a process's end is
+  -- heard only for a connection still its own.
+  local conns, by_pid, serving, count, closed = {}, {}, {}, 0, false
   local idle_wait = conf.keepalive_timeout
   if type(conf.hibernate_after) == "number" then idle_wait = math.max(idle_wait - conf.hibernate_after, 0.001) end
   local fresh, idle = new_queue(conf.request_timeout, true), new_queue(idle_wait, false)
@@ -245,7 +248,7 @@ function M.accept(owner, lst, conf)
   local function done(id, failed)
     if not conns[id] then return end
     local handle = conns[id]
-    conns[id] = nil
+    conns[id], serving[id] = nil, nil
     fresh.due_at[id], idle.due_at[id] = nil, nil
     count = count - 1
     handle:untrack(failed)
@@ -282,6 +285,7 @@ function M.accept(owner, lst, conf)
       return done(id, true)
     end
     by_pid[tostring(pid)] = id
+    serving[id] = tostring(pid)
   end
 
   -- Ends the waits past their deadline: a new connection that sent
@@ -368,7 +372,12 @@ function M.accept(owner, lst, conf)
         local id = by_pid[from]
         if id then
           by_pid[from] = nil
-          if m.result ~= "parked" then done(id, m.error ~= nil) end
+          -- A process that failed after it sent its park may find its
+          -- connection served by the next one already: not its to end.
+          if serving[id] == from then
+            serving[id] = nil
+            if m.result ~= "parked" then done(id, m.error ~= nil) end
+          end
         elseif owner and from == tostring(owner) then
           close_all()
         end
@@ -393,6 +402,7 @@ function M.accept(owner, lst, conf)
       end
     elseif m.topic == "park" and type(m.payload) == "table" then
       local id, sock = m.payload.id, m.payload.sock
+      if serving[id] == tostring(m.from) then serving[id] = nil end  -- given back: its end no longer ends it
       if fresh.due_at[id] or idle.due_at[id] then
         if sock then sock:close() end  -- hibernated already: not this message's to give
       elseif conns[id] and sock and not closed then

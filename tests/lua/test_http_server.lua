@@ -876,6 +876,88 @@ return { main = function(host)
       process.registry.unregister(name)
       srv:close()
     end },
+    { "while the server drains, a handler whose client leaves gets its cancel event, and req:closed() says so", function()
+      local srv, port = serve()
+      local name = "http_drain_left_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      assert(process.spawn("fixtures.http_app:leave_after", port, name, 0.3))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "waiting")
+      -- close waits for the handler, which ends only when its client's
+      -- leaving is seen (close's own wait is far longer).
+      local t0 = time.now()
+      T.eq(srv:close(), true)
+      local took = time.now() - t0
+      T.ok(took < 3, "close took " .. took .. " s")
+      m = assert(process.receive(5))
+      T.eq(m.topic, "left")
+      T.eq(m.payload.kind, "cancel")
+      T.eq(m.payload.reason, "client gone")
+      T.eq(m.payload.after, true, "req:closed() once it left")
+      process.registry.unregister(name)
+    end },
+    { "a pipelining client the server drains is lingered on, not reset, when its next request is still to come", function()
+      local srv, port = serve()
+      local name = "http_drain_pipelined_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      assert(process.spawn("fixtures.http_app:pipeline_then_more", port, name))
+      local m = assert(process.receive(5))
+      T.eq(m.topic, "sent")
+      time.sleep(0.1)  -- the slow request is in its handler
+      T.eq(srv:close(), true)
+      m = assert(process.receive(5))
+      T.eq(m.topic, "pipelined")
+      T.eq(m.payload.status, 200); T.eq(m.payload.connection, "close")
+      T.ok(m.payload.third, "the third request was sent")
+      T.ok(m.payload.more, "bytes sent after the answer were taken, not reset: " .. tostring(m.payload.err))
+      process.registry.unregister(name)
+    end },
+    { "with requests in flight, each connection holds one descriptor of the host's, the acceptor none", function()
+      local srv, port = serve()
+      local name = "http_fds_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      local n = 8
+      local base = fds()
+      local clients = {}
+      for i = 1, n do
+        clients[i] = connect(port)
+        assert(clients[i]:send("GET /left?to=" .. name .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+      end
+      for _ = 1, n do
+        local m = assert(process.receive(5))
+        T.eq(m.topic, "waiting")
+      end
+      -- Each request: the client's socket (this process's) and the
+      -- connection's; a descriptor of the acceptor's would be a third.
+      T.eq(fds() - base, 2 * n)
+      for i = 1, n do clients[i]:close() end
+      for _ = 1, n do
+        local m = assert(process.receive(5))
+        T.eq(m.topic, "left")
+      end
+      process.registry.unregister(name)
+      srv:close()
+    end },
+    { "a connection process that fails after giving its connection back leaves the next one's request alone", function()
+      local lst = assert(socket.tcp())
+      assert(lst:bind("127.0.0.1", 0))
+      assert(lst:listen(64))
+      local _, port = lst:getsockname()
+      -- The acceptor of http.serve, with connection processes that fail
+      -- 0.3 s after their park.
+      local conf = {
+        request_timeout = 30, keepalive_timeout = 60, max_connections = 100, hibernate_after = 0.05,
+        entry = APP, module = "fixtures.http_app", method = "handle", conn_entry = "fixtures.http_app:park_then_fail",
+      }
+      local acceptor = assert(process.spawn("http.server:accept", process.pid(), lst, conf))
+      local c = connect(tonumber(port))
+      T.eq(get(c, "/who"), 200)
+      time.sleep(0.15)  -- its process parked the connection and fails while the next request is served
+      local status, _, body = get(c, "/slow?secs=0.5")
+      T.eq(status, 200); T.eq(body, "slow done")
+      c:close()
+      process.terminate(acceptor)
+    end },
     { "no connection process is left behind", function()
       T.eventually(function() return T.count_processes("http.conn:serve") == 0 end, 5, "every connection process ended")
     end },

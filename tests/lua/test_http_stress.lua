@@ -221,5 +221,33 @@ return { main = function(clients, rounds)
       T.eq(H.fds(), base_fds, "descriptors left open")
       print(string.format("%d served, %d refused 431, %d late ones closed", counts[200], counts[431], counts.late_closed))
     end },
+    { "an acceptor that ends while its connections' processes fail: each request in flight gets one 500", function()
+      local name = "http_stress_fail_" .. tostring(process.pid()):gsub("%W", "_")
+      assert(process.registry.register(name))
+      -- The two race: a double 500 shows in some rounds, not every one.
+      for _ = 1, 10 do
+        local srv, port = H.serve()
+        local n = 30
+        local conns = {}
+        for i = 1, n do
+          conns[i] = H.connect(port)
+          assert(conns[i]:send("GET /hang?to=" .. name .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+        end
+        local pids = {}
+        for i = 1, n do pids[i] = assert(process.receive(5)).payload end
+        -- Both answer a request left in flight: the connection's
+        -- finalizer, and the acceptor's end for what it still tracks.
+        process.terminate(srv.id)
+        for i = 1, n do process.terminate(pids[i]) end
+        for i = 1, n do
+          local all, err, partial = conns[i]:receive("*a")
+          local got = all or partial
+          local _, fives = got:gsub("HTTP/1%.1 500", "")
+          T.eq(fives, 1, "500s written to one connection (" .. tostring(err) .. ")")
+          conns[i]:close()
+        end
+      end
+      process.registry.unregister(name)
+    end },
   }
 end }
