@@ -327,7 +327,10 @@ function M.accept(owner, lst, conf)
         if not tls then sock:send(hc.error_response(503)) end
         sock:close()
       else
-        local handle, id = hc.track(sock, tls)
+        -- The socket carries the configuration to its process (hc.conn
+        -- takes it there), so that one spawned just before the acceptor
+        -- ends is still served.
+        local handle, id = hc.track(sock, tls, conf_id)
         if handle then
           count = count + 1
           conns[id] = handle
