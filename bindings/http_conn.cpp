@@ -144,7 +144,19 @@ std::mutex g_confs_mu;
 std::unordered_map<std::uint64_t, std::shared_ptr<const ServerConf>> g_confs;  // guarded by g_confs_mu
 std::uint64_t g_next_conf = 0;                                                 // guarded by g_confs_mu
 
+// An id argument (a configuration's, a tracked connection's): an integer
+// in [1, 2^53), else 0 (none). Any other number cast to uint64_t would be
+// undefined (a negative, NaN, 1e30), and a double holds integers exactly
+// only below 2^53.
+std::uint64_t id_arg(lua_State* L, int idx) {
+  if (lua_type(L, idx) != LUA_TNUMBER) return 0;
+  const double d = lua_tonumber(L, idx);
+  if (!(d >= 1 && d < 9007199254740992.0) || d != std::floor(d)) return 0;
+  return static_cast<std::uint64_t>(d);
+}
+
 std::shared_ptr<const ServerConf> find_conf(std::uint64_t id) {
+  if (id == 0) return nullptr;
   std::lock_guard lock(g_confs_mu);
   auto it = g_confs.find(id);
   return it == g_confs.end() ? nullptr : it->second;
@@ -1127,7 +1139,7 @@ int f_config(lua_State* L) {
 // of its server's configuration: "entry", "acceptor" or "bound" (nil where
 // it has none, or the server is gone).
 int f_server_conf(lua_State* L) {
-  const std::shared_ptr<const ServerConf> conf = find_conf(static_cast<std::uint64_t>(luaL_checknumber(L, 1)));
+  const std::shared_ptr<const ServerConf> conf = find_conf(id_arg(L, 1));
   const std::string_view key = luaL_checkstring(L, 2);
   const std::string* v = nullptr;
   if (conf && key == "entry") v = &conf->entry;
@@ -1147,9 +1159,14 @@ int f_server_conf(lua_State* L) {
 int f_conn(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr, 1, "socket expected");
-  const std::uint64_t id = lua_type(L, 2) == LUA_TNUMBER ? static_cast<std::uint64_t>(lua_tonumber(L, 2)) : 0;
-  std::shared_ptr<const ServerConf> conf = find_conf(static_cast<std::uint64_t>(luaL_checknumber(L, 3)));
+  const std::uint64_t id = id_arg(L, 2);
   std::unique_ptr<io::TcpSocket> sock = tcp_take(L, s);
+  // The configuration the acceptor gave the socket (hibernate) is taken
+  // from it: it outlives an acceptor that ended since the spawn. A socket
+  // the acceptor never held (a test's) finds it by its id.
+  std::shared_ptr<const ServerConf> conf;
+  if (sock && sock->serve_with) conf = std::static_pointer_cast<const ServerConf>(std::move(sock->serve_with));
+  else conf = find_conf(id_arg(L, 3));
   if (!conf || !sock || !sock->stream()) {
     lua_pushnil(L);
     lua_pushliteral(L, "closed");
@@ -1217,6 +1234,9 @@ struct TrackHandle {
   // drain wakes the reader of that descriptor, and of no later one.
   int slot;
   std::uint32_t gen;
+  // Its server's configuration, given to the socket at each hibernate
+  // for the process that serves it (conn).
+  std::shared_ptr<const ServerConf> conf;
 };
 
 // Drops the entry (a connection's process that looks it up later finds
@@ -1263,6 +1283,7 @@ void finalize_track(lua_State* L, void* object) {
   drop_hibernated(L, h);
   if (h->id) release(h->id, true);
   h->id = 0;
+  h->conf.reset();
 }
 
 int t_untrack(lua_State* L);
@@ -1288,8 +1309,10 @@ void make_track_meta(lua_State* L) {
   lua_setfield(L, -2, "__gc");
 }
 
-// http.track(sock, tls): the acceptor's handle on a connection and the id
-// its process is given (which finds the drain flag by it).
+// http.track(sock, tls, conf_id): the acceptor's handle on a connection
+// and the id its process is given (which finds the drain flag by it);
+// conf_id: its server's configuration (config), which the socket carries
+// to its process from each hibernate.
 int f_track(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
@@ -1303,7 +1326,7 @@ int f_track(lua_State* L) {
     g_tracked.emplace(id, std::move(t));
   }
   auto* h = static_cast<TrackHandle*>(new_userdata_with(L, sizeof(TrackHandle), &kTrackMetaKey, make_track_meta));
-  new (h) TrackHandle{id, {}, nullptr, 0, tls, -1, 0};
+  new (h) TrackHandle{id, {}, nullptr, 0, tls, -1, 0, find_conf(id_arg(L, 3))};
   track_finalizer(L, &h->fin, finalize_track, h);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1407,6 +1430,7 @@ int t_hibernate(lua_State* L) {
     h->slot = sock->slot();
     h->gen = sock->poller().generation(h->slot);
   }
+  sock->serve_with = h->conf;
   if (peek(*sock, h->tls) == Waiting::kBytes) {
     tcp_push(L, std::move(sock), kClient);
     return 1;

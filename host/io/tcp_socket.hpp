@@ -91,6 +91,13 @@ class TcpSocket {
   double created() const { return created_; }
   void set_created(double t) { created_ = t; }
 
+  // What a server's connection is to be served with (bindings/
+  // http_conn.cpp: its server's configuration), set by the acceptor and
+  // taken by the process that serves it: held by the socket, it travels
+  // with it and outlives an acceptor that ends meanwhile, and goes with a
+  // socket that is closed unserved. Opaque here.
+  std::shared_ptr<const void> serve_with;
+
  private:
   std::string ensure_fd(int family);
   void become_client();

@@ -53,7 +53,9 @@ end
 
 -- conf_id: the server's configuration (bindings/http_conn.cpp, config),
 -- made once by the acceptor: the limits, TLS, the handler's module and
--- method; what else it holds is asked for only where needed (server_conf).
+-- method, which hc.conn takes from the socket (so that it is there though
+-- the acceptor ended since the spawn); what else it holds is asked for by
+-- the id only where needed (server_conf: nothing once the acceptor is gone).
 function M.serve(sock, id, conf_id)
   local hc = require("host.http")
   -- remote: the client's address, the same for each request on the connection.

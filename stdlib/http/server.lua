@@ -327,11 +327,16 @@ function M.accept(owner, lst, conf)
       if not sock then
         if closed or err == "closed" then return end
         time.sleep(0.01)  -- out of descriptors, say: the next try a moment later
-      elseif count >= conf.max_connections then
+      elseif closed or count >= conf.max_connections then
+        -- (closed: accepted in the turn the server closed, after
+        -- close_all's drain: nobody would end it before its timeout.)
         if not tls then sock:send(hc.error_response(503)) end
         sock:close()
       else
-        local handle, id = hc.track(sock, tls)
+        -- The socket carries the configuration to its process (hc.conn
+        -- takes it there), so that one spawned just before the acceptor
+        -- ends is still served.
+        local handle, id = hc.track(sock, tls, conf_id)
         if handle then
           count = count + 1
           conns[id] = handle

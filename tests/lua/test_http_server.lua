@@ -448,6 +448,70 @@ return { main = function(host)
       c2:close()
       srv:close()
     end },
+    { "a connection's socket carries its server's configuration: served though the acceptor's handle went since", function()
+      -- The acceptor gives the socket the configuration (track, then
+      -- hibernate); a process spawned just before the acceptor ended (its
+      -- handle collected, the id found no more) still serves it.
+      local hc = require("host.http")
+      local lst = assert(socket.tcp())
+      assert(lst:bind("127.0.0.1", 0))
+      assert(lst:listen(8))
+      local _, port = lst:getsockname()
+      local h, id = hc.config({ entry = "app:main", module = "app", method = "main", max_header_bytes = 4096 })
+      local c = connect(port)
+      assert(c:send("GET /who HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+      local s = assert(lst:accept())
+      local th = assert(hc.track(s, false, id))
+      local held = th:hibernate(s)
+      local sock = held == true and th:wake() or held
+      T.eq(type(sock), "userdata", "the socket back from the acceptor's handle")
+      h = nil
+      collectgarbage()
+      collectgarbage()
+      T.eq(hc.server_conf(id, "entry"), nil, "the configuration's entry gone with its handle")
+      local conn, module, method = hc.conn(sock, 0, id)
+      T.ok(conn ~= nil, "the connection served with the configuration its socket carried")
+      T.eq(module, "app"); T.eq(method, "main")
+      local verb, path = conn:next()
+      T.eq(verb, "GET"); T.eq(path, "/who")
+      assert(conn:respond(200, {}, "served"))
+      local status, _, body = read_response(c)
+      T.eq(status, 200); T.eq(body, "served")
+      conn:close()
+      th:untrack(false)
+      c:close(); lst:close()
+    end },
+    { "host.http's ids: only integers in [1, 2^53) name a configuration or a connection", function()
+      local hc = require("host.http")
+      local h, id = hc.config({ entry = "app:main", module = "app", method = "main" })
+      T.eq(hc.server_conf(id, "entry"), "app:main")
+      for _, bad in ipairs { -1, 0, 0 / 0, 1 / 0, -1 / 0, 1e30, 2 ^ 53, id + 0.5, "1", false } do
+        T.eq(hc.server_conf(bad, "entry"), nil, "server_conf(" .. tostring(bad) .. ")")
+      end
+      local srv, port = serve()
+      for _, bad in ipairs { 0 / 0, 1e30, -1 } do
+        local c = connect(port)
+        local none, why = hc.conn(c, 0, bad)
+        T.eq(none, nil, "conn over configuration " .. tostring(bad)); T.eq(why, "closed")
+        c:close()
+      end
+      -- A track id out of range is none: the connection is served, untracked.
+      for _, bad in ipairs { -1, 0 / 0, 1e30, 1.5 } do
+        local c = connect(port)
+        local conn, module = hc.conn(c, bad, id)
+        T.ok(conn ~= nil, "conn with track id " .. tostring(bad)); T.eq(module, "app")
+        conn:close()
+      end
+      h = nil
+      srv:close()
+    end },
+    { "a server whose module lacks the method answers 500 and logs the entry, the method and the module", function()
+      local r = exec.run({ host, "run", tests_dir, "--entry", "fixtures.http_app:no_method" }, { timeout = 60 })
+      T.eq(r.code, 0, "the second host: " .. r.stderr)
+      T.match(r.stdout, "status: 500\n")
+      T.ok(r.stderr:find("cannot load the handler for GET /who: entry 'fixtures.http_app:nope': " ..
+        "no function 'nope' in module 'fixtures.http_app'", 1, true), "the error logged: " .. r.stderr)
+    end },
     { "a handler's process past its memory limit gets the client 500; the server goes on", function()
       local srv, port = serve()
       local c = connect(port)

@@ -249,5 +249,43 @@ return { main = function(clients, rounds)
       end
       process.registry.unregister(name)
     end },
+    { "acceptors terminated while their clients come: each client answered or closed, nothing left", function()
+      -- A process spawned just before its acceptor ends is served (the
+      -- socket carries the configuration); one whose request was in the
+      -- middle gets 500 (the acceptor's end), a hibernated one is closed.
+      local base_fds = H.fds()
+      local counts = { [200] = 0, [500] = 0, closed = 0 }
+      local request = "GET /who HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+      local function client(port)
+        local c = socket.connect("127.0.0.1", port)
+        if not c then counts.closed = counts.closed + 1 return end
+        c:settimeout(30)
+        local status = c:send(request) and H.read_response(c)
+        c:close()
+        if not status then counts.closed = counts.closed + 1 return end
+        assert(status == 200 or status == 500, "answered " .. tostring(status))
+        counts[status] = counts[status] + 1
+      end
+      for round = 1, 8 do
+        local srv, port = H.serve()
+        local done = channel.new(32)
+        for _ = 1, 24 do
+          coroutine.spawn(function() done:send(pcall(client, port) or "a client failed") end)
+        end
+        if round > 1 then time.sleep(0.0003 * round) end  -- the end at different points of the burst
+        process.terminate(srv.id)
+        for _ = 1, 24 do
+          local r = done:receive()
+          if r ~= true then error(r, 0) end
+        end
+      end
+      T.ok(counts[200] > 0, "some clients served")
+      local deadline = time.now() + 20
+      while time.now() < deadline and (T.count_processes("http.conn:serve") > 0 or H.fds() > base_fds) do time.sleep(0.05) end
+      T.eq(T.count_processes("http.conn:serve"), 0, "connection processes left")
+      T.eq(T.count_processes("http.server:accept"), 0, "acceptors left")
+      T.eq(H.fds(), base_fds, "descriptors left open")
+      print(string.format("acceptors terminated: %d served, %d answered 500, %d closed", counts[200], counts[500], counts.closed))
+    end },
   }
 end }
