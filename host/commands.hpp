@@ -3,8 +3,9 @@
 // scheduler runs processes; dispatch happens on workers.
 //
 // A handler receives the request and must eventually complete it exactly
-// once with Scheduler::complete_yield(pid, tag, result, error), from any
-// thread. Inline handlers run on the worker and must not block; handlers
+// once with Scheduler::complete_yield(pid, tag, result, error) or
+// Scheduler::complete_yield_copy(pid, tag, bytes), from any thread (one
+// that throws queued nothing: complete the tag again, with an error). Inline handlers run on the worker and must not block; handlers
 // registered as blocking run on the blocking pool. An unknown command or a
 // handler that throws completes the yield with an error, never a hang.
 #pragma once

@@ -288,14 +288,22 @@ void Scheduler::complete_sleep(const Pid& pid, std::uint64_t tag, std::string er
 bool Scheduler::post_completion(const Pid& pid, std::uint64_t tag, std::string* moved, std::string_view copied,
                                 bool failed, bool sleep) {
   if (post(pid, nullptr, [&](ProcessSlot& s) {
-        s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
-        if (sleep) s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
+        // The event first, the counts last: a bad_alloc here leaves the
+        // queue and the counts as they were, so the caller's catch can
+        // complete the same tag with an error and be counted once.
         Event& ev = s.pending.emplace_back();
+        try {
+          if (moved) ev.payload = std::move(*moved);
+          else ev.payload.assign(copied);
+        } catch (...) {
+          s.pending.pop_back();
+          throw;
+        }
         ev.kind = EventKind::YieldComplete;
         ev.tag = tag;
         ev.failed = failed;
-        if (moved) ev.payload = std::move(*moved);
-        else ev.payload.assign(copied);
+        s.outstanding_yields.fetch_sub(1, std::memory_order_relaxed);
+        if (sleep) s.outstanding_sleeps.fetch_sub(1, std::memory_order_relaxed);
       }))
     return true;
   log::logger().debug("scheduler: completion of tag {} for {} dropped: process gone", tag, pid.to_string());

@@ -6,9 +6,12 @@
 // (the send, the step's start, its end), and glibc's mutex's lock and unlock
 // cost many times what this one's do (the atomic
 // exchange is the same); it is also 40 bytes in every slot, where this is
-// one. The sections it guards never block or wait, so a waiter spins,
+// one. The sections it guards are short and do not wait on other locks
+// (one, the netpoller's first watch of a descriptor, makes a system call:
+// only that descriptor's other users contend for it), so a waiter spins,
 // testing before it tries again (the cache line stays shared), and yields
-// the core after kSpinsBeforeYield looks, in case the holder was preempted.
+// the core after kSpinsBeforeYield looks, in case the holder was preempted
+// or is in the kernel.
 #pragma once
 
 #include <atomic>

@@ -202,6 +202,8 @@ constexpr CommandId kDirect = cmd::kFirstUser + 2;
 struct DirectBox {
   std::atomic<int> started{0};
   std::atomic<std::uint64_t> cancelled_tag{0};
+  std::atomic<bool> threw{false};
+  std::atomic<std::int32_t> outstanding_before{-1}, outstanding_after{-1};
   static constexpr std::string_view kReady{"ready\0bytes", 11};  // whole, its NUL too
 };
 
@@ -214,7 +216,19 @@ TEST_CASE("a direct handler gets its context, its cancel too, and a completion c
   h.context = &box;
   h.direct = [](void* context, Scheduler& sched, ProcessSlot& slot, const Yield& y) {
     static_cast<DirectBox*>(context)->started.fetch_add(1);
-    if (y.arg == 1) sched.complete_yield_copy(slot.pid(), y.tag, DirectBox::kReady);
+    if (y.arg != 1) return;
+    // A completion that throws (its payload could not be built: here a
+    // length no string can hold) leaves no event queued and the count as
+    // it was, so the one that follows is the only one.
+    auto* box = static_cast<DirectBox*>(context);
+    box->outstanding_before.store(slot.outstanding_yields.load());
+    try {
+      sched.complete_yield_copy(slot.pid(), y.tag, std::string_view(DirectBox::kReady.data(), std::string::npos / 2));
+    } catch (const std::exception&) {
+      box->threw.store(true);
+    }
+    box->outstanding_after.store(slot.outstanding_yields.load());
+    sched.complete_yield_copy(slot.pid(), y.tag, DirectBox::kReady);
   };
   h.direct_cancel = [](void* context, Scheduler&, ProcessSlot&, std::uint64_t tag) {
     static_cast<DirectBox*>(context)->cancelled_tag.store(tag);
@@ -244,6 +258,9 @@ TEST_CASE("a direct handler gets its context, its cancel too, and a completion c
   CHECK(exits.get(r.pid).result == DirectBox::kReady);
   CHECK(box.started.load() == 2);
   CHECK(box.cancelled_tag.load() == 8);
+  CHECK(box.threw.load());
+  CHECK(box.outstanding_before.load() > 0);
+  CHECK(box.outstanding_after.load() == box.outstanding_before.load());
   // Dropped for a process that is gone, and said so.
   CHECK_FALSE(s.complete_yield_copy(r.pid, 8, DirectBox::kReady));
 }

@@ -87,8 +87,11 @@ std::unique_ptr<Process> yielder(std::uint64_t yields) {
 // direct: the command is a direct handler (the netpoller's shape: its
 // context, the work queue), and the threads complete with bytes copied in
 // (complete_yield_copy), as the netpoller does; else a handler through a
-// request, completed with a string moved in.
-void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int external_threads, bool direct = false) {
+// request, completed with a string moved in. half_at_once: the direct
+// handler completes every other yield itself, inside the dispatch (as the
+// netpoller does with a ready mark), while the threads race the rest.
+void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int external_threads, bool direct = false,
+                     bool half_at_once = false) {
   Scheduler s({.workers = workers});
   ExternalWork work;
   if (direct) {
@@ -98,6 +101,11 @@ void run_lost_wakeup(unsigned workers, int processes, std::uint64_t yields, int 
     h.direct = [](void* w, Scheduler&, ProcessSlot& slot, const Yield& y) {
       static_cast<ExternalWork*>(w)->push(slot.pid(), y.tag);
     };
+    if (half_at_once)
+      h.direct = [](void* w, Scheduler& sched, ProcessSlot& slot, const Yield& y) {
+        if (y.tag % 2 == 0) sched.complete_yield_copy(slot.pid(), y.tag, "done");
+        else static_cast<ExternalWork*>(w)->push(slot.pid(), y.tag);
+      };
     s.commands().add(kExternal, std::move(h));
   } else {
     s.commands().add(kExternal, CommandHandler{[&](CommandRequest&& r) { work.push(r.pid, r.tag); }, nullptr, false,
@@ -163,6 +171,14 @@ TEST_CASE("no wakeup is lost: yields through a direct handler, completed with by
   for (unsigned workers : {1u, 2u, 4u}) {
     CAPTURE(workers);
     run_lost_wakeup(workers, scaled(20000) / (workers == 1 ? 1 : 2), 10, 4, /*direct=*/true);
+  }
+}
+
+TEST_CASE("no wakeup is lost: a direct handler completes half its yields at once while threads complete the rest") {
+  Watchdog dog("lost-wakeup stress, half at once", std::chrono::seconds(280));
+  for (unsigned workers : {1u, 2u, 4u}) {
+    CAPTURE(workers);
+    run_lost_wakeup(workers, scaled(20000) / (workers == 1 ? 1 : 2), 10, 4, /*direct=*/true, /*half_at_once=*/true);
   }
 }
 

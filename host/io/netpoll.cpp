@@ -8,12 +8,20 @@
 #include <cerrno>
 #include <system_error>
 
+#include "host/error.hpp"
 #include "host/log.hpp"
 
 namespace host::io {
 namespace {
 
 constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
+
+// A refused watch's error, in the host's "kind: detail" form: out of the
+// kernel's epoll watches or memory is a limit, anything else an I/O error.
+std::string watch_error(int err) {
+  const ErrorKind kind = err == ENOSPC || err == ENOMEM ? ErrorKind::Limit : ErrorKind::Io;
+  return make_error(kind, "cannot watch the descriptor: " + std::system_category().message(err));
+}
 
 }  // namespace
 
@@ -73,6 +81,10 @@ int NetPoller::open(int fd) {
 // Holding the lock keeps a close (which frees the slot, then the
 // descriptor's number) from running between the check of open and the
 // add, and an event the add reports waits for the waiter set under it.
+// The add is a system call under a SpinLock, whose sections are meant to
+// be short: it contends only with the same descriptor's other direction,
+// its close and its events (each rare at the first wait), and a waiter
+// yields the core after its spins.
 bool NetPoller::register_locked(Desc* d, int slot, int* err) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
@@ -108,7 +120,7 @@ void NetPoller::close(int slot) {
   for (const Waiter& w : woken)
     if (w.tag != 0) {
       armed_.fetch_sub(1, std::memory_order_relaxed);
-      complete_(w.pid, w.tag, {});
+      complete_taken(w);
     }
   open_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(slots_mu_);
@@ -136,11 +148,33 @@ void NetPoller::arm(const Pid& pid, std::uint64_t tag) {
   }
   if (err != 0) {
     // The kernel would not watch it (its epoll limits, or memory): the
-    // wait fails rather than wait for an edge that cannot come.
-    complete_(pid, tag, std::system_category().message(err));
+    // wait fails rather than wait for an edge that cannot come. Said
+    // once in the log, so an exhausted limit is not silent.
+    if (!refusal_logged_.exchange(true, std::memory_order_relaxed))
+      log::logger().warn("netpoll: the kernel refused to watch a descriptor ({}); its waits fail",
+                         std::system_category().message(err));
+    complete_(pid, tag, watch_error(err));
     return;
   }
   complete_(pid, tag, {});
+}
+
+// A waiter taken from its descriptor is completed here, whatever
+// happens: a completion that throws (its event could not be queued; the
+// queue is then as it was) is retried as a failure, and the other
+// direction's waiter, taken with it, is still completed by the caller.
+void NetPoller::complete_taken(const Waiter& w) {
+  try {
+    complete_(w.pid, w.tag, {});
+    return;
+  } catch (const std::exception& e) {
+    try {
+      complete_(w.pid, w.tag, make_error(ErrorKind::Io, std::string("wait's completion failed: ") + e.what()));
+      return;
+    } catch (const std::exception&) {
+    }
+  }
+  log::logger().error("netpoll: the completion of tag {} for {} could not be queued", w.tag, w.pid.to_string());
 }
 
 bool NetPoller::cancel(const Pid& pid, std::uint64_t tag) {
@@ -186,7 +220,7 @@ void NetPoller::ready(int slot, std::uint32_t gen, bool read, bool write) {
   for (const Waiter& w : woken)
     if (w.tag != 0) {
       armed_.fetch_sub(1, std::memory_order_relaxed);
-      complete_(w.pid, w.tag, {});
+      complete_taken(w);
     }
 }
 

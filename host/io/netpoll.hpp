@@ -135,8 +135,10 @@ class NetPoller final : public IdlePoller {
   static Dir dir_of(std::uint64_t tag) { return static_cast<Dir>((tag >> kSeqBits) & 1); }
   void ready(int slot, std::uint32_t gen, bool read, bool write);
   bool register_locked(Desc* d, int slot, int* err);
+  void complete_taken(const Waiter& w);
 
   Complete complete_;
+  std::atomic<bool> refusal_logged_{false};  // the first refused watch was logged
   int epfd_ = -1;
   int wakefd_ = -1;
   std::mutex slots_mu_;
