@@ -542,8 +542,11 @@ return { main = function(host)
       srv:close()
     end },
     { "a handler's process past its time limit gets the client 500 (a second host, --time-limit 0.3)", function()
+      -- A process stuck in JIT-compiled code has its thread given up: its
+      -- state and what it held are never freed, by design, which
+      -- LeakSanitizer would report at the second host's exit.
       local r = exec.run({ host, "run", tests_dir, "--time-limit", "0.3", "--entry", "fixtures.http_app:time_limited" },
-        { timeout = 60 })
+        { timeout = 60, env = { ASAN_OPTIONS = "detect_leaks=0" } })
       T.eq(r.code, 0, "the second host: " .. r.stderr)
       T.eq(r.stdout, "/spin 500, /spin_hooked 500, /who 200\n")
     end },
