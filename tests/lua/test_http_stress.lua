@@ -73,8 +73,8 @@ return { main = function(clients, rounds)
       -- process terminates itself (its connection's finalizer writes it),
       -- 200 otherwise; after a 500 or a Connection: close the connection
       -- ends with nothing more. Once the close began, a request may find
-      -- its connection closed (nothing of a response read) or the port
-      -- shut.
+      -- its connection closed (nothing of a response read), the port
+      -- shut, or be refused with 503 (accepted as the server closed).
       local srv, port = H.serve { hibernate_after = 0.05 }
       local base_fds = H.fds() - 1
       local done = channel.new(clients)
@@ -123,6 +123,11 @@ return { main = function(clients, rounds)
               if not status then
                 assert(closing, "no response before the close: " .. tostring(connection))
                 cut_by_close = cut_by_close + 1
+              elseif status == 503 then
+                -- Accepted in the turn the server closed: refused at once.
+                assert(closing, path .. " got 503 before the close")
+                assert(connection == "close", "a 503 without Connection: close")
+                cut_by_close = cut_by_close + 1
               elseif path == "/terminate" then
                 assert(status == 500, "a failed process's request got " .. status)
                 ok500 = ok500 + 1
@@ -130,11 +135,11 @@ return { main = function(clients, rounds)
                 assert(status == 200, path .. " got " .. status)
                 ok200 = ok200 + 1
               end
-              if status == 500 or connection == "close" then
+              if status == 500 or status == 503 or connection == "close" then
                 local ended, rest = H.closed(c)
                 assert(ended and rest == "", "more after the last response: " .. tostring(rest))
               end
-              if not status or status == 500 or connection == "close" then
+              if not status or status == 500 or status == 503 or connection == "close" then
                 c:close()
                 c = nil
               end
