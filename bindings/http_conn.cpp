@@ -113,15 +113,42 @@ void send_all_now(int fd, const std::string& data) {
   }
 }
 
-std::mutex g_tracked_mu;
-std::unordered_map<std::uint64_t, std::shared_ptr<Tracked>> g_tracked;  // guarded by g_tracked_mu
-std::uint64_t g_next_tracked = 0;                                        // guarded by g_tracked_mu
+// Objects that processes on any worker name by a number (a Lua number
+// crosses a spawn; a pointer would not be checked): the tracked
+// connections and the servers' configurations. Ids start at 1 and are
+// never reused; 0 finds nothing.
+template <typename T>
+class IdRegistry {
+ public:
+  std::uint64_t add(std::shared_ptr<T> object) {
+    std::lock_guard lock(mu_);
+    const std::uint64_t id = ++last_;
+    objects_.emplace(id, std::move(object));
+    return id;
+  }
+  std::shared_ptr<T> find(std::uint64_t id) {
+    if (id == 0) return nullptr;
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(id);
+    return it == objects_.end() ? nullptr : it->second;
+  }
+  // Removes the id's object and returns it, to be dropped outside the lock.
+  std::shared_ptr<T> take(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return nullptr;
+    std::shared_ptr<T> object = std::move(it->second);
+    objects_.erase(it);
+    return object;
+  }
 
-std::shared_ptr<Tracked> find_tracked(std::uint64_t id) {
-  std::lock_guard lock(g_tracked_mu);
-  auto it = g_tracked.find(id);
-  return it == g_tracked.end() ? nullptr : it->second;
-}
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<T>> objects_;  // guarded by mu_
+  std::uint64_t last_ = 0;                                          // guarded by mu_
+};
+
+IdRegistry<Tracked> g_tracked;
 
 // ---- a server's configuration (config): what each of its connections is
 // served with, made once by its acceptor and shared, immutable, by every
@@ -140,9 +167,7 @@ struct ServerConf {
   std::shared_ptr<const io::TlsContext> tls;  // https: the server's context, made once here
 };
 
-std::mutex g_confs_mu;
-std::unordered_map<std::uint64_t, std::shared_ptr<const ServerConf>> g_confs;  // guarded by g_confs_mu
-std::uint64_t g_next_conf = 0;                                                 // guarded by g_confs_mu
+IdRegistry<const ServerConf> g_confs;
 
 // An id argument (a configuration's, a tracked connection's): an integer
 // in [1, 2^53), else 0 (none). Any other number cast to uint64_t would be
@@ -155,12 +180,6 @@ std::uint64_t id_arg(lua_State* L, int idx) {
   return static_cast<std::uint64_t>(d);
 }
 
-std::shared_ptr<const ServerConf> find_conf(std::uint64_t id) {
-  if (id == 0) return nullptr;
-  std::lock_guard lock(g_confs_mu);
-  auto it = g_confs.find(id);
-  return it == g_confs.end() ? nullptr : it->second;
-}
 
 // ---- a connection
 
@@ -1052,15 +1071,7 @@ struct ConfHandle {
 
 void finalize_conf_handle(lua_State*, void* object) {
   auto* h = static_cast<ConfHandle*>(object);
-  std::shared_ptr<const ServerConf> dropped;  // freed outside the lock
-  {
-    std::lock_guard lock(g_confs_mu);
-    auto it = g_confs.find(h->id);
-    if (it != g_confs.end()) {
-      dropped = std::move(it->second);
-      g_confs.erase(it);
-    }
-  }
+  g_confs.take(h->id);  // (the last reference, maybe: freed outside the lock)
   h->id = 0;
 }
 
@@ -1126,11 +1137,7 @@ int f_config(lua_State* L) {
   auto* h = static_cast<ConfHandle*>(new_userdata_with(L, sizeof(ConfHandle), &kConfMetaKey, make_conf_handle_meta));
   new (h) ConfHandle{0, {}};
   track_finalizer(L, &h->fin, finalize_conf_handle, h);
-  {
-    std::lock_guard lock(g_confs_mu);
-    h->id = ++g_next_conf;
-    g_confs.emplace(h->id, std::move(conf));
-  }
+  h->id = g_confs.add(std::move(conf));
   lua_pushnumber(L, static_cast<double>(h->id));
   return 2;
 }
@@ -1139,7 +1146,7 @@ int f_config(lua_State* L) {
 // of its server's configuration: "entry", "acceptor" or "bound" (nil where
 // it has none, or the server is gone).
 int f_server_conf(lua_State* L) {
-  const std::shared_ptr<const ServerConf> conf = find_conf(id_arg(L, 1));
+  const std::shared_ptr<const ServerConf> conf = g_confs.find(id_arg(L, 1));
   const std::string_view key = luaL_checkstring(L, 2);
   const std::string* v = nullptr;
   if (conf && key == "entry") v = &conf->entry;
@@ -1166,7 +1173,7 @@ int f_conn(lua_State* L) {
   // the acceptor never held (a test's) finds it by its id.
   std::shared_ptr<const ServerConf> conf;
   if (sock && sock->serve_with) conf = std::static_pointer_cast<const ServerConf>(std::move(sock->serve_with));
-  else conf = find_conf(id_arg(L, 3));
+  else conf = g_confs.find(id_arg(L, 3));
   if (!conf || !sock || !sock->stream()) {
     lua_pushnil(L);
     lua_pushliteral(L, "closed");
@@ -1184,7 +1191,7 @@ int f_conn(lua_State* L) {
   track_finalizer(L, &c->fin, finalize_conn, c);
   c->sock = std::move(sock);
   c->parser = std::make_unique<io::HttpRequestParser>(conf->limits);
-  c->tracked = id ? find_tracked(id) : nullptr;
+  c->tracked = id ? g_tracked.find(id) : nullptr;
   if (c->tracked) set_tracked_fd(c->tracked.get(), c->sock->fd());
   c->request_since = c->idle_since = now();
   if (!conf->bound.empty()) {  // the host's own server's: left out of the inspector's counts
@@ -1245,15 +1252,8 @@ struct TrackHandle {
 // (a given-up process's, or, at the acceptor's end, one still served) is
 // shut, and a request it was answering gets its 500 here.
 void release(std::uint64_t id, bool failed) {
-  std::shared_ptr<Tracked> t;
-  {
-    std::lock_guard lock(g_tracked_mu);
-    auto it = g_tracked.find(id);
-    if (it == g_tracked.end()) return;
-    t = std::move(it->second);
-    g_tracked.erase(it);
-  }
-  if (!failed) return;
+  std::shared_ptr<Tracked> t = g_tracked.take(id);
+  if (!t || !failed) return;
   std::lock_guard lock(t->mu);
   if (t->fd < 0) return;
   if (t->in_flight.load(std::memory_order_relaxed) && !t->tls) send_all_now(t->fd, io::error_response(500));
@@ -1317,16 +1317,11 @@ int f_track(lua_State* L) {
   SocketRef* s = to_socket(L, 1);
   luaL_argcheck(L, s != nullptr && s->tcp != nullptr, 1, "TCP socket expected");
   const bool tls = lua_toboolean(L, 2);
-  std::uint64_t id;
-  {
-    std::lock_guard lock(g_tracked_mu);
-    id = ++g_next_tracked;
-    auto t = std::make_shared<Tracked>();
-    t->tls = tls;
-    g_tracked.emplace(id, std::move(t));
-  }
+  auto t = std::make_shared<Tracked>();
+  t->tls = tls;
+  const std::uint64_t id = g_tracked.add(std::move(t));
   auto* h = static_cast<TrackHandle*>(new_userdata_with(L, sizeof(TrackHandle), &kTrackMetaKey, make_track_meta));
-  new (h) TrackHandle{id, {}, nullptr, 0, tls, -1, 0, find_conf(id_arg(L, 3))};
+  new (h) TrackHandle{id, {}, nullptr, 0, tls, -1, 0, g_confs.find(id_arg(L, 3))};
   track_finalizer(L, &h->fin, finalize_track, h);
   lua_pushnumber(L, static_cast<double>(id));
   return 2;
@@ -1472,7 +1467,7 @@ int t_gc(lua_State* L) {
 // moved on, or its next wait completes once at once).
 int t_drain(lua_State* L) {
   TrackHandle* h = check_track(L);
-  std::shared_ptr<Tracked> t = h->id ? find_tracked(h->id) : nullptr;
+  std::shared_ptr<Tracked> t = h->id ? g_tracked.find(h->id) : nullptr;
   if (!t) return 0;
   t->draining.store(true, std::memory_order_relaxed);
   if (h->slot >= 0) io_services(L).netpoll.wake_reader(h->slot, h->gen);
