@@ -93,6 +93,16 @@ std::string_view check_address(lua_State* L, int idx, const char* method) {
   return {p, n};
 }
 
+// A byte count from Lua, clamped to [0, 2^50]: math.huge, 1e300 or NaN
+// cast to size_t would be undefined; no receive can hold 2^50 bytes, so
+// a larger count means "however much" (a process's memory limit stops
+// it first).
+constexpr double kMaxCount = 1125899906842624.0;  // 2^50
+double clamp_count(double n) {
+  if (!(n > 0)) return 0;  // (NaN too)
+  return n >= kMaxCount ? kMaxCount : std::floor(n);
+}
+
 double check_port(lua_State* L, int idx, const char* method) {
   const double p = lua_tonumber(L, idx);
   if (!lua_isnumber(L, idx) || p < 0 || p > 65535 || p != std::floor(p))
@@ -289,15 +299,16 @@ int m_receive(lua_State* L) {
   if (s->cls == kUnconnected || s->cls == kConnected) {
     const double size = luaL_optnumber(L, 2, 8192);
     if (!live(s)) return answer_closed(L);
-    lua_pushnumber(L, std::max(0.0, std::floor(size)));
+    lua_pushnumber(L, clamp_count(size));
     push_timeout(L, s);
     return call(L, "receive", s, 2);
   }
   double count = -1;
   const char* kind = "l";
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    count = std::floor(lua_tonumber(L, 2));
-    if (count < 0) luaL_error(L, "bad argument #1 to 'receive' (invalid receive pattern)");
+    count = lua_tonumber(L, 2);
+    if (!(count >= 0)) luaL_error(L, "bad argument #1 to 'receive' (invalid receive pattern)");
+    count = clamp_count(count);
   } else if (!lua_isnoneornil(L, 2)) {
     const char* p = lua_tostring(L, 2);
     if (p && (!std::strcmp(p, "*l") || !std::strcmp(p, "l"))) kind = "l";
@@ -326,10 +337,10 @@ int m_receive(lua_State* L) {
 int m_receiveany(lua_State* L) {
   SocketRef* s = check(L, "receiveany");
   const double max = luaL_checknumber(L, 2);
-  if (max < 1) luaL_error(L, "bad argument #1 to 'receiveany' (positive number expected)");
+  if (!(max >= 1)) luaL_error(L, "bad argument #1 to 'receiveany' (positive number expected)");
   if (!live(s)) return answer_closed(L);
   // Clamped: math.huge asks for what has come, however much.
-  return tcp_receive(L, s, 'y', max >= 1e15 ? std::size_t{1} << 50 : static_cast<std::size_t>(max), 0);
+  return tcp_receive(L, s, 'y', static_cast<std::size_t>(clamp_count(max)), 0);
 }
 
 int m_shutdown(lua_State* L) {
@@ -347,7 +358,7 @@ int m_receivefrom(lua_State* L) {
   SocketRef* s = check(L, "receivefrom");
   const double size = luaL_optnumber(L, 2, 8192);
   if (!live(s)) return answer_closed(L);
-  lua_pushnumber(L, std::max(0.0, std::floor(size)));
+  lua_pushnumber(L, clamp_count(size));
   push_timeout(L, s);
   return call(L, "receivefrom", s, 2);
 }

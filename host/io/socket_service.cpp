@@ -675,7 +675,8 @@ void SocketService::run_op(uv_loop_t* loop, const Pid& caller, std::uint64_t tag
       Req r{caller, tag, Ops::deadline(loop, arg(args, 3))};
       const CallValue& size = arg(args, 2);
       r.kind = op == "receivefrom" ? 'f' : 'd';
-      r.n = size.is_number() ? static_cast<std::size_t>(size.number) : 8192;
+      // (The binding clamps the size; never cast what is out of range.)
+      r.n = !size.is_number() ? 8192 : size.number >= 0 && size.number < 1125899906842624.0 ? static_cast<std::size_t>(size.number) : std::size_t{1} << 50;
       s->receives.push_back(std::move(r));
       Ops::serve_datagrams(s);
       // A timeout of 0 never waits: a datagram that is there now, or timeout.

@@ -775,6 +775,37 @@ return { main = function()
       c:close()
       s:close()
     end },
+    { "receive sizes past any buffer (1e300, math.huge) are clamped: nothing is lost, NaN refused", function()
+      local a = assert(socket.udp())
+      assert(a:setsockname("127.0.0.1", 0))
+      local aip, aport = a:getsockname()
+      local b = assert(socket.udp())
+      a:settimeout(5)
+      for _, size in ipairs { 1e300, math.huge, 2 ^ 60 } do
+        T.eq(b:sendto("datagram " .. size, aip, aport), #("datagram " .. size))
+        T.eq(a:receive(size), "datagram " .. size, "UDP receive(" .. size .. ")")
+        b:sendto("from", aip, aport)
+        T.eq((a:receivefrom(size)), "from", "UDP receivefrom(" .. size .. ")")
+      end
+      a:close()
+      b:close()
+      -- More than a process may hold: refused at once (as documented,
+      -- what came is dropped), the process and its other sockets go on.
+      for _, size in ipairs { 1e300, math.huge, 2 ^ 60 } do
+        local c, s = pair()
+        s:send("whole\n")
+        T.eq(c:receive(), "whole")
+        c:settimeout(5)
+        s:send("part")
+        local v, err = c:receive(size)
+        T.eq(v, nil)
+        T.match(err, "^limit: memory", "TCP receive(" .. size .. ")")
+        T.raises(function() c:receive(0 / 0) end, "invalid receive pattern")
+        T.raises(function() c:receiveany(0 / 0) end, "positive number expected")
+        c:close()
+        s:close()
+      end
+    end },
     { "a send or spawn that fails leaves the socket with its sender, open", function()
       local c, s = pair()
       local ok, err = process.send("no-such-name", "conn", c)
