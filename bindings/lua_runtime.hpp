@@ -39,7 +39,8 @@ struct LuaOptions {
   // Record which process loaded which module, for reload events (--watch).
   // Off, spawn and exit skip a global lock and two map updates.
   bool track_module_uses = false;
-  // I/O threads (--io-threads): the sockets spread over them.
+  // I/O threads (--io-threads): UDP sockets and name lookups spread over
+  // them (TCP, TLS and HTTP run on the workers).
   unsigned io_threads = 1;
   // An embedder's own modules, each one registry line (module_registry.hpp),
   // reached as the host's are. A line that clashes with another (its name,

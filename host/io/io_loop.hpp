@@ -1,5 +1,6 @@
-// An I/O thread: one libuv loop, and the one thread that runs it and owns
-// every handle on it (programs and their pipes, sockets). A host has one,
+// An I/O thread ("host-io"): one libuv loop, and the one thread that runs
+// it and owns every handle on it (programs: their spawns, exits and
+// exec.run's pipes; UDP sockets; name lookups). A host has one,
 // or several with --io-threads (host/io/io_services.hpp), each its own.
 // Threads: post() from any thread; everything a posted job touches is the
 // loop thread's alone.

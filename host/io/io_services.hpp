@@ -38,8 +38,9 @@ inline constexpr CommandId kFirstEmbedder = cmd::kFirstUser + 32;
 }  // namespace io_cmd
 
 struct IoServices {
-  // io_threads loops (--io-threads): programs on the first, sockets
-  // spread over all.
+  // io_threads loops (--io-threads): programs on the first, UDP sockets
+  // and name lookups spread over all (TCP runs on the workers, through
+  // netpoll).
   IoServices(Scheduler& scheduler, unsigned io_threads)
       : netpoll(poll_completion(scheduler)), loops(make_loops(io_threads)), exec(scheduler, *loops[0]), sockets(scheduler, loop_pointers()), http(netpoll, tcp_transit) {}
   ~IoServices() { stop(); }  // first: the loops' stop jobs use exec and the sockets

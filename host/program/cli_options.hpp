@@ -21,7 +21,7 @@ struct RunOptions {
   std::size_t mem_limit = 256u << 20;
   double time_limit = 10.0;
   std::size_t max_processes = 1000000;
-  unsigned io_threads = 1;  // the I/O threads the sockets spread over
+  unsigned io_threads = 1;  // the I/O threads UDP sockets and name lookups spread over
   std::string inspect;      // --inspect's address; empty: no inspector
   std::string node;         // --node: this host's name in the cluster; empty: no cluster
   std::string cluster;      // --cluster: the NATS server's nats://HOST:PORT
