@@ -70,6 +70,13 @@ local function watch_of(pid)
   return w
 end
 
+-- Ends a call's watch: its own (a name on another node), or the kept one
+-- of pid. (A function of the module, not a closure a call: a closure
+-- and its upvalues were allocations on every call.)
+local function drop_watch(w, dest, pid)
+  if w.once then process.unwatch(dest, w.ch) else unwatch_kept(pid) end
+end
+
 -- Hands a reply's payload to the call waiting for it; a late one is dropped.
 local function route(p)
   local box = type(p) == "table" and waiting[p.ref]
@@ -126,7 +133,7 @@ function M.call_raw(dest, topic, value, timeout, level)
   -- Watch the callee, so a call to a process that dies fails at once.
   local pid = dest
   if named and dest[2] == process.node() then pid, named = dest[1], false end  -- this node: a local name
-  if not named and pid:sub(1, 1) ~= "<" then
+  if not named and pid:byte(1) ~= 60 then  -- not "<...>": a registered name
     local found, err = process.registry.lookup(pid)
     if not found then return false, err end
     pid = found
@@ -147,16 +154,13 @@ function M.call_raw(dest, topic, value, timeout, level)
   end
   if not w then return false, werr end
   local watch = w.ch
-  local function unwatch()
-    if w.once then process.unwatch(dest, watch) else unwatch_kept(pid) end
-  end
   next_ref = next_ref + 1
   local ref = next_ref
   local body = { call = 0, value = false }  -- keys in place: see reply_to
   body.call, body.value = ref, value
   local ok, err = process.send(pid, topic, body)
   if not ok then
-    unwatch()
+    drop_watch(w, dest, pid)
     return false, err
   end
   local cases = boxes[task]
@@ -185,7 +189,7 @@ function M.call_raw(dest, topic, value, timeout, level)
     end
   until r.channel ~= replies
   w.busy = w.busy - 1
-  if w.once and r.channel ~= watch then unwatch() end
+  if w.once and r.channel ~= watch then drop_watch(w, dest, pid) end
   if reply then
     waiting[ref] = nil
   elseif r.channel == box then
