@@ -235,10 +235,11 @@ int attempt(lua_State* L, TcpState* t, Pending& p) {
   }
 }
 
-// The results of a call whose time ran out.
-int timed_out(lua_State* L, TcpState* t, Pending& p) {
+// The results of a call cut short by err ("timeout", a refused watch):
+// nil, err, and what a receive or a send had done so far.
+int cut_short(lua_State* L, TcpState* t, Pending& p, std::string_view err) {
   lua_pushnil(L);
-  lua_pushliteral(L, "timeout");
+  lua_pushlstring(L, err.data(), err.size());
   if (p.op == Pending::kReceive) {
     if (usable(t)) p.got += t->sock->stream()->take_partial(p.kind, p.n);
     lua_pushlstring(L, p.got.data(), p.got.size());
@@ -282,7 +283,7 @@ int run(lua_State* L, TcpState* t, Pending& p) {
     return n;
   }
   if (p.deadline >= 0 && p.deadline <= now()) {
-    const int k = timed_out(L, t, p);
+    const int k = cut_short(L, t, p, "timeout");
     release(L, t, p);
     return k;
   }
@@ -337,11 +338,11 @@ void resume_op(lua_State* L, lua_State* co, void* owner, std::uint64_t tag, bool
     if (!usable(t)) return finish(L, co, t, p, push_fail(L, "closed"));
     return resolved(L, co, t, p, payload);
   }
-  if (!failed && payload.empty()) return finish(L, co, t, p, timed_out(L, t, p));  // the sleep's end
-  if (failed) return finish(L, co, t, p, push_fail(L, payload));  // the poller could not watch it
+  if (!failed && payload.empty()) return finish(L, co, t, p, cut_short(L, t, p, "timeout"));  // the sleep's end
+  if (failed) return finish(L, co, t, p, cut_short(L, t, p, payload));  // the poller could not watch it
   const int n = attempt(L, t, p);
   if (n >= 0) return finish(L, co, t, p, n);
-  if (p.deadline >= 0 && p.deadline <= now()) return finish(L, co, t, p, timed_out(L, t, p));
+  if (p.deadline >= 0 && p.deadline <= now()) return finish(L, co, t, p, cut_short(L, t, p, "timeout"));
   io_rewait(L, co, poll_call(t, p), t, resume_op);
 }
 
@@ -478,7 +479,7 @@ int tcp_send(lua_State* L, SocketRef* s, const char* data, std::size_t i, std::s
     return n;
   }
   if (p.deadline >= 0 && p.deadline <= now()) {
-    const int k = timed_out(L, t, p);
+    const int k = cut_short(L, t, p, "timeout");
     p = Pending{};
     return k;
   }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -281,6 +282,30 @@ TEST_CASE("10,000 connections made and closed leave the descriptor count where i
     std::this_thread::sleep_for(10ms);
   CHECK(c.rt.io().open_sockets() == 0);
   CHECK(open_fds() == before);
+}
+
+TEST_CASE("a send whose wait the kernel refuses to watch fails with why, saying how much it sent") {
+  Calls c;
+  auto p = c.rt.spawn("fixtures.socket_owner:send_until_refused", std::string(1, '\0'));
+  REQUIRE(p);
+  for (int i = 0; i < 2000 && c.rt.io().open_sockets() < 3; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(c.rt.io().open_sockets() == 3);
+  // As the kernel's epoll limits would (ENOSPC: max_user_watches).
+  c.rt.io().netpoll.refuse_registrations_for_test(ENOSPC);
+  REQUIRE(c.s.send(p.pid, "go", std::string(), Pid{}).empty());
+  REQUIRE(c.exits.wait(p.pid));
+  const ExitInfo info = c.exits.get(p.pid);
+  c.rt.io().netpoll.refuse_registrations_for_test(0);
+  REQUIRE_MESSAGE(!info.failed, info.error);
+  const std::string r = text_of(info.result);
+  // nil, the refusal in "kind: detail" form, and the bytes the kernel took
+  // before the send had to wait (some, never all 32 MB).
+  CHECK_MESSAGE(r.rfind("nil|limit: ", 0) == 0, r);
+  const std::size_t bar = r.rfind('|');
+  REQUIRE(bar != std::string::npos);
+  const double sent = std::atof(r.c_str() + bar + 1);
+  CHECK_MESSAGE(sent > 0, r);
+  CHECK(sent < 32.0 * 1024 * 1024);
 }
 
 TEST_CASE("terminate ends a process waiting in a socket receive, and its sockets close") {

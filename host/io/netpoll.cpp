@@ -86,6 +86,10 @@ int NetPoller::open(int fd) {
 // its close and its events (each rare at the first wait), and a waiter
 // yields the core after its spins.
 bool NetPoller::register_locked(Desc* d, int slot, int* err) {
+  if (const int refused = refuse_for_test_.load(std::memory_order_relaxed); refused != 0) {
+    *err = refused;
+    return false;
+  }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = (static_cast<std::uint64_t>(d->gen) << 32) | static_cast<std::uint32_t>(slot);

@@ -48,6 +48,10 @@ namespace host::io {
 
 class NetPoller final : public IdlePoller {
  public:
+  // Tests: each registration from now on fails with err, as the kernel's
+  // epoll limits would refuse it (0: none refused). What a refused watch
+  // does to a call in progress can only be tested so.
+  void refuse_registrations_for_test(int err) { refuse_for_test_.store(err, std::memory_order_relaxed); }
   enum Dir : int { kRead = 0, kWrite = 1 };
 
   // Wait tags: TaskKernel's call tags (bit 51) with bit 49 set, the slot
@@ -135,6 +139,7 @@ class NetPoller final : public IdlePoller {
   static Dir dir_of(std::uint64_t tag) { return static_cast<Dir>((tag >> kSeqBits) & 1); }
   void ready(int slot, std::uint32_t gen, bool read, bool write);
   bool register_locked(Desc* d, int slot, int* err);
+  std::atomic<int> refuse_for_test_{0};  // refuse_registrations_for_test's errno
   void complete_taken(const Waiter& w);
 
   Complete complete_;
