@@ -34,23 +34,12 @@ host_bin=${HOST_BIN:-build/host}  # scripts/dev http builds it as Release
 gobin=build/http-go
 build_go http.go "$gobin"
 command -v wrk >/dev/null 2>&1 || { echo "http: wrk is not installed" >&2; exit 1; }
-peers=(host go)
-if command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
-  peers+=(nginx-lua)
-fi
+http_peer_names
 
 port=18180
 start_server() {  # start_server NAME
   port=$((port + 1))
-  case "$1" in
-    host) "$host_bin" run scripts/httpbench --workers "$workers" --log-level warn -- "$port" & ;;
-    go) GOMAXPROCS="$workers" "$gobin" server "$port" & ;;
-    nginx-lua)
-      mkdir -p "$out/nginx/tmp"
-      sed -e "s/WORKERS/$workers/" -e "s/PORT/$port/" tests/bench/peers/nginx_lua.conf >"$out/nginx/nginx.conf"
-      nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" & ;;
-  esac
-  started "$1" "$port"
+  start_http_server "$1" "$workers" "$port"
 }
 
 printf '%-10s %-7s %12s %9s %9s %9s %12s\n' server path "requests/s" "p50" "p90" "p99" "req/CPU-s"

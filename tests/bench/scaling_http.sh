@@ -42,28 +42,15 @@ host_bin=${HOST_BIN:-build/host}  # scripts/dev scaling-http builds it as Releas
 gobin=build/http-go
 build_go http.go "$gobin"
 command -v wrk >/dev/null 2>&1 || { echo "scaling-http: wrk is not installed" >&2; exit 1; }
-peers=(host go)
-if command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
-  peers+=(nginx-lua)
-fi
+http_peer_names
 
 # cpus FIRST COUNT: the taskset list of COUNT cores from FIRST.
 cpus() { echo "$1-$(($1 + $2 - 1))"; }
 
 port=18380
-start_server() {  # start_server NAME N
+start_server() {  # start_server NAME N: on the first N cores
   port=$((port + 1))
-  local pin
-  pin=$(cpus 0 "$2")
-  case "$1" in
-    host) taskset -c "$pin" "$host_bin" run scripts/httpbench --workers "$2" --log-level warn -- "$port" & ;;
-    go) GOMAXPROCS="$2" taskset -c "$pin" "$gobin" server "$port" & ;;
-    nginx-lua)
-      mkdir -p "$out/nginx/tmp"
-      sed -e "s/WORKERS/$2/" -e "s/PORT/$port/" tests/bench/peers/nginx_lua.conf >"$out/nginx/nginx.conf"
-      taskset -c "$pin" nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" & ;;
-  esac
-  started "$1" "$port"
+  start_http_server "$1" "$2" "$port" "$(cpus 0 "$2")"
 }
 
 echo "server cores: $cores (wrk on as many others, -c$conns, ${secs} s a row; $total cores here)"

@@ -53,3 +53,30 @@ rss_kb() { sum_over_tree "$1" '/VmRSS/ { print $2 }' status; }
 # The CPU time a process and its children have used so far, in clock
 # ticks (utime + stime).
 cpu_ticks() { sum_over_tree "$1" '{ print $14 + $15 }' stat; }
+
+# The HTTP benchmarks' servers (http.sh, scaling_http.sh): host (its
+# host_bin), go (gobin) and nginx-lua where nginx and its lua module are
+# installed.
+http_peer_names() {
+  peers=(host go)
+  if command -v nginx >/dev/null 2>&1 && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
+    peers+=(nginx-lua)
+  fi
+}
+
+# start_http_server NAME WORKERS PORT [CPUS]: NAME serving hello and JSON
+# on PORT with WORKERS workers (GOMAXPROCS, nginx's worker processes),
+# pinned to CPUS (a taskset list) where given.
+start_http_server() {
+  local pin=()
+  [ -z "${4:-}" ] || pin=(taskset -c "$4")
+  case "$1" in
+    host) "${pin[@]}" "$host_bin" run scripts/httpbench --workers "$2" --log-level warn -- "$3" & ;;
+    go) GOMAXPROCS="$2" "${pin[@]}" "$gobin" server "$3" & ;;
+    nginx-lua)
+      mkdir -p "$out/nginx/tmp"
+      sed -e "s/WORKERS/$2/" -e "s/PORT/$3/" tests/bench/peers/nginx_lua.conf >"$out/nginx/nginx.conf"
+      "${pin[@]}" nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" & ;;
+  esac
+  started "$1" "$3"
+}
