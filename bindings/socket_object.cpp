@@ -103,6 +103,14 @@ double clamp_count(double n) {
   return n >= kMaxCount ? kMaxCount : std::floor(n);
 }
 
+// A UDP receive's size argument (8192 by default), clamped; NaN is refused
+// (it would cut the datagram to nothing).
+double datagram_size(lua_State* L, const char* method) {
+  const double size = luaL_optnumber(L, 2, 8192);
+  if (size != size) luaL_error(L, "bad argument #1 to '%s' (size expected, got NaN)", method);
+  return clamp_count(size);
+}
+
 double check_port(lua_State* L, int idx, const char* method) {
   const double p = lua_tonumber(L, idx);
   if (!lua_isnumber(L, idx) || p < 0 || p > 65535 || p != std::floor(p))
@@ -297,9 +305,9 @@ int m_send(lua_State* L) {
 int m_receive(lua_State* L) {
   SocketRef* s = check(L, "receive");
   if (s->cls == kUnconnected || s->cls == kConnected) {
-    const double size = luaL_optnumber(L, 2, 8192);
+    const double size = datagram_size(L, "receive");
     if (!live(s)) return answer_closed(L);
-    lua_pushnumber(L, clamp_count(size));
+    lua_pushnumber(L, size);
     push_timeout(L, s);
     return call(L, "receive", s, 2);
   }
@@ -356,9 +364,9 @@ int m_shutdown(lua_State* L) {
 
 int m_receivefrom(lua_State* L) {
   SocketRef* s = check(L, "receivefrom");
-  const double size = luaL_optnumber(L, 2, 8192);
+  const double size = datagram_size(L, "receivefrom");
   if (!live(s)) return answer_closed(L);
-  lua_pushnumber(L, clamp_count(size));
+  lua_pushnumber(L, size);
   push_timeout(L, s);
   return call(L, "receivefrom", s, 2);
 }

@@ -3,8 +3,8 @@
 # pinned to as many others, keep-alive hello world (and JSON) at each N:
 # the host (scripts/httpbench, --workers N) against Go's net/http
 # (GOMAXPROCS N) and nginx with the lua module (N workers). Prints
-# requests/s, each server's ratio to the host's own at the smallest N,
-# and host/Go and host/nginx-lua at each N.
+# requests/s, each server's figure over its own at the smallest N, and
+# host/Go and host/nginx-lua at each N.
 #   scripts/dev scaling-http [--cores "2 8"] [--seconds S] [--conns C] [--paths "hello json"]
 # The default core counts fit the machine: N, then wrk's N cores, must
 # both fit (on 16 cores: 2, 4 and 8; on 2 cores: 1, which compares the
@@ -30,6 +30,7 @@ if [ -z "$cores" ]; then
   for n in 2 4 8; do [ $((2 * n)) -le "$total" ] && cores="$cores $n"; done
   [ -n "$cores" ] || cores=1
 fi
+cores=$(printf '%s\n' $cores | sort -n | tr '\n' ' ')
 for n in $cores; do
   if [ $((2 * n)) -gt "$total" ]; then
     echo "scaling-http: $n server cores and $n for wrk need $((2 * n)) cores; this machine has $total" >&2

@@ -787,6 +787,8 @@ return { main = function()
         b:sendto("from", aip, aport)
         T.eq((a:receivefrom(size)), "from", "UDP receivefrom(" .. size .. ")")
       end
+      T.raises(function() a:receive(0 / 0) end, "size expected, got NaN")
+      T.raises(function() a:receivefrom(0 / 0) end, "size expected, got NaN")
       a:close()
       b:close()
       -- More than a process may hold: refused at once (as documented,
