@@ -180,6 +180,20 @@ std::uint64_t id_arg(lua_State* L, int idx) {
   return static_cast<std::uint64_t>(d);
 }
 
+// A server's TLS options from its certificate chain and key (PEM text),
+// named by their files in errors: what check_tls tries and config makes.
+io::TlsContext::Options server_tls_options(std::string cert_pem, std::string key_pem, std::string cert_file,
+                                           std::string key_file) {
+  io::TlsContext::Options o;
+  o.server = true;
+  o.verify = false;
+  o.in_memory = true;
+  o.cert_pem = std::move(cert_pem);
+  o.key_pem = std::move(key_pem);
+  o.cert_file = std::move(cert_file);
+  o.key_file = std::move(key_file);
+  return o;
+}
 
 // ---- a connection
 
@@ -1118,16 +1132,8 @@ int f_config(lua_State* L) {
   conf->bound = str_field(L, 1, "bound");
   const std::string cert = str_field(L, 1, "tls_cert");
   if (!cert.empty()) {  // https: the server's certificate and key
-    io::TlsContext::Options o;
-    o.server = true;
-    o.verify = false;
-    o.in_memory = true;
-    o.cert_pem = cert;
-    o.key_pem = str_field(L, 1, "tls_key");
-    o.cert_file = "cert";  // (checked by serve: http.check_tls)
-    o.key_file = "key";
-    std::string err;
-    conf->tls = io::TlsContext::make(o, &err);
+    std::string err;  // (checked by serve: http.check_tls, with the files' names)
+    conf->tls = io::TlsContext::make(server_tls_options(cert, str_field(L, 1, "tls_key"), "cert", "key"), &err);
     if (!conf->tls) {
       lua_pushnil(L);
       lua_pushlstring(L, err.data(), err.size());
@@ -1207,16 +1213,12 @@ int f_conn(lua_State* L) {
 // http.check_tls(cert_pem, key_pem, cert_file, key_file): true where they make a server's TLS
 // context; nil, err otherwise.
 int f_check_tls(lua_State* L) {
-  io::TlsContext::Options o;
-  o.server = true;
-  o.verify = false;
-  o.in_memory = true;
-  o.cert_pem = luaL_checkstring(L, 1);
-  o.key_pem = luaL_checkstring(L, 2);
-  o.cert_file = luaL_checkstring(L, 3);
-  o.key_file = luaL_checkstring(L, 4);
+  const char* cert_pem = luaL_checkstring(L, 1);  // (checked in order: the first bad one is named)
+  const char* key_pem = luaL_checkstring(L, 2);
+  const char* cert_file = luaL_checkstring(L, 3);
+  const char* key_file = luaL_checkstring(L, 4);
   std::string err;
-  if (!io::TlsContext::make(o, &err)) {
+  if (!io::TlsContext::make(server_tls_options(cert_pem, key_pem, cert_file, key_file), &err)) {
     lua_pushnil(L);
     lua_pushlstring(L, err.data(), err.size());
     return 2;

@@ -48,10 +48,6 @@ namespace host::io {
 
 class NetPoller final : public IdlePoller {
  public:
-  // Tests: each registration from now on fails with err, as the kernel's
-  // epoll limits would refuse it (0: none refused). What a refused watch
-  // does to a call in progress can only be tested so.
-  void refuse_registrations_for_test(int err) { refuse_for_test_.store(err, std::memory_order_relaxed); }
   enum Dir : int { kRead = 0, kWrite = 1 };
 
   // Wait tags: TaskKernel's call tags (bit 51) with bit 49 set, the slot
@@ -103,6 +99,10 @@ class NetPoller final : public IdlePoller {
   // epoll set (it waited once).
   std::size_t open_count() const { return open_.load(std::memory_order_relaxed); }
   std::size_t registered_count() const { return registered_.load(std::memory_order_relaxed); }
+  // Tests: each registration from now on fails with err, as the kernel's
+  // epoll limits would refuse it (0: none refused). What a refused watch
+  // does to a call in progress can only be tested so.
+  void refuse_registrations_for_test(int err) { refuse_for_test_.store(err, std::memory_order_relaxed); }
 
   // IdlePoller: epoll_wait into the batch; the batch's readiness to the
   // descriptors' waits; the eventfd that ends a blocking wait; armed waits.
